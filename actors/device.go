@@ -1,0 +1,200 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+)
+
+// Device stands for one GPU. It announces itself ready to its batcher, runs
+// one batch at a time through the runtime (Context.Exec), answers every item
+// straight to its waiter, and then reports BatchDone.
+//
+// Failures:
+//   - a per-item error fails only that item;
+//   - a whole-batch error splits the batch in halves and runs each, so a
+//     poison input ends up alone and fails alone (at most 2n-1 runs for n
+//     items);
+//   - a device fault, or a run still going at WatchdogMultiple times its
+//     predicted latency (hung), aborts the batch: the device reports the
+//     items it has not answered to the batcher, which re-queues them, and
+//     restarts after an exponential backoff. After QuarantineAfter failures
+//     in a row it reports DeviceDown and stays out for QuarantineFor. A late
+//     result of an abandoned run is dropped, since its items now belong to
+//     another attempt.
+type Device struct {
+	cfg     DeviceConfig
+	batcher Address
+
+	incarnation uint64
+	phase       devicePhase
+	batch       Batch
+	cur         span   // the items of the run in progress
+	todo        []span // runs still to do for this batch, last one next
+	job         uint64 // the run in progress; 0 when none
+	jobSeq      uint64
+	watchdog    TimerID
+	failures    int // in a row
+	restartGen  uint64
+}
+
+type devicePhase uint8
+
+const (
+	deviceIdle devicePhase = iota + 1
+	deviceRunning
+	deviceRestarting
+)
+
+// span is the items [lo, hi) of the device's batch.
+type span struct{ lo, hi int }
+
+type watchdogFired struct{ job uint64 }
+type restartDue struct{ gen uint64 }
+
+// NewDevice returns a Device that serves the batcher at batcher.
+func NewDevice(cfg DeviceConfig, batcher Address) (*Device, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if batcher.IsZero() {
+		return nil, fmt.Errorf("device: no batcher address")
+	}
+	return &Device{cfg: cfg, batcher: batcher}, nil
+}
+
+// Receive implements Actor.
+func (d *Device) Receive(ctx Context, msg Message) {
+	switch m := msg.(type) {
+	case Start:
+		d.announce(ctx)
+	case RunBatch:
+		if d.phase != deviceIdle {
+			panic(fmt.Sprintf("batchd: device %v got batch %d while not idle", ctx.Self(), m.Batch.ID))
+		}
+		if len(m.Batch.Items) == 0 {
+			panic(fmt.Sprintf("batchd: device %v got empty batch %d", ctx.Self(), m.Batch.ID))
+		}
+		d.phase = deviceRunning
+		d.batch = m.Batch
+		d.todo = append(d.todo[:0], span{0, len(m.Batch.Items)})
+		d.next(ctx)
+	case JobDone:
+		if m.ID != d.job {
+			return // the result of an abandoned run
+		}
+		ctx.Cancel(d.watchdog)
+		d.job = 0
+		d.finish(ctx, m)
+	case watchdogFired:
+		if m.job != d.job {
+			return
+		}
+		d.job = 0
+		d.fail(ctx, fmt.Sprintf("hung: no result within %d× the predicted latency", d.cfg.WatchdogMultiple))
+	case restartDue:
+		if m.gen == d.restartGen && d.phase == deviceRestarting {
+			d.announce(ctx)
+		}
+	default:
+		panic(fmt.Sprintf("batchd: device got unknown message %T", msg))
+	}
+}
+
+func (d *Device) announce(ctx Context) {
+	d.incarnation++
+	d.phase = deviceIdle
+	ctx.Send(d.batcher, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models})
+}
+
+// next starts the next run of the batch, or reports the batch done.
+func (d *Device) next(ctx Context) {
+	if len(d.todo) == 0 {
+		d.failures = 0
+		d.phase = deviceIdle
+		id := d.batch.ID
+		d.batch = Batch{}
+		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id})
+		return
+	}
+	d.cur = d.todo[len(d.todo)-1]
+	d.todo = d.todo[:len(d.todo)-1]
+	inputs := make([]string, 0, d.cur.hi-d.cur.lo)
+	longest := 0
+	for _, it := range d.batch.Items[d.cur.lo:d.cur.hi] {
+		inputs = append(inputs, it.Req.Input)
+		longest = max(longest, len(it.Req.Input))
+	}
+	d.jobSeq++
+	d.job = d.jobSeq
+	ctx.Exec(Job{ID: d.job, Model: d.batch.Key.Model, Version: d.batch.Key.Version, Inputs: inputs})
+	limit := time.Duration(d.cfg.WatchdogMultiple) * d.cfg.Latency.Predict(len(inputs), longest)
+	d.watchdog = ctx.After(limit, watchdogFired{job: d.job})
+}
+
+func (d *Device) finish(ctx Context, m JobDone) {
+	n := d.cur.hi - d.cur.lo
+	switch {
+	case m.Fault:
+		d.fail(ctx, "device fault")
+		return
+	case m.Err == "" && len(m.Outputs) != n:
+		m.Err = fmt.Sprintf("backend returned %d outputs for %d inputs", len(m.Outputs), n)
+	case m.Err == "" && m.ItemErrs != nil && len(m.ItemErrs) != n:
+		m.Err = fmt.Sprintf("backend returned %d item errors for %d inputs", len(m.ItemErrs), n)
+	}
+	if m.Err != "" && n > 1 {
+		// Split to isolate a poison input; the first half runs next.
+		mid := d.cur.lo + n/2
+		d.todo = append(d.todo, span{mid, d.cur.hi}, span{d.cur.lo, mid})
+		d.next(ctx)
+		return
+	}
+	for i, it := range d.batch.Items[d.cur.lo:d.cur.hi] {
+		switch {
+		case m.Err != "":
+			d.reply(ctx, it, n, Failed, "", m.Err)
+		case m.ItemErrs != nil && m.ItemErrs[i] != "":
+			d.reply(ctx, it, n, Failed, "", m.ItemErrs[i])
+		default:
+			d.reply(ctx, it, n, Completed, m.Outputs[i], "")
+		}
+	}
+	d.next(ctx)
+}
+
+func (d *Device) reply(ctx Context, it Item, size int, o Outcome, out, err string) {
+	ctx.Send(it.Req.ReplyTo, Reply{
+		ID: it.Req.ID, Outcome: o, Output: out, Err: err,
+		Arrival: it.Req.Arrival, Enqueue: it.Enqueue, Dispatch: d.batch.Dispatch, Done: ctx.Now(),
+		BatchSize: size, Attempts: it.Attempt, Device: ctx.Self(),
+	})
+}
+
+// fail aborts the batch: the unanswered items go back to the batcher, and
+// the device restarts after a backoff or is quarantined.
+func (d *Device) fail(ctx Context, reason string) {
+	var pending []uint64
+	for _, s := range append(d.todo, d.cur) {
+		for _, it := range d.batch.Items[s.lo:s.hi] {
+			pending = append(pending, it.Req.ID)
+		}
+	}
+	ctx.Send(d.batcher, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
+	d.batch, d.todo = Batch{}, d.todo[:0]
+	d.failures++
+	d.phase = deviceRestarting
+	d.restartGen++
+	wait := d.cfg.QuarantineFor
+	if d.failures >= d.cfg.QuarantineAfter {
+		d.failures = 0
+		ctx.Send(d.batcher, DeviceDown{Device: ctx.Self(), Until: ctx.Now() + wait, Reason: reason})
+	} else {
+		// Doubles per failure in a row; the loop is bounded by QuarantineAfter.
+		wait = d.cfg.RestartBackoff
+		for i := 1; i < d.failures && wait < d.cfg.RestartBackoffMax; i++ {
+			wait *= 2
+		}
+		wait = min(wait, d.cfg.RestartBackoffMax)
+	}
+	ctx.After(wait, restartDue{gen: d.restartGen})
+}

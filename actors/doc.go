@@ -1,0 +1,15 @@
+// Package actors holds batchd's batching logic as pure actors: admission and
+// per-key batch accumulation and scheduling (the Batcher), and GPU device
+// actors (the Device), plus the plain-data messages they exchange.
+//
+// Actors here are state machines in the style of etcd's raft core: a message
+// comes in, state changes, effects go out through Context. The runtime that
+// drives them (sim for the deterministic simulator, engine for the live
+// server) owns time, timers, randomness, mailboxes, the network and the
+// execution of backend batches. So code in this package never reads the wall
+// clock, starts goroutines, uses channels, select, locks or the global
+// math/rand, and never lets map iteration order decide anything; purity_test.go
+// enforces this.
+//
+// Every runtime package may import actors; actors imports none of them.
+package actors

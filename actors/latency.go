@@ -1,0 +1,76 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+)
+
+// LatencyModel predicts how long a device takes to run a batch. It is the
+// cost model the batcher plans with and, in the simulator, the device's
+// actual service time (before faults).
+//
+// A batch costs Base + PerItem·n + PerPaddedByte·n·maxLen: every input is
+// padded to the batch's longest member, so padding shows in the cost. When
+// Table is set it replaces Base and PerItem: the cost of n items is read from
+// the table by linear interpolation between its points (and held flat past
+// its ends).
+type LatencyModel struct {
+	Base          time.Duration
+	PerItem       time.Duration
+	PerPaddedByte time.Duration
+	// Table holds measured points, sorted by strictly increasing BatchSize.
+	Table []LatencyPoint
+}
+
+// LatencyPoint is one measured batch latency.
+type LatencyPoint struct {
+	BatchSize int
+	Latency   time.Duration
+}
+
+// FixedLatency is the seeds' backend: the same cost for 1 to 100 inputs.
+func FixedLatency(d time.Duration) LatencyModel { return LatencyModel{Base: d} }
+
+// Validate reports a model that cannot predict anything sensible.
+func (m LatencyModel) Validate() error {
+	if m.Base < 0 || m.PerItem < 0 || m.PerPaddedByte < 0 {
+		return fmt.Errorf("latency model: negative coefficient")
+	}
+	for i, p := range m.Table {
+		if p.BatchSize < 1 || p.Latency <= 0 {
+			return fmt.Errorf("latency model: table point %d: batch size and latency must be positive", i)
+		}
+		if i > 0 && p.BatchSize <= m.Table[i-1].BatchSize {
+			return fmt.Errorf("latency model: table point %d: batch sizes must increase", i)
+		}
+	}
+	if len(m.Table) == 0 && m.Base+m.PerItem <= 0 {
+		return fmt.Errorf("latency model: a batch must cost more than zero")
+	}
+	return nil
+}
+
+// Predict returns the cost of a batch of n inputs whose longest is maxLen
+// bytes.
+func (m LatencyModel) Predict(n, maxLen int) time.Duration {
+	d := m.Base + time.Duration(n)*m.PerItem
+	if len(m.Table) > 0 {
+		d = m.interpolate(n)
+	}
+	return d + time.Duration(n)*time.Duration(maxLen)*m.PerPaddedByte
+}
+
+func (m LatencyModel) interpolate(n int) time.Duration {
+	t := m.Table
+	if n <= t[0].BatchSize {
+		return t[0].Latency
+	}
+	for i := 1; i < len(t); i++ {
+		if n <= t[i].BatchSize {
+			a, b := t[i-1], t[i]
+			frac := float64(n-a.BatchSize) / float64(b.BatchSize-a.BatchSize)
+			return a.Latency + time.Duration(frac*float64(b.Latency-a.Latency))
+		}
+	}
+	return t[len(t)-1].Latency
+}

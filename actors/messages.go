@@ -1,0 +1,147 @@
+package actors
+
+import "time"
+
+// Outcome is the terminal state of a request. Every submitted request ends in
+// exactly one.
+type Outcome uint8
+
+const (
+	// Completed: the backend produced this request's output.
+	Completed Outcome = iota + 1
+	// Failed: the backend failed this item (a per-item error, a poison input
+	// isolated by splitting, or retries exhausted).
+	Failed
+	// Rejected: admission refused the request (queue full, overload,
+	// draining, bad request); RetryAfter says when to try again.
+	Rejected
+	// Expired: the deadline could no longer be met, so the request was failed
+	// early rather than spend device time on it.
+	Expired
+	// Cancelled: the client withdrew the request while it was queued.
+	Cancelled
+)
+
+var outcomeNames = [...]string{"", "completed", "failed", "rejected", "expired", "cancelled"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && o != 0 {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Request is one client request as the front door hands it to a Batcher.
+type Request struct {
+	// ID is unique among the requests a Batcher has in flight.
+	ID     uint64
+	Tenant string
+	Model  string
+	// Version is the model version; empty means the batcher's default.
+	Version string
+	Input   string
+	// Arrival is when the front door received the request (runtime clock).
+	Arrival time.Duration
+	// Deadline is the absolute time by which the reply is useful. Zero means
+	// Arrival plus the batcher's SLO.
+	Deadline time.Duration
+	// ReplyTo is where the one Reply for this request goes.
+	ReplyTo Address
+}
+
+// Key is the compatibility key: only requests with equal keys share a batch.
+type Key struct {
+	Model   string
+	Version string
+}
+
+// Submit asks a Batcher to admit and serve a request.
+type Submit struct{ Req Request }
+
+// Cancel withdraws a queued request. A request already on a device runs to
+// completion; its Reply still arrives.
+type Cancel struct{ ID uint64 }
+
+// Drain tells a Batcher to stop admitting and to flush every queue without
+// lingering. Work already admitted is served.
+type Drain struct{}
+
+// Reply is the one terminal message for a request, sent to its ReplyTo.
+type Reply struct {
+	ID      uint64
+	Outcome Outcome
+	Output  string
+	// Err says why, for any outcome other than Completed.
+	Err string
+	// RetryAfter is the hint for Rejected replies.
+	RetryAfter time.Duration
+	// The request's timeline on the runtime clock. Enqueue, Dispatch and Done
+	// are zero for steps it never reached.
+	Arrival, Enqueue, Dispatch, Done time.Duration
+	// BatchSize is the size of the batch that ran this request last.
+	BatchSize int
+	// Attempts is how many device runs this request was part of.
+	Attempts int
+	// Device ran the final attempt; zero if none did.
+	Device Address
+}
+
+// Item is a request inside a batch.
+type Item struct {
+	Req Request
+	// Enqueue is when the batcher accepted the request.
+	Enqueue time.Duration
+	// Attempt counts device runs of this item, this one included.
+	Attempt int
+}
+
+// Batch is a set of compatible items sent to one device.
+type Batch struct {
+	ID       uint64
+	Key      Key
+	Items    []Item
+	Dispatch time.Duration
+}
+
+// RunBatch hands a batch to a device that announced it was ready.
+type RunBatch struct{ Batch Batch }
+
+// DeviceReady announces a device that can take a batch, after start or
+// restart. A new Incarnation tells the batcher that whatever it had sent the
+// device's earlier incarnation is lost and must be re-queued.
+type DeviceReady struct {
+	Device      Address
+	Incarnation uint64
+	// Models the device holds warm; empty means any.
+	Models []string
+}
+
+// BatchDone reports that a device has answered every item of a batch
+// itself (completed or failed) and is ready for the next one.
+type BatchDone struct {
+	Device  Address
+	BatchID uint64
+}
+
+// BatchAborted reports that a device failed (crashed, or hung past its
+// watchdog) while running a batch. Pending lists the IDs of the items it did
+// not answer; the batcher re-queues them with one more attempt. The device
+// is restarting and announces itself again with DeviceReady, unless it is
+// quarantined.
+type BatchAborted struct {
+	Device  Address
+	BatchID uint64
+	Pending []uint64
+	Reason  string
+}
+
+// DeviceDown reports that a device is quarantined: it keeps failing, and
+// will not announce readiness again until Until.
+type DeviceDown struct {
+	Device Address
+	Until  time.Duration
+	Reason string
+}
+
+// Start is the first message a runtime delivers to every actor it spawns.
+type Start struct{}
