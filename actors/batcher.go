@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -43,6 +44,7 @@ type Batcher struct {
 
 	batchSeq uint64
 	stats    BatcherStats
+	scratch  []time.Duration
 }
 
 // BatcherStats is a snapshot of a Batcher's counters for signals and checks.
@@ -221,11 +223,57 @@ func (b *Batcher) reply(ctx Context, it Item, o Outcome, err string, retryAfter 
 // of the batcher's wait estimates.
 func (b *Batcher) compute() time.Duration { return b.cfg.Latency.Predict(b.cfg.BatchMax, 0) }
 
-// drainTime predicts how long the healthy devices take to work off n queued
-// items in full batches.
-func (b *Batcher) drainTime(n int) time.Duration {
-	batches := (n + b.cfg.BatchMax - 1) / b.cfg.BatchMax
-	return time.Duration(batches) * b.compute() / time.Duration(max(b.healthy, 1))
+// predictWait estimates how long a request joining q now waits for a
+// device: the batches ahead of it (the full ones of its own key, every batch
+// of the other keys) each take the next device to come free, at the cost of
+// a full batch. It reads the devices' predicted free times, so it sees a busy
+// fleet as well as a long queue.
+func (b *Batcher) predictWait(q *keyQueue, now time.Duration) time.Duration {
+	ahead := 0
+	for _, o := range b.order {
+		if o == q {
+			ahead += o.items.len() / b.cfg.BatchMax
+		} else {
+			ahead += (o.items.len() + b.cfg.BatchMax - 1) / b.cfg.BatchMax
+		}
+	}
+	free := b.freeTimes(now)
+	if len(free) == 0 {
+		return b.cfg.NoDeviceRetryAfter
+	}
+	start := free[ahead%len(free)] + time.Duration(ahead/len(free))*b.compute()
+	return start - now
+}
+
+// freeTimes returns, sorted, when each device not quarantined is predicted
+// to be free: now if idle, the predicted end of its batch if busy, and one
+// batch time from now if it is restarting (a guess: the restart backoff is
+// the device's own).
+func (b *Batcher) freeTimes(now time.Duration) []time.Duration {
+	f := b.scratch[:0]
+	for _, d := range b.devOrder {
+		switch d.phase {
+		case devIdle:
+			f = append(f, now)
+		case devBusy:
+			bt := d.inflight
+			end := bt.Dispatch + b.cfg.Latency.Predict(len(bt.Items), maxInput(bt.Items))
+			f = append(f, max(now, end))
+		case devDown:
+			f = append(f, now+b.compute())
+		}
+	}
+	slices.Sort(f)
+	b.scratch = f
+	return f
+}
+
+func maxInput(items []Item) int {
+	n := 0
+	for _, it := range items {
+		n = max(n, len(it.Req.Input))
+	}
+	return n
 }
 
 func (b *Batcher) admit(ctx Context, req Request) {
@@ -238,7 +286,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 	reject := func(why string, retryAfter time.Duration) { b.reply(ctx, it, Rejected, why, retryAfter) }
 	key := Key{Model: req.Model, Version: req.Version}
 	q := b.keys[key]
-	wait := b.drainTime(b.queued)
+	wait := b.predictWait(q, now)
 	switch {
 	case req.Model == "":
 		reject("invalid request: no model", 0)
@@ -256,7 +304,8 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		reject(fmt.Sprintf("overloaded: %d distinct model versions queued", len(b.order)), wait)
 		return
 	case b.held >= b.cfg.QueueTotalMax || (q != nil && q.held >= b.cfg.QueueMax):
-		reject("overloaded: queue full", wait)
+		// Room is made when the batches ahead have run.
+		reject("overloaded: queue full", wait+b.compute())
 		return
 	case now+b.cfg.Latency.Predict(1, len(req.Input)) > req.Deadline:
 		reject("deadline shorter than the compute time", 0)

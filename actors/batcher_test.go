@@ -1,0 +1,172 @@
+package actors
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const ms = time.Millisecond
+
+func newTestBatcher(t *testing.T, cfg BatcherConfig, devices int) (*Batcher, *fakeCtx) {
+	t.Helper()
+	b, err := NewBatcher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newFakeCtx(batcherAddr)
+	b.Receive(c, Start{})
+	for i := 0; i < devices; i++ {
+		b.Receive(c, DeviceReady{Device: Address{ID: uint64(100 + i)}, Incarnation: 1})
+	}
+	return b, c
+}
+
+func submit(b *Batcher, c *fakeCtx, id uint64) {
+	b.Receive(c, Submit{Req: Request{ID: id, Model: "m", Version: "v1", Input: "x", Arrival: c.now, ReplyTo: Address{ID: 2}}})
+}
+
+func TestBatcherFullBatchLeavesAtOnce(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 4
+	b, c := newTestBatcher(t, cfg, 1)
+	for id := uint64(1); id <= 3; id++ {
+		submit(b, c, id)
+	}
+	if len(c.sent) != 0 {
+		t.Fatalf("a batch of 3 of 4 left before its linger: %+v", c.sent)
+	}
+	submit(b, c, 4)
+	rb := ofType[RunBatch](c.take())
+	if len(rb) != 1 || len(rb[0].Batch.Items) != 4 {
+		t.Fatalf("want one full batch of 4, got %+v", rb)
+	}
+	for _, it := range rb[0].Batch.Items {
+		if it.Attempt != 1 {
+			t.Errorf("item %d attempt %d, want 1", it.Req.ID, it.Attempt)
+		}
+	}
+}
+
+func TestBatcherLingerIsDerivedAndHonoured(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	b, c := newTestBatcher(t, cfg, 4)
+	linger := cfg.Linger(4, 1)
+	if linger != 25*ms {
+		t.Fatalf("linger for 4 devices of 100 ms: %v, want the 25 ms gap", linger)
+	}
+	submit(b, c, 1)
+	c.advance(b, linger-1)
+	if len(c.sent) != 0 {
+		t.Fatalf("left before the linger: %+v", c.sent)
+	}
+	c.advance(b, linger)
+	if rb := ofType[RunBatch](c.take()); len(rb) != 1 || rb[0].Batch.Dispatch != linger {
+		t.Fatalf("want one batch at %v, got %+v", linger, rb)
+	}
+}
+
+func TestBatcherRejectsWhenFullWithRetryAfter(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.QueueMax, cfg.QueueTotalMax = 2, 2
+	b, c := newTestBatcher(t, cfg, 1)
+	submit(b, c, 1)
+	submit(b, c, 2)
+	submit(b, c, 3)
+	rs := replies(c.take())
+	if len(rs) != 1 || rs[0].ID != 3 || rs[0].Outcome != Rejected || rs[0].RetryAfter <= 0 {
+		t.Fatalf("want request 3 rejected with a retry hint, got %+v", rs)
+	}
+	if s := b.Stats(); s.Queued != 2 || s.Held != 2 {
+		t.Fatalf("a rejection changed the queue: %+v", s)
+	}
+}
+
+func TestBatcherRetriesAbortedItemsThenGivesUp(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 1
+	cfg.SLO = 10 * time.Second
+	b, c := newTestBatcher(t, cfg, 1)
+	dev := Address{ID: 100}
+	submit(b, c, 1)
+	for attempt := 1; attempt <= cfg.AttemptMax; attempt++ {
+		rb := ofType[RunBatch](c.take())
+		if len(rb) != 1 || rb[0].Batch.Items[0].Attempt != attempt {
+			t.Fatalf("attempt %d: want one batch with attempt %d, got %+v", attempt, attempt, rb)
+		}
+		b.Receive(c, BatchAborted{Device: dev, BatchID: rb[0].Batch.ID, Pending: []uint64{1}, Reason: "device fault"})
+		b.Receive(c, DeviceReady{Device: dev, Incarnation: uint64(attempt + 1)})
+	}
+	rs := replies(c.take())
+	if len(rs) != 1 || rs[0].Outcome != Failed || !strings.Contains(rs[0].Err, "attempts") {
+		t.Fatalf("want a failure after %d attempts, got %+v", cfg.AttemptMax, rs)
+	}
+	if s := b.Stats(); s.Held != 0 || s.Queued != 0 {
+		t.Fatalf("books not empty after the final answer: %+v", s)
+	}
+}
+
+func TestBatcherRequeuesWhenDeviceRestartsMidBatch(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 2
+	b, c := newTestBatcher(t, cfg, 1)
+	submit(b, c, 1)
+	submit(b, c, 2)
+	first := ofType[RunBatch](c.take())
+	// The device's actor restarted and forgot the batch.
+	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 2})
+	again := ofType[RunBatch](c.take())
+	if len(first) != 1 || len(again) != 1 || len(again[0].Batch.Items) != 2 || again[0].Batch.Items[0].Attempt != 2 {
+		t.Fatalf("want the batch re-sent with attempt 2, got %+v then %+v", first, again)
+	}
+	// The stale BatchDone of the first batch changes nothing.
+	b.Receive(c, BatchDone{Device: Address{ID: 100}, BatchID: first[0].Batch.ID})
+	if s := b.Stats(); s.Held != 2 || s.Ready != 0 {
+		t.Fatalf("stale BatchDone settled the new batch: %+v", s)
+	}
+}
+
+func TestBatcherCancelRemovesQueuedRequest(t *testing.T) {
+	b, c := newTestBatcher(t, DefaultBatcherConfig(), 0)
+	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 1})
+	b.Receive(c, BatchDone{}) // unknown device: ignored
+	submit(b, c, 1)
+	b.Receive(c, Cancel{ID: 1})
+	rs := replies(c.take())
+	if len(rs) != 1 || rs[0].Outcome != Cancelled {
+		t.Fatalf("want one cancelled reply, got %+v", rs)
+	}
+	if s := b.Stats(); s.Queued != 0 || s.Held != 0 {
+		t.Fatalf("cancelled request still counted: %+v", s)
+	}
+	c.advance(b, time.Second)
+	if rb := ofType[RunBatch](c.take()); len(rb) != 0 {
+		t.Fatalf("a cancelled request was dispatched: %+v", rb)
+	}
+}
+
+func TestBatcherExpiresWhatCannotMakeItsDeadline(t *testing.T) {
+	b, c := newTestBatcher(t, DefaultBatcherConfig(), 1)
+	b.Receive(c, DeviceDown{Device: Address{ID: 999}}) // unknown: ignored
+	// Occupy the only device with a full batch.
+	for id := uint64(1); id <= 100; id++ {
+		submit(b, c, id)
+	}
+	// The default 200 ms SLO cannot be met behind it: rejected at once.
+	submit(b, c, 101)
+	rs := replies(c.take())
+	if len(rs) != 1 || rs[0].ID != 101 || rs[0].Outcome != Rejected || rs[0].RetryAfter != 100*ms {
+		t.Fatalf("want request 101 rejected, retry after the 100 ms the device needs, got %+v", rs)
+	}
+	// A 300 ms deadline can, if the device finishes on time. It does not.
+	b.Receive(c, Submit{Req: Request{ID: 102, Model: "m", Input: "x", Deadline: 300 * ms, ReplyTo: Address{ID: 2}}})
+	c.advance(b, time.Second)
+	rs = replies(c.take())
+	if len(rs) != 1 || rs[0].ID != 102 || rs[0].Outcome != Expired {
+		t.Fatalf("want request 102 expired, got %+v", rs)
+	}
+	// It expired as soon as it could no longer finish: 300 ms less 100 ms of compute.
+	if rs[0].Done != 200*ms+1 {
+		t.Errorf("expired at %v, want just after 200ms", rs[0].Done)
+	}
+}
