@@ -31,8 +31,8 @@ func newFakeCtx(self Address) *fakeCtx {
 	return &fakeCtx{self: self, timers: map[TimerID]timer{}, rng: rand.New(rand.NewPCG(1, 2))}
 }
 
-func (c *fakeCtx) Self() Address               { return c.self }
-func (c *fakeCtx) Now() time.Duration          { return c.now }
+func (c *fakeCtx) Self() Address                { return c.self }
+func (c *fakeCtx) Now() time.Duration           { return c.now }
 func (c *fakeCtx) Send(to Address, msg Message) { c.sent = append(c.sent, sent{to, msg}) }
 func (c *fakeCtx) Cancel(id TimerID)            { delete(c.timers, id) }
 func (c *fakeCtx) Rand() *rand.Rand             { return c.rng }
