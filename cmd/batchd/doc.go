@@ -1,0 +1,9 @@
+// Command batchd is batchd's one binary. Each mode is a subcommand:
+//
+//	batchd sim [flags]   run the deterministic simulator and print its report
+//
+// Later issues add serve, load and plan. main stays thin: it parses flags
+// into a package's Config, validates it there, runs, and maps the outcome
+// to an exit status (0 success, 1 a failed run or broken invariant, 2 a
+// usage error).
+package main

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim"
+)
+
+// runSim is `batchd sim`: flags map onto sim.Config, whose defaults (the
+// seeds' reference workload) are the flags' defaults, so the two cannot
+// drift apart.
+func runSim(args []string, stdout, stderr io.Writer) error {
+	cfg := sim.DefaultConfig()
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, requests per simulated second")
+	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of emulated GPUs")
+	fs.IntVar(&cfg.Batcher.BatchMax, "batch-max", cfg.Batcher.BatchMax, "most items in one batch")
+	latency := fs.Duration("latency", cfg.Latency.Base, "fixed device time per batch")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "safety phase (traffic, faults) in simulated time")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "master seed")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
+	fs.DurationVar(&cfg.Batcher.SLO, "slo", cfg.Batcher.SLO, "latency target of requests without their own deadline")
+	arrival := fs.String("arrival", cfg.Traffic.Arrival.String(), "arrival process: poisson or constant")
+	fs.DurationVar(&cfg.NetDelay, "net-delay", cfg.NetDelay, "delivery delay of every message between actors")
+	fs.DurationVar(&cfg.DrainMax, "drain-max", cfg.DrainMax, "bound on the liveness phase (drain) in simulated time")
+	fs.Float64Var(&cfg.Faults.CrashRate, "crash-rate", 0, "probability that a batch crashes its device")
+	fs.Float64Var(&cfg.Faults.HangRate, "hang-rate", 0, "probability that a batch hangs its device")
+	fs.Float64Var(&cfg.Faults.BatchErrorRate, "batch-error-rate", 0, "probability that a batch fails as a whole")
+	fs.Float64Var(&cfg.Faults.ItemErrorRate, "item-error-rate", 0, "probability that one item fails on its own")
+	fs.Float64Var(&cfg.Faults.SlowRate, "slow-rate", 0, "probability that a batch runs slow")
+	slowFactor := fs.Float64("slow-factor", 4, "latency multiple of a slow batch")
+
+	// The flag package's own messages are replaced by one line and a hint,
+	// so an error is not buried under the list of flags.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "usage: batchd sim [flags]")
+			fmt.Fprintln(stdout)
+			fmt.Fprintln(stdout, "Simulates traffic into the batching actors on emulated GPUs and reports")
+			fmt.Fprintln(stdout, "latency, throughput and every invariant the request ledger checks.")
+			fmt.Fprintln(stdout, "Exits 1 if an invariant broke or a request was lost or answered twice.")
+			fmt.Fprintln(stdout)
+			fs.PrintDefaults()
+			return err
+		}
+		return usagef("%v (see 'batchd sim -h')", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (see 'batchd sim -h')", fs.Arg(0))
+	}
+	cfg.Latency = actors.FixedLatency(*latency)
+	if cfg.Faults.SlowRate > 0 {
+		cfg.Faults.SlowFactor = *slowFactor
+	}
+	switch *arrival {
+	case "poisson":
+		cfg.Traffic.Arrival = sim.Poisson
+	case "constant":
+		cfg.Traffic.Arrival = sim.Constant
+	default:
+		return usagef("--arrival %q: want poisson or constant", *arrival)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+
+	rep, err := sim.Run(cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	} else if err := rep.WriteTable(stdout); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return rep.Check()
+}

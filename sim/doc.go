@@ -1,0 +1,34 @@
+// Package sim is batchd's deterministic discrete-event runtime: it runs the
+// very actors of package actors, unchanged, against a virtual clock, so that
+// traffic can be replayed and CI can check SLO, fairness and crash-retry
+// properties without a GPU or a wall clock.
+//
+// Why a simulator of our own: the actors are pure state machines (a message
+// in, effects out through actors.Context), so a runtime that owns time,
+// ordering and randomness can make a whole run a function of one seed. The
+// same seed gives the same sequence of deliveries, and World.TraceHash
+// fingerprints that sequence (invariant 9).
+//
+// The pieces:
+//
+//   - World is the runtime: one event queue ordered by (virtual time,
+//     sequence number), actor registration, message delivery with a fixed
+//     network delay, cancellable timers, per-actor seeded randomness, and the
+//     execution of backend jobs by an Executor. It is single-threaded and
+//     never calls an actor re-entrantly.
+//   - Device is an Executor that emulates the seeds' GPU: it costs a batch
+//     with an actors.LatencyModel, answers with actors.EmulatedOutput, and
+//     injects faults (crashes, hangs, slow runs, batch and item errors,
+//     poison inputs) from a FaultPlan, switched on per run.
+//   - Stream and NewStream derive independent random streams from the master
+//     seed and a name, so adding a consumer of randomness does not shift the
+//     numbers every other consumer sees.
+//
+// The event loop is the hot path of every simulation, so it avoids
+// container/heap and per-event allocation: events are concrete values in a
+// hand-written 4-ary heap, and events due at the current instant go through
+// a FIFO ring instead (see heap.go for why that keeps the exact order).
+//
+// Who imports it: cmd/batchd (the sim subcommand) and tests. sim imports
+// actors and nothing else of batchd.
+package sim

@@ -1,0 +1,482 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// LedgerRequestsLimit bounds the requests one ledger tracks (80 bytes each,
+// so 20 M is 1.6 GB at most). A run that needs more is too big for
+// one process anyway.
+const LedgerRequestsLimit = 20_000_000
+
+// LedgerConfig configures a Ledger: where the batcher is and the bounds its
+// messages must respect.
+type LedgerConfig struct {
+	// Batcher is the address Submit, Cancel and the device reports go to;
+	// the queue bound is checked after every delivery to it.
+	Batcher actors.Address
+	// BatchMax is the batcher's batch size bound (invariant 3).
+	BatchMax int
+	// AttemptMax is the batcher's retry bound (invariant 8).
+	AttemptMax int
+	// QueueTotalMax is the batcher's queue bound (invariant 10).
+	QueueTotalMax int
+	// SLO is the deadline of a request that has none of its own, for SLO
+	// attainment.
+	SLO time.Duration
+	// Probe, when set, reads the batcher's counters; it is called before
+	// every delivery to the batcher (so it sees the state the previous
+	// delivery left) and once at Finish.
+	Probe func() actors.BatcherStats
+	// ViolationsMax is how many violation descriptions are kept; all are
+	// counted. Default 20.
+	ViolationsMax int
+	// RequestsMax bounds the request IDs tracked; IDs are expected to be
+	// dense from 1, as Traffic makes them. Default and ceiling
+	// LedgerRequestsLimit.
+	RequestsMax int
+	// RequestsHint presizes the ledger, to avoid regrowing it on the hot
+	// path. Optional.
+	RequestsHint int
+}
+
+// record is the ledger's line for one request. It holds string headers that
+// share the request's own bytes, never copies, and only what a check needs
+// after the request's submit: it is touched once per request, and its size
+// is most of the ledger's memory traffic (80 bytes).
+type record struct {
+	model, version, input string
+	// arrival and deadline are the request's; reply is when its first
+	// reply was delivered.
+	arrival, deadline, reply time.Duration
+	// runs counts the RunBatch messages that carried this request.
+	runs      uint16
+	replies   uint16
+	outcome   actors.Outcome
+	submitted bool
+	cancelled bool
+	// resolved: version was empty on the request and was taken from the
+	// key of the batch that first ran it.
+	resolved bool
+}
+
+// devState is what the ledger knows about one device.
+type devState struct {
+	incarnation uint64
+	known       bool
+	busy        bool
+	batchID     uint64
+	since       time.Duration
+}
+
+// Ledger is the simulator's checker: an Observer that sees every delivery
+// and the actor every request's Reply goes to. It keeps one record per
+// request, not aggregate counts, so that "exactly one reply" and "the right
+// output" are checked per request (architecture invariants 1–4, 8, 10), and
+// it records the latency signals for the report.
+type Ledger struct {
+	cfg  LedgerConfig
+	recs []record // indexed by request ID; recs[0] is unused
+	devs map[actors.Address]*devState
+	last time.Duration
+
+	submitted  int64
+	replied    int64
+	duplicated int64
+	lost       int64
+	outcomes   [actors.Cancelled + 1]int64
+	sloMet     int64
+	finished   bool
+
+	batches     int64
+	batchItems  int64
+	batchSizes  []int64 // index: batch size; the last slot counts oversize
+	queuedHigh  int
+	latency     *hist
+	queueWait   *hist
+	compute     *hist
+	violations  []string
+	violationsN int64
+}
+
+// NewLedger returns a ledger for a valid configuration.
+func NewLedger(cfg LedgerConfig) (*Ledger, error) {
+	if cfg.ViolationsMax == 0 {
+		cfg.ViolationsMax = 20
+	}
+	if cfg.RequestsMax == 0 || cfg.RequestsMax > LedgerRequestsLimit {
+		cfg.RequestsMax = LedgerRequestsLimit
+	}
+	switch {
+	case cfg.BatchMax < 1 || cfg.AttemptMax < 1 || cfg.QueueTotalMax < 1:
+		return nil, errors.New("ledger config: BatchMax, AttemptMax and QueueTotalMax must be at least 1")
+	case cfg.ViolationsMax < 0 || cfg.RequestsMax < 0 || cfg.RequestsHint < 0 || cfg.SLO < 0:
+		return nil, errors.New("ledger config: negative bound")
+	case cfg.Batcher.IsZero():
+		return nil, errors.New("ledger config: Batcher must be set")
+	}
+	hint := min(cfg.RequestsHint, cfg.RequestsMax) + 1
+	return &Ledger{
+		cfg:        cfg,
+		recs:       make([]record, 1, hint),
+		devs:       make(map[actors.Address]*devState),
+		batchSizes: make([]int64, cfg.BatchMax+2),
+		latency:    newHist(),
+		queueWait:  newHist(),
+		compute:    newHist(),
+	}, nil
+}
+
+// violate records a broken invariant. Descriptions are formatted only while
+// there is room to keep them.
+func (l *Ledger) violate(format string, args ...any) {
+	l.violationsN++
+	if len(l.violations) < l.cfg.ViolationsMax {
+		l.violations = append(l.violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// Violations returns the number of violations found and the first few.
+func (l *Ledger) Violations() (int64, []string) { return l.violationsN, l.violations }
+
+// rec returns the record of a submitted request, or nil.
+func (l *Ledger) rec(id uint64) *record {
+	if id == 0 || id >= uint64(len(l.recs)) || !l.recs[id].submitted {
+		return nil
+	}
+	return &l.recs[id]
+}
+
+// Deliver implements Observer: it is called for every delivery, just before
+// the receiver runs.
+func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
+	if at < l.last {
+		l.violate("clock went back: delivery at %v after one at %v", at, l.last)
+	}
+	l.last = at
+	if to == l.cfg.Batcher && l.cfg.Probe != nil {
+		l.checkQueue(at)
+	}
+	switch m := msg.(type) {
+	case actors.Submit:
+		l.submit(at, m.Req)
+	case actors.Cancel:
+		if r := l.rec(m.ID); r != nil {
+			r.cancelled = true
+		}
+	case actors.RunBatch:
+		l.runBatch(at, to, &m.Batch)
+	case actors.BatchDone:
+		l.deviceFree(m.Device, m.BatchID)
+	case actors.BatchAborted:
+		l.deviceFree(m.Device, m.BatchID)
+	case actors.DeviceReady:
+		d := l.dev(m.Device)
+		if !d.known || d.incarnation != m.Incarnation {
+			// A new incarnation has lost whatever the old one held.
+			d.busy = false
+		}
+		d.known, d.incarnation = true, m.Incarnation
+	}
+}
+
+func (l *Ledger) checkQueue(at time.Duration) {
+	s := l.cfg.Probe()
+	l.queuedHigh = max(l.queuedHigh, s.Queued)
+	if s.Queued > l.cfg.QueueTotalMax {
+		l.violate("queue bound: %d items queued at %v, QueueTotalMax %d", s.Queued, at, l.cfg.QueueTotalMax)
+	}
+}
+
+func (l *Ledger) submit(at time.Duration, q actors.Request) {
+	switch {
+	case q.ID == 0 || q.ID >= uint64(l.cfg.RequestsMax):
+		l.violate("request id %d out of the ledger's range [1, %d)", q.ID, l.cfg.RequestsMax)
+		return
+	case q.Arrival > at:
+		l.violate("request %d: arrival %v after its submit's delivery at %v", q.ID, q.Arrival, at)
+	}
+	if n := int(q.ID) + 1; n > len(l.recs) {
+		// Records past len are never written, so the capacity slices.Grow
+		// keeps or adds is zero: untracked.
+		l.recs = slices.Grow(l.recs, n-len(l.recs))[:n]
+	}
+	r := &l.recs[q.ID]
+	if r.submitted {
+		l.violate("request %d submitted twice", q.ID)
+		return
+	}
+	*r = record{
+		model: q.Model, version: q.Version, input: q.Input,
+		arrival: q.Arrival, deadline: q.Deadline, submitted: true,
+	}
+	if r.deadline == 0 {
+		r.deadline = q.Arrival + l.cfg.SLO
+	}
+	l.submitted++
+}
+
+func (l *Ledger) dev(a actors.Address) *devState {
+	d := l.devs[a]
+	if d == nil {
+		d = &devState{}
+		l.devs[a] = d
+	}
+	return d
+}
+
+func (l *Ledger) deviceFree(a actors.Address, batchID uint64) {
+	if d := l.devs[a]; d != nil && d.busy && d.batchID == batchID {
+		d.busy = false
+	}
+}
+
+func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) {
+	n := len(b.Items)
+	l.batches++
+	l.batchItems += int64(n)
+	if n < 1 || n > l.cfg.BatchMax {
+		l.violate("batch %d to %v: %d items, need 1..%d", b.ID, to, n, l.cfg.BatchMax)
+		l.batchSizes[len(l.batchSizes)-1]++
+	} else {
+		l.batchSizes[n]++
+	}
+	d := l.dev(to)
+	if d.busy {
+		l.violate("device %v sent batch %d at %v while batch %d (since %v) is outstanding", to, b.ID, at, d.batchID, d.since)
+	}
+	d.busy, d.batchID, d.since = true, b.ID, at
+	if b.Dispatch > at {
+		l.violate("batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
+	}
+	for i := range b.Items {
+		it := &b.Items[i]
+		q := &it.Req
+		if q.Model != b.Key.Model || (q.Version != "" && q.Version != b.Key.Version) {
+			l.violate("batch %d: request %d (%s@%s) under key %s@%s", b.ID, q.ID, q.Model, q.Version, b.Key.Model, b.Key.Version)
+		}
+		if it.Attempt > l.cfg.AttemptMax {
+			l.violate("request %d: attempt %d > AttemptMax %d", q.ID, it.Attempt, l.cfg.AttemptMax)
+		}
+		r := l.rec(q.ID)
+		if r == nil {
+			l.violate("batch %d carries request %d that was never submitted", b.ID, q.ID)
+			continue
+		}
+		if q.Input != r.input || q.Model != r.model || (q.Version != r.version && !(q.Version == "" && r.resolved)) {
+			l.violate("batch %d: request %d altered in flight", b.ID, q.ID)
+		}
+		if r.version == "" {
+			// The batcher resolved the default version; the output must
+			// be of the version it resolved to.
+			r.version, r.resolved = b.Key.Version, true
+		}
+		r.runs++
+		if int(r.runs) > l.cfg.AttemptMax {
+			l.violate("request %d: run %d times, AttemptMax %d", q.ID, r.runs, l.cfg.AttemptMax)
+		}
+		if !(r.arrival <= it.Enqueue && it.Enqueue <= b.Dispatch) {
+			l.violate("request %d: arrival %v, enqueue %v, dispatch %v out of order", q.ID, r.arrival, it.Enqueue, b.Dispatch)
+		}
+	}
+}
+
+// Receive implements actors.Actor: the ledger is where every Reply goes.
+func (l *Ledger) Receive(ctx actors.Context, msg actors.Message) {
+	if m, ok := msg.(actors.Reply); ok {
+		l.reply(ctx.Now(), &m)
+	}
+}
+
+func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
+	r := l.rec(m.ID)
+	if r == nil {
+		l.violate("reply for request %d that was never submitted", m.ID)
+		return
+	}
+	r.replies++
+	if r.replies > 1 {
+		l.duplicated++
+		l.violate("request %d: reply %d (%v at %v) after %v at %v", m.ID, r.replies, m.Outcome, at, r.outcome, r.reply)
+		return
+	}
+	l.replied++
+	r.outcome, r.reply = m.Outcome, at
+	if m.Outcome >= actors.Completed && m.Outcome <= actors.Cancelled {
+		l.outcomes[m.Outcome]++
+	} else {
+		l.violate("request %d: reply with unknown outcome %d", m.ID, m.Outcome)
+	}
+	if at < r.arrival {
+		l.violate("request %d: reply at %v before arrival %v", m.ID, at, r.arrival)
+	}
+	if m.Attempts > l.cfg.AttemptMax {
+		l.violate("request %d: reply after %d attempts, AttemptMax %d", m.ID, m.Attempts, l.cfg.AttemptMax)
+	}
+	switch m.Outcome {
+	case actors.Completed:
+		if !(r.arrival <= m.Enqueue && m.Enqueue <= m.Dispatch && m.Dispatch <= m.Done && m.Done <= at) {
+			l.violate("request %d: arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
+				m.ID, r.arrival, m.Enqueue, m.Dispatch, m.Done, at)
+		}
+		if !outputOK(m.Output, r.model, r.version, r.input) {
+			l.violate("request %d: output %q is not that of its input on %s@%s", m.ID, m.Output, r.model, r.version)
+		}
+		l.latency.record(at - r.arrival)
+		l.queueWait.record(m.Dispatch - m.Enqueue)
+		l.compute.record(m.Done - m.Dispatch)
+		if at <= r.deadline {
+			l.sloMet++
+		}
+	case actors.Failed:
+		// A failed request may not have reached every step (retries
+		// exhausted while queued); the steps it reached must be in order.
+		prev := r.arrival
+		for _, t := range [...]time.Duration{m.Enqueue, m.Dispatch, m.Done, at} {
+			if t == 0 {
+				continue
+			}
+			if t < prev {
+				l.violate("request %d (failed): arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
+					m.ID, r.arrival, m.Enqueue, m.Dispatch, m.Done, at)
+				break
+			}
+			prev = t
+		}
+	case actors.Cancelled:
+		if !r.cancelled {
+			l.violate("request %d: cancelled, but no Cancel was sent for it", m.ID)
+		}
+	}
+}
+
+// Finish closes the ledger at the end of a run: every submitted request
+// without a reply is lost (invariant 1). It is idempotent.
+func (l *Ledger) Finish(at time.Duration) {
+	if l.finished {
+		return
+	}
+	l.finished = true
+	if l.cfg.Probe != nil {
+		l.checkQueue(at)
+	}
+	for id := 1; id < len(l.recs); id++ {
+		r := &l.recs[id]
+		if r.submitted && r.replies == 0 {
+			l.lost++
+			l.violate("request %d (arrival %v, %d runs): no reply by %v", id, r.arrival, r.runs, at)
+		}
+	}
+}
+
+// LedgerCounts are the ledger's request counts.
+type LedgerCounts struct {
+	Submitted, Replied, Duplicated, Lost int64
+	// Outcomes is indexed by actors.Outcome.
+	Outcomes [actors.Cancelled + 1]int64
+	// SLOMet counts completed requests answered by their deadline.
+	SLOMet int64
+	// Batches and BatchItems count the RunBatch messages seen and the
+	// items in them (retries included).
+	Batches, BatchItems int64
+	// QueuedHigh is the most items the probe saw queued.
+	QueuedHigh int
+}
+
+// Counts returns the ledger's counts so far; Lost is set by Finish.
+func (l *Ledger) Counts() LedgerCounts {
+	return LedgerCounts{
+		Submitted: l.submitted, Replied: l.replied, Duplicated: l.duplicated, Lost: l.lost,
+		Outcomes: l.outcomes, SLOMet: l.sloMet,
+		Batches: l.batches, BatchItems: l.batchItems, QueuedHigh: l.queuedHigh,
+	}
+}
+
+// CompletedBy counts the requests completed with a reply at or before t.
+func (l *Ledger) CompletedBy(t time.Duration) int64 {
+	var n int64
+	for id := 1; id < len(l.recs); id++ {
+		r := &l.recs[id]
+		if r.outcome == actors.Completed && r.reply <= t {
+			n++
+		}
+	}
+	return n
+}
+
+// BatchSizes returns the number of batches by size: index n counts batches
+// of n items; the last index counts batches outside 1..BatchMax.
+func (l *Ledger) BatchSizes() []int64 { return l.batchSizes }
+
+// outputOK reports whether out == actors.EmulatedOutput(model, version,
+// input), without building the expected string: the ledger checks every
+// completed request, and that allocation was 7% of a reference run.
+// TestOutputOK holds the two equal, so a change of EmulatedOutput's format
+// fails the build's tests rather than the check.
+func outputOK(out, model, version, input string) bool {
+	at, ver, colon := len(model), len(model)+1, len(model)+1+len(version)
+	if len(out) <= colon+1 || out[:at] != model || out[at] != '@' ||
+		out[ver:colon] != version || out[colon] != ':' {
+		return false
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(input); i++ {
+		h ^= uint64(input[i])
+		h *= 1099511628211
+	}
+	var buf [16]byte
+	return out[colon+1:] == string(strconv.AppendUint(buf[:0], h, 16))
+}
+
+// hist is a latency histogram at microsecond resolution, 3 significant
+// digits, with the exact maximum kept aside (HdrHistogram reports the top of
+// the maximum's bucket).
+type hist struct {
+	h   *hdrhistogram.Histogram
+	max time.Duration
+	n   int64
+}
+
+// histMax is the largest latency the histograms resolve: one hour, far past
+// any TimeoutMax; larger values are clamped to it.
+const histMax = time.Hour
+
+func newHist() *hist {
+	return &hist{h: hdrhistogram.New(1, int64(histMax/time.Microsecond), 3)}
+}
+
+func (h *hist) record(d time.Duration) {
+	d = min(max(d, 0), histMax)
+	h.max = max(h.max, d)
+	h.n++
+	// The value is within the trackable range, so RecordValue cannot fail.
+	_ = h.h.RecordValue(int64(d / time.Microsecond))
+}
+
+// Percentiles are latency figures in milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func (h *hist) percentiles() Percentiles {
+	if h.n == 0 {
+		return Percentiles{}
+	}
+	// Microsecond resolution, like the histogram's.
+	maxMs := float64(h.max/time.Microsecond) / 1e3
+	// A quantile is reported as the top of its bucket, which can pass the
+	// exact maximum by the 3-digit resolution; no percentile exceeds max.
+	ms := func(q float64) float64 { return min(float64(h.h.ValueAtQuantile(q))/1e3, maxMs) }
+	return Percentiles{P50: ms(50), P95: ms(95), P99: ms(99), Max: maxMs}
+}

@@ -1,0 +1,293 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// The fixed addresses of a Run's actors. Devices take DeviceAddrBase+i.
+var (
+	BatcherAddr = actors.Address{ID: 1}
+	LedgerAddr  = actors.Address{ID: 2}
+	TrafficAddr = actors.Address{ID: 3}
+)
+
+// DeviceAddrBase is the ID of the first device's address.
+const DeviceAddrBase = 100
+
+// Bounds on a Run's configuration.
+const (
+	// DevicesLimit bounds the devices of one run.
+	DevicesLimit = 4096
+	// DurationLimit bounds the safety phase: a day of virtual time.
+	DurationLimit = 24 * time.Hour
+)
+
+// Config configures a simulated run: traffic into one batcher with a pool of
+// emulated devices, a safety phase (traffic, faults) and then a liveness
+// phase (arrivals stopped, faults healed, everything must drain).
+type Config struct {
+	// Seed is the master seed: the run is a function of it and the rest of
+	// the configuration.
+	Seed uint64
+	// Rate is the offered load in requests per simulated second; it
+	// replaces Traffic.Rate.
+	Rate float64
+	// Devices is the number of emulated GPUs.
+	Devices int
+	// Duration is the length of the safety phase: traffic arrives during
+	// it, and faults (unless Faults.HealAt says otherwise) stop at its end.
+	Duration time.Duration
+	// Traffic shapes the requests. Rate, Target and ReplyTo are set by
+	// Run; Stop defaults to Duration.
+	Traffic TrafficConfig
+	// Batcher configures the batcher actor. A zero Latency means Latency.
+	Batcher actors.BatcherConfig
+	// Device configures every device actor. A zero Latency means Latency.
+	Device actors.DeviceConfig
+	// Latency is the emulated devices' true cost model, and the actors'
+	// prediction unless Batcher.Latency or Device.Latency are set: a
+	// mismatch between the two is how to test a wrong cost model.
+	Latency actors.LatencyModel
+	// Faults are the device faults switched on; HealAt defaults to
+	// Duration, so the liveness phase runs without faults.
+	Faults FaultPlan
+	// NetDelay is the delivery delay of every message between actors.
+	NetDelay time.Duration
+	// DrainMax bounds the liveness phase in virtual time: a run whose
+	// events have not all been delivered by Duration+DrainMax did not
+	// drain, which the report flags as a violation.
+	DrainMax time.Duration
+	// EventsMax bounds the events of the whole run (see WorldConfig); zero
+	// means the world's default.
+	EventsMax int64
+}
+
+// DefaultConfig returns the seeds' reference workload: 1000 req/s Poisson
+// into 6 devices running batches of up to 100 at a fixed 100 ms, for 60 s,
+// seed 1, no faults. Capacity is 6 devices × 100 items / 100 ms = 6000
+// req/s, so the load is 1/6 of it and the p95 target of 200 ms must hold.
+func DefaultConfig() Config {
+	b := actors.DefaultBatcherConfig()
+	b.Latency = actors.LatencyModel{} // follow Latency
+	d := actors.DefaultDeviceConfig()
+	d.Latency = actors.LatencyModel{}
+	return Config{
+		Seed:     1,
+		Rate:     1000,
+		Devices:  6,
+		Duration: 60 * time.Second,
+		Traffic:  DefaultTrafficConfig(),
+		Batcher:  b,
+		Device:   d,
+		Latency:  actors.FixedLatency(100 * time.Millisecond),
+		// Long enough for the slowest legitimate tail: a request that
+		// waits out TimeoutMax, or a device back from quarantine.
+		DrainMax: 5 * time.Minute,
+	}
+}
+
+// isZero reports a latency model left unset.
+func isZero(m actors.LatencyModel) bool {
+	return m.Base == 0 && m.PerItem == 0 && m.PerPaddedByte == 0 && len(m.Table) == 0
+}
+
+// resolved returns the configuration with its defaults and derived fields
+// filled in: what Run actually runs.
+func (c Config) resolved() Config {
+	if isZero(c.Batcher.Latency) {
+		c.Batcher.Latency = c.Latency
+	}
+	if isZero(c.Device.Latency) {
+		c.Device.Latency = c.Latency
+	}
+	if c.Faults.HealAt == 0 {
+		c.Faults.HealAt = c.Duration
+	}
+	c.Traffic.Rate = c.Rate
+	c.Traffic.Target, c.Traffic.ReplyTo = BatcherAddr, LedgerAddr
+	if c.Traffic.Stop == 0 {
+		c.Traffic.Stop = c.Duration
+	}
+	if c.Traffic.RequestsMax == 0 {
+		c.Traffic.RequestsMax = LedgerRequestsLimit - 1
+	}
+	return c
+}
+
+// Validate reports the first setting that makes the run impossible.
+func (c Config) Validate() error {
+	switch {
+	case c.Devices < 1 || c.Devices > DevicesLimit:
+		return fmt.Errorf("sim config: Devices %d: need 1 to %d", c.Devices, DevicesLimit)
+	case c.Duration <= 0 || c.Duration > DurationLimit:
+		return fmt.Errorf("sim config: Duration %v: need more than 0 and at most %v", c.Duration, DurationLimit)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("sim config: Rate %v: must be a finite number >= 0", c.Rate)
+	case c.Rate*c.Duration.Seconds() > LedgerRequestsLimit/2:
+		return fmt.Errorf("sim config: Rate %v over %v offers more than %d requests", c.Rate, c.Duration, LedgerRequestsLimit/2)
+	case c.NetDelay < 0:
+		return fmt.Errorf("sim config: NetDelay %v: must not be negative", c.NetDelay)
+	case c.DrainMax <= 0 || c.DrainMax > DurationLimit:
+		return fmt.Errorf("sim config: DrainMax %v: need more than 0 and at most %v", c.DrainMax, DurationLimit)
+	case c.EventsMax < 0:
+		return fmt.Errorf("sim config: EventsMax %d: must not be negative", c.EventsMax)
+	}
+	if err := c.Latency.Validate(); err != nil {
+		return fmt.Errorf("sim config: %w", err)
+	}
+	r := c.resolved()
+	if r.Batcher.DevicesMax < c.Devices {
+		return fmt.Errorf("sim config: Devices %d exceeds Batcher.DevicesMax %d", c.Devices, r.Batcher.DevicesMax)
+	}
+	if err := r.Traffic.Validate(); err != nil {
+		return fmt.Errorf("sim config: %w", err)
+	}
+	if err := r.Batcher.Validate(); err != nil {
+		return fmt.Errorf("sim config: %w", err)
+	}
+	if err := r.Device.Validate(); err != nil {
+		return fmt.Errorf("sim config: %w", err)
+	}
+	if err := r.Faults.Validate(); err != nil {
+		return fmt.Errorf("sim config: %w", err)
+	}
+	return nil
+}
+
+// hasFaults reports whether any fault is switched on.
+func (p FaultPlan) hasFaults() bool {
+	return p.CrashRate > 0 || p.HangRate > 0 || p.SlowRate > 0 || p.BatchErrorRate > 0 ||
+		p.ItemErrorRate > 0 || p.PoisonPrefix != ""
+}
+
+// Run simulates one run and reports it. The error is for a run that could
+// not be built or that broke a limit of the world (events, queue); broken
+// invariants are not errors but the report's violations, so that a caller
+// sees what happened.
+func Run(cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	cfg = cfg.resolved()
+	wall := time.Now()
+
+	wc := DefaultWorldConfig(cfg.Seed)
+	wc.NetDelay = cfg.NetDelay
+	if cfg.EventsMax > 0 {
+		wc.EventsMax = cfg.EventsMax
+	}
+	w := NewWorld(wc)
+
+	batcher, err := actors.NewBatcher(cfg.Batcher)
+	if err != nil {
+		return Report{}, fmt.Errorf("sim: %w", err)
+	}
+	traffic, err := NewTraffic(cfg.Traffic)
+	if err != nil {
+		return Report{}, fmt.Errorf("sim: %w", err)
+	}
+	ledger, err := NewLedger(LedgerConfig{
+		Batcher:       BatcherAddr,
+		BatchMax:      cfg.Batcher.BatchMax,
+		AttemptMax:    cfg.Batcher.AttemptMax,
+		QueueTotalMax: cfg.Batcher.QueueTotalMax,
+		SLO:           cfg.Batcher.SLO,
+		Probe:         batcher.Stats,
+		RequestsMax:   LedgerRequestsLimit,
+		// Poisson counts stay within a few standard deviations of the
+		// mean; 5% over it covers every run long enough to matter.
+		RequestsHint: int(cfg.Rate*cfg.Duration.Seconds()*1.05) + 1024,
+	})
+	if err != nil {
+		return Report{}, fmt.Errorf("sim: %w", err)
+	}
+
+	w.Observe(ledger)
+	w.Spawn(BatcherAddr, batcher)
+	w.Spawn(LedgerAddr, ledger)
+	w.Spawn(TrafficAddr, traffic)
+	devices := make([]*Device, cfg.Devices)
+	for i := range devices {
+		addr := actors.Address{ID: DeviceAddrBase + uint64(i)}
+		a, err := actors.NewDevice(cfg.Device, BatcherAddr)
+		if err != nil {
+			return Report{}, fmt.Errorf("sim: device %d: %w", i, err)
+		}
+		devices[i] = NewDevice(cfg.Latency, cfg.Faults, w.Stream(fmt.Sprintf("device/%d", i)))
+		w.SetExecutor(addr, devices[i])
+		w.Spawn(addr, a)
+	}
+
+	// Safety phase: traffic and faults.
+	if err := w.RunUntil(cfg.Duration); err != nil {
+		return Report{}, fmt.Errorf("sim: safety phase: %w", err)
+	}
+	// Liveness phase: arrivals have stopped and faults healed; everything
+	// must drain, and a run that keeps making events for DrainMax did not.
+	if err := w.RunUntil(cfg.Duration + cfg.DrainMax); err != nil {
+		return Report{}, fmt.Errorf("sim: liveness phase: %w", err)
+	}
+	var extra []string
+	if n := w.Pending(); n > 0 {
+		extra = append(extra, fmt.Sprintf("not drained: %d events still pending %v after arrivals stopped", n, cfg.DrainMax))
+	}
+	// RunUntil leaves the clock at its limit; the run really ended at its
+	// last delivery.
+	end := max(ledger.last, cfg.Duration)
+	ledger.Finish(end)
+
+	var busy time.Duration
+	for i, d := range devices {
+		busy += d.BusyTime()
+		if n := d.Overlaps(); n > 0 {
+			extra = append(extra, fmt.Sprintf("device %d started %d jobs while one was running", i, n))
+		}
+	}
+	if sub := ledger.Counts().Submitted; sub != traffic.Offered() {
+		extra = append(extra, fmt.Sprintf("traffic sent %d requests, the batcher received %d", traffic.Offered(), sub))
+	}
+	rep := newReport(reportInput{
+		seed:      cfg.Seed,
+		traceHash: w.TraceHash(),
+		workload: Workload{
+			RateRPS:   cfg.Rate,
+			Devices:   cfg.Devices,
+			BatchMax:  cfg.Batcher.BatchMax,
+			LatencyMs: ms(cfg.Latency.Predict(cfg.Batcher.BatchMax, cfg.Traffic.InputLenMax)),
+			SLOMs:     ms(cfg.Batcher.SLO),
+			DurationS: cfg.Duration.Seconds(),
+			Faults:    cfg.Faults.hasFaults(),
+		},
+		offered:   traffic.Offered(),
+		ledger:    ledger,
+		busy:      busy,
+		devices:   cfg.Devices,
+		safety:    cfg.Duration,
+		simulated: end,
+		wall:      time.Since(wall),
+		events:    w.Events(),
+		batchMax:  cfg.Batcher.BatchMax,
+		extra:     extra,
+	})
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ErrViolations is returned by Check for a report that broke an invariant.
+var ErrViolations = errors.New("sim: invariants violated")
+
+// Check returns nil for a report whose run kept every checked invariant,
+// else ErrViolations wrapped with the counts.
+func (r Report) Check() error {
+	if r.OK() {
+		return nil
+	}
+	return fmt.Errorf("%w: %d violations, %d lost, %d duplicated",
+		ErrViolations, r.Violations.Count, r.Requests.Lost, r.Requests.Duplicated)
+}
