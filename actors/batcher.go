@@ -44,7 +44,9 @@ type Batcher struct {
 
 	batchSeq uint64
 	stats    BatcherStats
-	scratch  []time.Duration
+
+	free      []time.Duration // see freeTimes
+	freeValid bool
 }
 
 // BatcherStats is a snapshot of a Batcher's counters for signals and checks.
@@ -101,6 +103,7 @@ type devState struct {
 	phase       devPhase
 	models      []string
 	inflight    Batch
+	freeAt      time.Duration // predicted; see freeTimes
 }
 
 func (d *devState) holds(model string) bool {
@@ -167,6 +170,8 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		b.retry(ctx, d.inflight.Items, m.Pending, m.Reason)
 		d.inflight = Batch{}
 		d.phase = devDown
+		d.freeAt = ctx.Now() + b.compute()
+		b.freeValid = false
 	case DeviceDown:
 		d := b.devs[m.Device]
 		if d == nil || d.phase == devQuarantined {
@@ -182,6 +187,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		}
 		d.phase = devQuarantined
 		b.healthy--
+		b.freeValid = false
 	case batcherTick:
 		if m.gen != b.timerGen {
 			return // stale: superseded by a later arming
@@ -237,34 +243,31 @@ func (b *Batcher) predictWait(q *keyQueue, now time.Duration) time.Duration {
 			ahead += (o.items.len() + b.cfg.BatchMax - 1) / b.cfg.BatchMax
 		}
 	}
-	free := b.freeTimes(now)
+	free := b.freeTimes()
 	if len(free) == 0 {
 		return b.cfg.NoDeviceRetryAfter
 	}
-	start := free[ahead%len(free)] + time.Duration(ahead/len(free))*b.compute()
+	start := max(now, free[ahead%len(free)]) + time.Duration(ahead/len(free))*b.compute()
 	return start - now
 }
 
 // freeTimes returns, sorted, when each device not quarantined is predicted
-// to be free: now if idle, the predicted end of its batch if busy, and one
-// batch time from now if it is restarting (a guess: the restart backoff is
-// the device's own).
-func (b *Batcher) freeTimes(now time.Duration) []time.Duration {
-	f := b.scratch[:0]
+// to be free: 0 (at once) if idle, the predicted end of its batch if busy,
+// and one batch time after its failure if it is restarting (a guess: the
+// restart backoff is the device's own). The list is rebuilt only after a
+// device changed state, not on every admission.
+func (b *Batcher) freeTimes() []time.Duration {
+	if b.freeValid {
+		return b.free
+	}
+	f := b.free[:0]
 	for _, d := range b.devOrder {
-		switch d.phase {
-		case devIdle:
-			f = append(f, now)
-		case devBusy:
-			bt := d.inflight
-			end := bt.Dispatch + b.cfg.Latency.Predict(len(bt.Items), maxInput(bt.Items))
-			f = append(f, max(now, end))
-		case devDown:
-			f = append(f, now+b.compute())
+		if d.phase != devQuarantined {
+			f = append(f, d.freeAt)
 		}
 	}
 	slices.Sort(f)
-	b.scratch = f
+	b.free, b.freeValid = f, true
 	return f
 }
 
@@ -395,6 +398,8 @@ func (b *Batcher) unready(d *devState) {
 
 func (b *Batcher) setIdle(d *devState) {
 	d.phase = devIdle
+	d.freeAt = 0
+	b.freeValid = false
 	d.inflight = Batch{}
 	b.ready = append(b.ready, d)
 }
@@ -535,6 +540,8 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	b.stats.Batches++
 	d.phase = devBusy
 	d.inflight = Batch{ID: b.batchSeq, Key: q.key, Items: items, Dispatch: now}
+	d.freeAt = now + b.cfg.Latency.Predict(n, maxInput(items))
+	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
 	ctx.Send(d.addr, RunBatch{Batch: d.inflight})
 }

@@ -28,9 +28,9 @@ type Device struct {
 	incarnation uint64
 	phase       devicePhase
 	batch       Batch
-	cur         span   // the items of the run in progress
-	todo        []span // runs still to do for this batch, last one next
-	job         uint64 // the run in progress; 0 when none
+	cur         []int   // indexes into batch.Items of the run in progress
+	todo        [][]int // runs still to do for this batch, last one next
+	job         uint64  // the run in progress; 0 when none
 	jobSeq      uint64
 	watchdog    TimerID
 	failures    int // in a row
@@ -44,9 +44,6 @@ const (
 	deviceRunning
 	deviceRestarting
 )
-
-// span is the items [lo, hi) of the device's batch.
-type span struct{ lo, hi int }
 
 type watchdogFired struct{ job uint64 }
 type restartDue struct{ gen uint64 }
@@ -76,7 +73,11 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		}
 		d.phase = deviceRunning
 		d.batch = m.Batch
-		d.todo = append(d.todo[:0], span{0, len(m.Batch.Items)})
+		all := make([]int, len(m.Batch.Items))
+		for i := range all {
+			all[i] = i
+		}
+		d.todo = append(d.todo[:0], all)
 		d.next(ctx)
 	case JobDone:
 		if m.ID != d.job {
@@ -116,13 +117,27 @@ func (d *Device) next(ctx Context) {
 		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id})
 		return
 	}
-	d.cur = d.todo[len(d.todo)-1]
+	run := d.todo[len(d.todo)-1]
 	d.todo = d.todo[:len(d.todo)-1]
-	inputs := make([]string, 0, d.cur.hi-d.cur.lo)
+	// A split batch runs in several rounds; whoever can no longer make the
+	// deadline by the time its round comes is answered now, not run.
+	now := ctx.Now()
+	d.cur = run[:0]
+	inputs := make([]string, 0, len(run))
 	longest := 0
-	for _, it := range d.batch.Items[d.cur.lo:d.cur.hi] {
+	for _, i := range run {
+		it := d.batch.Items[i]
+		if now+d.cfg.Latency.Predict(1, len(it.Req.Input)) > it.Req.Deadline {
+			d.reply(ctx, it, 0, Expired, "", "deadline exceeded before its run on the device")
+			continue
+		}
+		d.cur = append(d.cur, i)
 		inputs = append(inputs, it.Req.Input)
 		longest = max(longest, len(it.Req.Input))
+	}
+	if len(inputs) == 0 {
+		d.next(ctx)
+		return
 	}
 	d.jobSeq++
 	d.job = d.jobSeq
@@ -132,7 +147,7 @@ func (d *Device) next(ctx Context) {
 }
 
 func (d *Device) finish(ctx Context, m JobDone) {
-	n := d.cur.hi - d.cur.lo
+	n := len(d.cur)
 	switch {
 	case m.Fault:
 		d.fail(ctx, "device fault")
@@ -144,12 +159,12 @@ func (d *Device) finish(ctx Context, m JobDone) {
 	}
 	if m.Err != "" && n > 1 {
 		// Split to isolate a poison input; the first half runs next.
-		mid := d.cur.lo + n/2
-		d.todo = append(d.todo, span{mid, d.cur.hi}, span{d.cur.lo, mid})
+		d.todo = append(d.todo, d.cur[n/2:], d.cur[:n/2])
 		d.next(ctx)
 		return
 	}
-	for i, it := range d.batch.Items[d.cur.lo:d.cur.hi] {
+	for i, idx := range d.cur {
+		it := d.batch.Items[idx]
 		switch {
 		case m.Err != "":
 			d.reply(ctx, it, n, Failed, "", m.Err)
@@ -174,13 +189,13 @@ func (d *Device) reply(ctx Context, it Item, size int, o Outcome, out, err strin
 // the device restarts after a backoff or is quarantined.
 func (d *Device) fail(ctx Context, reason string) {
 	var pending []uint64
-	for _, s := range append(d.todo, d.cur) {
-		for _, it := range d.batch.Items[s.lo:s.hi] {
-			pending = append(pending, it.Req.ID)
+	for _, run := range append(d.todo, d.cur) {
+		for _, i := range run {
+			pending = append(pending, d.batch.Items[i].Req.ID)
 		}
 	}
 	ctx.Send(d.batcher, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
-	d.batch, d.todo = Batch{}, d.todo[:0]
+	d.batch, d.todo, d.cur = Batch{}, d.todo[:0], nil
 	d.failures++
 	d.phase = deviceRestarting
 	d.restartGen++

@@ -25,7 +25,7 @@ func newTestDevice(t *testing.T) (*Device, *fakeCtx) {
 func testBatch(id uint64, inputs ...string) Batch {
 	b := Batch{ID: id, Key: Key{Model: "m", Version: "v1"}}
 	for i, in := range inputs {
-		b.Items = append(b.Items, Item{Req: Request{ID: uint64(i + 1), Model: "m", Version: "v1", Input: in, ReplyTo: Address{ID: 2}}, Attempt: 1})
+		b.Items = append(b.Items, Item{Req: Request{ID: uint64(i + 1), Model: "m", Version: "v1", Input: in, Deadline: time.Hour, ReplyTo: Address{ID: 2}}, Attempt: 1})
 	}
 	return b
 }
@@ -151,5 +151,23 @@ func TestDeviceItemErrorFailsOnlyThatItem(t *testing.T) {
 	}
 	if len(c.jobs) != 1 {
 		t.Fatalf("an item error must not rerun the batch: %d runs", len(c.jobs))
+	}
+}
+
+func TestDeviceSplitExpiresWhatCanNoLongerMakeIt(t *testing.T) {
+	d, c := newTestDevice(t)
+	b := testBatch(1, "poison", "b")
+	for i := range b.Items {
+		b.Items[i].Req.Deadline = 250 * time.Millisecond
+	}
+	d.Receive(c, RunBatch{Batch: b})
+	for round := 1; round <= 2; round++ { // the pair fails, then the poison alone
+		c.now += 100 * time.Millisecond
+		runBackend(d, c)
+	}
+	// At 200 ms, "b" would end at 300 ms, past its 250 ms deadline.
+	rs := replies(c.take())
+	if len(c.jobs) != 2 || len(rs) != 2 || rs[0].Outcome != Failed || rs[1].ID != 2 || rs[1].Outcome != Expired {
+		t.Fatalf("want 2 runs, poison failed and b expired; got %d runs, %+v", len(c.jobs), rs)
 	}
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -13,7 +15,19 @@ import (
 // i.e. 1000x real time), events per wall-clock second, and the allocations
 // per simulated request (the hot path's budget: each one costs tens of ns
 // plus GC work).
+//
+// It runs twice: under Go's default GOGC=100, and under GCPercent, the
+// setting `batchd sim` runs with.
 func BenchmarkReferenceWorkload(b *testing.B) {
+	for _, gc := range []int{100, GCPercent} {
+		b.Run(fmt.Sprintf("gogc=%d", gc), func(b *testing.B) {
+			defer debug.SetGCPercent(debug.SetGCPercent(gc))
+			benchReference(b)
+		})
+	}
+}
+
+func benchReference(b *testing.B) {
 	cfg := DefaultConfig()
 	b.ReportAllocs()
 	var requests, events int64

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -53,7 +52,11 @@ type LedgerConfig struct {
 // after the request's submit: it is touched once per request, and its size
 // is most of the ledger's memory traffic (80 bytes).
 type record struct {
-	model, version, input string
+	// key indexes Ledger.keys, and inputHash is actors.InputHash of the
+	// input: with no string kept, a record holds no pointer, so the garbage
+	// collector never scans the ledger.
+	key       uint32
+	inputHash uint64
 	// arrival and deadline are the request's; reply is when its first
 	// reply was delivered.
 	arrival, deadline, reply time.Duration
@@ -85,6 +88,7 @@ type devState struct {
 type Ledger struct {
 	cfg  LedgerConfig
 	recs []record // indexed by request ID; recs[0] is unused
+	keys []actors.Key // interned (model, version) of the records
 	devs map[actors.Address]*devState
 	last time.Duration
 
@@ -215,7 +219,7 @@ func (l *Ledger) submit(at time.Duration, q actors.Request) {
 		return
 	}
 	*r = record{
-		model: q.Model, version: q.Version, input: q.Input,
+		key: l.intern(actors.Key{Model: q.Model, Version: q.Version}), inputHash: actors.InputHash(q.Input),
 		arrival: q.Arrival, deadline: q.Deadline, submitted: true,
 	}
 	if r.deadline == 0 {
@@ -271,13 +275,14 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 			l.violate("batch %d carries request %d that was never submitted", b.ID, q.ID)
 			continue
 		}
-		if q.Input != r.input || q.Model != r.model || (q.Version != r.version && !(q.Version == "" && r.resolved)) {
+		k := l.keys[r.key]
+		if q.Model != k.Model || (q.Version != k.Version && !(q.Version == "" && r.resolved)) {
 			l.violate("batch %d: request %d altered in flight", b.ID, q.ID)
 		}
-		if r.version == "" {
+		if k.Version == "" {
 			// The batcher resolved the default version; the output must
 			// be of the version it resolved to.
-			r.version, r.resolved = b.Key.Version, true
+			r.key, r.resolved = l.intern(actors.Key{Model: k.Model, Version: b.Key.Version}), true
 		}
 		r.runs++
 		if int(r.runs) > l.cfg.AttemptMax {
@@ -327,8 +332,8 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 			l.violate("request %d: arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
 				m.ID, r.arrival, m.Enqueue, m.Dispatch, m.Done, at)
 		}
-		if !outputOK(m.Output, r.model, r.version, r.input) {
-			l.violate("request %d: output %q is not that of its input on %s@%s", m.ID, m.Output, r.model, r.version)
+		if k := l.keys[r.key]; !actors.EmulatedOutputMatches(m.Output, k.Model, k.Version, r.inputHash) {
+			l.violate("request %d: output %q is not that of its input on %s@%s", m.ID, m.Output, k.Model, k.Version)
 		}
 		l.latency.record(at - r.arrival)
 		l.queueWait.record(m.Dispatch - m.Enqueue)
@@ -416,24 +421,17 @@ func (l *Ledger) CompletedBy(t time.Duration) int64 {
 // of n items; the last index counts batches outside 1..BatchMax.
 func (l *Ledger) BatchSizes() []int64 { return l.batchSizes }
 
-// outputOK reports whether out == actors.EmulatedOutput(model, version,
-// input), without building the expected string: the ledger checks every
-// completed request, and that allocation was 7% of a reference run.
-// TestOutputOK holds the two equal, so a change of EmulatedOutput's format
-// fails the build's tests rather than the check.
-func outputOK(out, model, version, input string) bool {
-	at, ver, colon := len(model), len(model)+1, len(model)+1+len(version)
-	if len(out) <= colon+1 || out[:at] != model || out[at] != '@' ||
-		out[ver:colon] != version || out[colon] != ':' {
-		return false
+// intern returns the index of k in l.keys, adding it if new. Runs have a
+// handful of keys, so a scan beats a map; the table is bounded by the
+// batcher's own KeysMax in any run that obeys it.
+func (l *Ledger) intern(k actors.Key) uint32 {
+	for i, x := range l.keys {
+		if x == k {
+			return uint32(i)
+		}
 	}
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(input); i++ {
-		h ^= uint64(input[i])
-		h *= 1099511628211
-	}
-	var buf [16]byte
-	return out[colon+1:] == string(strconv.AppendUint(buf[:0], h, 16))
+	l.keys = append(l.keys, k)
+	return uint32(len(l.keys) - 1)
 }
 
 // hist is a latency histogram at microsecond resolution, 3 significant

@@ -27,6 +27,12 @@ const (
 	DurationLimit = 24 * time.Hour
 )
 
+// GCPercent is the garbage collector setting `batchd sim` runs with. A
+// simulation allocates a few hundred bytes per request and keeps a small,
+// bounded live heap, so the default GOGC=100 collects very often; at 400 the
+// reference workload runs about a fifth faster on one core for a few more MB.
+const GCPercent = 400
+
 // Config configures a simulated run: traffic into one batcher with a pool of
 // emulated devices, a safety phase (traffic, faults) and then a liveness
 // phase (arrivals stopped, faults healed, everything must drain).

@@ -598,13 +598,9 @@ func hash8(h uint64, b byte) uint64 {
 
 // hash64 is FNV-1a over the 8 little-endian bytes of v, unrolled.
 func hash64(h, v uint64) uint64 {
-	h = (h ^ (v & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 8 & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 16 & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 24 & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 32 & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 40 & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 48 & 0xff)) * fnvPrime64
-	h = (h ^ (v >> 56)) * fnvPrime64
-	return h
+	// A word at a time (FNV-1a's step over 64-bit words, then a fold of the
+	// high bits down): a byte-at-a-time FNV over every event field cost a
+	// tenth of a whole reference run.
+	h = (h ^ v) * fnvPrime64
+	return h ^ h>>29
 }

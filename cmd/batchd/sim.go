@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/sim"
@@ -71,6 +72,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 
+	debug.SetGCPercent(sim.GCPercent)
 	rep, err := sim.Run(cfg)
 	if err != nil {
 		return err
