@@ -13,21 +13,33 @@ import (
 //
 // Admission, the per-key accumulators and the scheduler live in one actor on
 // purpose: choosing which key a free device serves next needs a consistent
-// view of every key's slack at that instant. Spread over several actors,
-// that view would be a distributed snapshot, stale by a message hop.
+// view of every key's slack and every tenant's share at that instant. Spread
+// over several actors, that view would be a distributed snapshot, stale by a
+// message hop.
 //
 // The flush rule: a key's batch leaves when a device that holds its model is
 // ready and one of these holds: the batch is full; its oldest request has
 // waited its linger (see BatcherConfig.Linger); some request's slack
 // (deadline - now - predicted compute - margin) is used up; the batcher is
-// draining. Requests that can no longer meet their deadline, even alone on a
-// free device, are answered Expired instead of taking device time.
+// draining. Which due key a free device serves is KeyPolicy's choice; which
+// requests of the key fill the batch goes by effective priority, then the
+// tenant with the least device time for its weight, then age. Requests that
+// can no longer meet their deadline, even alone on a free device, are
+// answered Expired instead of taking device time.
 type Batcher struct {
 	cfg BatcherConfig
 
-	keys  map[Key]*keyQueue
-	order []*keyQueue // creation order, so that no decision rests on map order
-	where map[uint64]*keyQueue
+	models  map[string]*modelState
+	tenants map[string]*tenantState
+	keys    map[Key]*keyQueue
+	order   []*keyQueue // creation order, so that no decision rests on map order
+	where   map[uint64]*keyQueue
+	// lastKey is the key of the last admission: traffic often repeats it,
+	// and comparing beats hashing three strings.
+	lastKey *keyQueue
+	// vtime is the weighted service of the tenant served last: a tenant
+	// that comes back after idling starts from here (see tenant).
+	vtime float64
 
 	devs     map[Address]*devState
 	devOrder []*devState
@@ -49,7 +61,8 @@ type Batcher struct {
 	freeValid bool
 }
 
-// BatcherStats is a snapshot of a Batcher's counters for signals and checks.
+// BatcherStats is a snapshot of a Batcher's counters for checks. It is
+// cheap: a checker may read it after every message.
 type BatcherStats struct {
 	// Queued is the number of items waiting in key queues now.
 	Queued int
@@ -69,25 +82,6 @@ type BatcherStats struct {
 	Retried int64
 }
 
-type keyQueue struct {
-	key   Key
-	items deque
-	held  int // queued plus on a device, for QueueMax
-	// Derived from items by refresh, kept because every scheduling pass
-	// reads them.
-	minDeadline time.Duration
-	maxLen      int
-}
-
-func (q *keyQueue) refresh() {
-	q.minDeadline, q.maxLen = time.Duration(math.MaxInt64), 0
-	for i := 0; i < q.items.len(); i++ {
-		it := q.items.at(i)
-		q.minDeadline = min(q.minDeadline, it.Req.Deadline)
-		q.maxLen = max(q.maxLen, len(it.Req.Input))
-	}
-}
-
 type devPhase uint8
 
 const (
@@ -103,19 +97,20 @@ type devState struct {
 	phase       devPhase
 	models      []string
 	inflight    Batch
-	freeAt      time.Duration // predicted; see freeTimes
+	// owners[i] is where inflight.Items[i] is counted.
+	owners []owner
+	freeAt time.Duration // predicted; see freeTimes
+	// For the busy fraction.
+	registered, busySince, busyTotal time.Duration
+}
+
+type owner struct {
+	q *keyQueue
+	t *tenantState
 }
 
 func (d *devState) holds(model string) bool {
-	if len(d.models) == 0 {
-		return true
-	}
-	for _, m := range d.models {
-		if m == model {
-			return true
-		}
-	}
-	return false
+	return len(d.models) == 0 || slices.Contains(d.models, model)
 }
 
 // batcherTick is the batcher's one timer: the next moment a key may become
@@ -127,12 +122,18 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Batcher{
-		cfg:   cfg,
-		keys:  make(map[Key]*keyQueue),
-		where: make(map[uint64]*keyQueue),
-		devs:  make(map[Address]*devState),
-	}, nil
+	b := &Batcher{
+		cfg:     cfg,
+		models:  make(map[string]*modelState),
+		tenants: make(map[string]*tenantState),
+		keys:    make(map[Key]*keyQueue),
+		where:   make(map[uint64]*keyQueue),
+		devs:    make(map[Address]*devState),
+	}
+	for _, m := range cfg.Models {
+		b.models[m.Name] = newModelState(m, cfg)
+	}
+	return b, nil
 }
 
 // Stats returns the batcher's counters.
@@ -159,16 +160,14 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
 			return // stale: that batch was already settled
 		}
-		b.settle(d, nil)
+		b.settle(d, nil, ctx.Now())
 		b.setIdle(d)
 	case BatchAborted:
 		d := b.devs[m.Device]
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
 			return
 		}
-		b.settle(d, m.Pending)
-		b.retry(ctx, d.inflight.Items, m.Pending, m.Reason)
-		d.inflight = Batch{}
+		b.abort(ctx, d, m.Pending, m.Reason)
 		d.phase = devDown
 		d.freeAt = ctx.Now() + b.compute()
 		b.freeValid = false
@@ -181,9 +180,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		case devIdle:
 			b.unready(d)
 		case devBusy:
-			b.settle(d, ids(d.inflight.Items))
-			b.retry(ctx, d.inflight.Items, ids(d.inflight.Items), "device quarantined")
-			d.inflight = Batch{}
+			b.abort(ctx, d, ids(d.inflight.Items), "device quarantined")
 		}
 		d.phase = devQuarantined
 		b.healthy--
@@ -208,7 +205,7 @@ func ids(items []Item) []uint64 {
 	return out
 }
 
-func (b *Batcher) reply(ctx Context, it Item, o Outcome, err string, retryAfter time.Duration) {
+func (b *Batcher) reply(ctx Context, it Item, o Outcome, r Reason, err string, retryAfter time.Duration) {
 	switch o {
 	case Rejected:
 		b.stats.Rejected++
@@ -220,7 +217,7 @@ func (b *Batcher) reply(ctx Context, it Item, o Outcome, err string, retryAfter 
 		b.stats.FailedAttempts++
 	}
 	ctx.Send(it.Req.ReplyTo, Reply{
-		ID: it.Req.ID, Outcome: o, Err: err, RetryAfter: retryAfter,
+		ID: it.Req.ID, Outcome: o, Version: it.Req.Version, Reason: r, Err: err, RetryAfter: retryAfter,
 		Arrival: it.Req.Arrival, Enqueue: it.Enqueue, Done: ctx.Now(), Attempts: it.Attempt,
 	})
 }
@@ -229,18 +226,24 @@ func (b *Batcher) reply(ctx Context, it Item, o Outcome, err string, retryAfter 
 // of the batcher's wait estimates.
 func (b *Batcher) compute() time.Duration { return b.cfg.Latency.Predict(b.cfg.BatchMax, 0) }
 
-// predictWait estimates how long a request joining q now waits for a
-// device: the batches ahead of it (the full ones of its own key, every batch
-// of the other keys) each take the next device to come free, at the cost of
-// a full batch. It reads the devices' predicted free times, so it sees a busy
-// fleet as well as a long queue.
+// predictWait estimates how long a request joining q (nil for a new key)
+// now waits for a
+// device: the batches ahead of it each take the next device to come free,
+// at the cost of a full batch. Ahead of it are its own key's full batches
+// and the other keys' batches: all of them under PolicySlack, at most one
+// per key under PolicyFair, which takes turns between tenants. It reads the
+// devices' predicted free times, so it sees a busy fleet as well as a long
+// queue.
 func (b *Batcher) predictWait(q *keyQueue, now time.Duration) time.Duration {
 	ahead := 0
 	for _, o := range b.order {
-		if o == q {
-			ahead += o.items.len() / b.cfg.BatchMax
-		} else {
-			ahead += (o.items.len() + b.cfg.BatchMax - 1) / b.cfg.BatchMax
+		switch {
+		case o == q:
+			ahead += o.n / o.model.batchMax
+		case b.cfg.KeyPolicy == PolicyFair:
+			ahead += min(o.n, 1)
+		default:
+			ahead += (o.n + o.model.batchMax - 1) / o.model.batchMax
 		}
 	}
 	free := b.freeTimes()
@@ -271,6 +274,18 @@ func (b *Batcher) freeTimes() []time.Duration {
 	return f
 }
 
+// nextRoom is when a full queue is predicted to have room again: when the
+// first busy device finishes its batch (the queue bounds count requests on
+// devices too).
+func (b *Batcher) nextRoom(now time.Duration) time.Duration {
+	for _, f := range b.freeTimes() {
+		if f > now {
+			return f - now
+		}
+	}
+	return b.compute()
+}
+
 func maxInput(items []Item) int {
 	n := 0
 	for _, it := range items {
@@ -281,51 +296,95 @@ func maxInput(items []Item) int {
 
 func (b *Batcher) admit(ctx Context, req Request) {
 	now := ctx.Now()
-	if req.Deadline == 0 {
-		req.Deadline = req.Arrival + b.cfg.SLO
-	}
-	req.Deadline = min(req.Deadline, req.Arrival+b.cfg.TimeoutMax)
+	req.Priority = min(max(req.Priority, PriorityLow), PriorityHigh)
 	it := Item{Req: req, Enqueue: now}
-	reject := func(why string, retryAfter time.Duration) { b.reply(ctx, it, Rejected, why, retryAfter) }
-	key := Key{Model: req.Model, Version: req.Version}
-	q := b.keys[key]
-	wait := b.predictWait(q, now)
+	reject := func(r Reason, why string, retryAfter time.Duration) {
+		rejected := it
+		rejected.Enqueue = 0 // never queued
+		b.reply(ctx, rejected, Rejected, r, why, retryAfter)
+	}
+	// Checks that need nothing but the request come first: a malformed
+	// request is refused the same whatever the load.
+	if req.Model == "" {
+		reject(ReasonInvalid, "invalid request: no model", 0)
+		return
+	}
+	m := b.model(req.Model)
 	switch {
-	case req.Model == "":
-		reject("invalid request: no model", 0)
+	case m == nil:
+		reject(ReasonUnknownModel, fmt.Sprintf("unknown model %q", req.Model), 0)
+		return
+	case m.inputLenMax > 0 && len(req.Input) > m.inputLenMax:
+		reject(ReasonInvalid, fmt.Sprintf("invalid request: input of %d bytes, model %q takes at most %d", len(req.Input), req.Model, m.inputLenMax), 0)
 		return
 	case b.where[req.ID] != nil:
-		reject(fmt.Sprintf("invalid request: id %d is already queued", req.ID), 0)
+		reject(ReasonInvalid, fmt.Sprintf("invalid request: id %d is already queued", req.ID), 0)
 		return
+	}
+	version, ok := m.route(req.ID, req.Version)
+	if !ok {
+		reject(ReasonUnknownModel, fmt.Sprintf("model %q has no version %q", req.Model, req.Version), 0)
+		return
+	}
+	it.Req.Version = version
+	if it.Req.Deadline == 0 {
+		it.Req.Deadline = req.Arrival + m.slo
+	}
+	it.Req.Deadline = min(it.Req.Deadline, req.Arrival+b.cfg.TimeoutMax)
+	if now+b.cfg.Latency.Predict(1, len(req.Input)) > it.Req.Deadline {
+		reject(ReasonDeadline, "deadline shorter than the compute time", 0)
+		return
+	}
+	key := Key{Model: req.Model, Version: version, Params: req.Params, Bucket: m.bucket(len(req.Input))}
+	q := b.lastKey
+	if q == nil || q.key != key {
+		q = b.keys[key]
+	}
+	t := b.tenant(req.Tenant)
+	switch {
 	case b.draining:
-		reject("draining: not admitting new requests", b.cfg.NoDeviceRetryAfter)
+		reject(ReasonDraining, "draining: not admitting new requests", b.cfg.NoDeviceRetryAfter)
 		return
 	case b.healthy == 0:
-		reject("no device available", b.cfg.NoDeviceRetryAfter)
+		reject(ReasonNoDevice, "no device available", b.cfg.NoDeviceRetryAfter)
 		return
+	case t == nil:
+		reject(ReasonQuota, fmt.Sprintf("too many tenants (%d)", len(b.tenants)), b.cfg.NoDeviceRetryAfter)
+		return
+	case t.cfg.InflightMax > 0 && t.held >= t.cfg.InflightMax:
+		reject(ReasonQuota, fmt.Sprintf("tenant %q has %d requests in flight, its limit", t.name, t.held), b.compute())
+		return
+	}
+	if ok, wait := t.take(now); !ok {
+		reject(ReasonRateLimited, fmt.Sprintf("tenant %q is over its rate of %g/s", t.name, t.cfg.Rate), wait)
+		return
+	}
+	wait := b.predictWait(q, now)
+	switch {
 	case q == nil && len(b.order) >= b.cfg.KeysMax:
-		reject(fmt.Sprintf("overloaded: %d distinct model versions queued", len(b.order)), wait)
+		reject(ReasonQueueFull, fmt.Sprintf("overloaded: %d distinct keys queued", len(b.order)), b.compute())
 		return
 	case b.held >= b.cfg.QueueTotalMax || (q != nil && q.held >= b.cfg.QueueMax):
-		// Room is made when the batches ahead have run.
-		reject("overloaded: queue full", wait+b.compute())
+		reject(ReasonQueueFull, "overloaded: queue full", b.nextRoom(now))
 		return
-	case now+b.cfg.Latency.Predict(1, len(req.Input)) > req.Deadline:
-		reject("deadline shorter than the compute time", 0)
-		return
-	case now+wait+b.compute()+b.cfg.Margin > req.Deadline:
-		reject(fmt.Sprintf("overloaded: predicted queue wait %v exceeds the deadline", wait), wait)
+	case now+wait+b.cfg.Latency.Predict(m.batchMax, len(req.Input))+b.cfg.Margin > it.Req.Deadline:
+		reject(ReasonOverloaded, fmt.Sprintf("overloaded: predicted queue wait %v exceeds the deadline", wait), wait)
 		return
 	}
 	if q == nil {
-		q = &keyQueue{key: key, minDeadline: time.Duration(math.MaxInt64)}
+		q = &keyQueue{key: key, model: m, minDeadline: time.Duration(math.MaxInt64)}
 		b.keys[key] = q
 		b.order = append(b.order, q)
 	}
-	q.items.pushBack(it)
+	if t.queued == 0 {
+		// Back from idle: level with the others, no banked credit.
+		t.served = max(t.served, b.vtime)
+	}
+	b.lastKey = q
+	q.push(t, it)
 	q.held++
-	q.minDeadline = min(q.minDeadline, req.Deadline)
-	q.maxLen = max(q.maxLen, len(req.Input))
+	q.sig.arrival(now, b.cfg.SignalWindow)
+	t.held++
 	b.where[req.ID] = q
 	b.queued++
 	b.held++
@@ -337,24 +396,24 @@ func (b *Batcher) cancel(ctx Context, id uint64) {
 	if q == nil {
 		return // not queued: unknown, answered, or on a device (it will be answered)
 	}
-	q.items.removeIf(func(it *Item) bool {
+	q.removeIf(func(t *tenantState, it *Item) bool {
 		if it.Req.ID != id {
 			return false
 		}
-		b.unqueue(q, it)
-		b.reply(ctx, *it, Cancelled, "cancelled by the client", 0)
+		b.forget(q, t, it.Req.ID)
+		b.reply(ctx, *it, Cancelled, ReasonCancelled, "cancelled by the client", 0)
 		return true
 	})
-	q.refresh()
 }
 
-// unqueue drops a queued item from the books when it is answered by the
-// batcher itself.
-func (b *Batcher) unqueue(q *keyQueue, it *Item) {
-	delete(b.where, it.Req.ID)
+// forget takes a queued request off the books when the batcher answers it
+// itself. The key's and tenant's queued counts are removeIf's.
+func (b *Batcher) forget(q *keyQueue, t *tenantState, id uint64) {
+	delete(b.where, id)
 	b.queued--
 	b.held--
 	q.held--
+	t.held--
 }
 
 func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
@@ -364,7 +423,7 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 		if len(b.devOrder) >= b.cfg.DevicesMax {
 			return // over the bound: the device stays unused
 		}
-		d = &devState{addr: m.Device}
+		d = &devState{addr: m.Device, registered: ctx.Now()}
 		b.devs[m.Device] = d
 		b.devOrder = append(b.devOrder, d)
 		b.healthy++
@@ -374,13 +433,9 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 		// Already in the ready list; a restart of an idle device loses nothing.
 		d.incarnation, d.models = m.Incarnation, m.Models
 		return
-	}
-	if d.phase == devBusy {
+	case d.phase == devBusy:
 		// A new incarnation forgot the batch the old one was running.
-		all := ids(d.inflight.Items)
-		b.settle(d, all)
-		b.retry(ctx, d.inflight.Items, all, "device restarted")
-		d.inflight = Batch{}
+		b.abort(ctx, d, ids(d.inflight.Items), "device restarted")
 	}
 	d.incarnation = m.Incarnation
 	d.models = m.Models
@@ -388,11 +443,8 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 }
 
 func (b *Batcher) unready(d *devState) {
-	for i, r := range b.ready {
-		if r == d {
-			b.ready = append(b.ready[:i], b.ready[i+1:]...)
-			return
-		}
+	if i := slices.Index(b.ready, d); i >= 0 {
+		b.ready = slices.Delete(b.ready, i, i+1)
 	}
 }
 
@@ -400,42 +452,49 @@ func (b *Batcher) setIdle(d *devState) {
 	d.phase = devIdle
 	d.freeAt = 0
 	b.freeValid = false
-	d.inflight = Batch{}
 	b.ready = append(b.ready, d)
 }
 
 // settle takes the answered items of d's batch (those not in pending) off
-// the books.
-func (b *Batcher) settle(d *devState, pending []uint64) {
-	q := b.keys[d.inflight.Key]
-	done := len(d.inflight.Items) - len(pending)
-	if q == nil || done < 0 {
+// the books, and ends the batch on the device.
+func (b *Batcher) settle(d *devState, pending []uint64, now time.Duration) {
+	if len(d.owners) != len(d.inflight.Items) {
 		panic("batchd: settling a batch the batcher did not send")
 	}
-	q.held -= done
-	b.held -= done
+	for i, it := range d.inflight.Items {
+		if !slices.Contains(pending, it.Req.ID) {
+			o := d.owners[i]
+			o.q.held--
+			o.t.held--
+			b.held--
+		}
+	}
+	d.busyTotal += now - d.busySince
+	d.inflight, d.owners = Batch{}, nil
 }
 
-// retry puts the pending items of a failed batch back in their queue, or
-// answers them if they are out of attempts or time. They are already
-// counted in held.
-func (b *Batcher) retry(ctx Context, items []Item, pending []uint64, reason string) {
+// abort settles d's batch after a device failure and puts the pending items
+// back in their queues, or answers them if they are out of attempts or time.
+func (b *Batcher) abort(ctx Context, d *devState, pending []uint64, reason string) {
 	now := ctx.Now()
-	for _, it := range items {
-		if !contains(pending, it.Req.ID) {
+	items, owners := d.inflight.Items, d.owners
+	b.settle(d, pending, now)
+	for i, it := range items {
+		if !slices.Contains(pending, it.Req.ID) {
 			continue
 		}
-		q := b.keys[Key{Model: it.Req.Model, Version: it.Req.Version}]
+		o := owners[i]
 		switch {
 		case it.Attempt >= b.cfg.AttemptMax:
-			b.answerHeld(ctx, q, it, Failed, fmt.Sprintf("failed after %d attempts: %s", it.Attempt, reason))
+			b.answerHeld(ctx, o, it, Failed, ReasonAttempts, fmt.Sprintf("failed after %d attempts: %s", it.Attempt, reason))
 		case b.infeasible(it, now):
-			b.answerHeld(ctx, q, it, Expired, "deadline exceeded after a device failure")
+			b.answerHeld(ctx, o, it, Expired, ReasonDeadline, "deadline exceeded after a device failure")
 		default:
-			q.items.insertByEnqueue(it)
-			q.minDeadline = min(q.minDeadline, it.Req.Deadline)
-			q.maxLen = max(q.maxLen, len(it.Req.Input))
-			b.where[it.Req.ID] = q
+			if o.t.queued == 0 {
+				o.t.served = max(o.t.served, b.vtime)
+			}
+			o.q.push(o.t, it)
+			b.where[it.Req.ID] = o.q
 			b.queued++
 			b.stats.Retried++
 		}
@@ -444,19 +503,11 @@ func (b *Batcher) retry(ctx Context, items []Item, pending []uint64, reason stri
 }
 
 // answerHeld answers an item that is held but not queued.
-func (b *Batcher) answerHeld(ctx Context, q *keyQueue, it Item, o Outcome, why string) {
-	q.held--
+func (b *Batcher) answerHeld(ctx Context, o owner, it Item, out Outcome, r Reason, why string) {
+	o.q.held--
+	o.t.held--
 	b.held--
-	b.reply(ctx, it, o, why, 0)
-}
-
-func contains(s []uint64, v uint64) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	b.reply(ctx, it, out, r, why, 0)
 }
 
 func (b *Batcher) infeasible(it Item, now time.Duration) bool {
@@ -466,84 +517,135 @@ func (b *Batcher) infeasible(it Item, now time.Duration) bool {
 // slack is what the most urgent request of q has left once a batch of what
 // is queued has run, less the margin.
 func (b *Batcher) slack(q *keyQueue, now time.Duration) time.Duration {
-	n := min(q.items.len(), b.cfg.BatchMax)
+	n := min(q.n, q.model.batchMax)
 	return q.minDeadline - now - b.cfg.Latency.Predict(n, q.maxLen) - b.cfg.Margin
+}
+
+// linger is q's linger (see BatcherConfig.Linger), for its model's SLO and
+// batch size.
+func (b *Batcher) linger(q *keyQueue) time.Duration {
+	return b.cfg.lingerFor(q.model.slo, q.model.batchMax, b.healthy, q.maxLen)
 }
 
 // due reports whether q's batch should leave now if a device can take it.
 func (b *Batcher) due(q *keyQueue, now time.Duration) bool {
-	n := q.items.len()
-	return n > 0 && (b.draining || n >= b.cfg.BatchMax ||
-		now-q.items.at(0).Enqueue >= b.cfg.Linger(b.healthy, q.maxLen) ||
-		b.slack(q, now) <= 0)
+	return q.n > 0 && (b.draining || q.n >= q.model.batchMax ||
+		now-q.oldest() >= b.linger(q) || b.slack(q, now) <= 0)
 }
 
 // schedule is run after every message: it fails what can no longer make
-// its deadline, gives every idle device the most urgent due batch it can
-// run, and arms the timer for the next moment something may become due.
+// its deadline, gives every idle device the due batch KeyPolicy picks among
+// those it can run, and arms the timer for the next moment something may
+// become due.
 func (b *Batcher) schedule(ctx Context) {
 	now := ctx.Now()
 	b.expire(ctx, now)
 	for i := 0; i < len(b.ready); {
 		d := b.ready[i]
 		var best *keyQueue
-		var bestSlack time.Duration
+		var bestHead *subQueue
 		for _, q := range b.order {
 			if !b.due(q, now) || !d.holds(q.key.Model) {
 				continue
 			}
-			if s := b.slack(q, now); best == nil || s < bestSlack {
-				best, bestSlack = q, s
+			head := q.best(now, b.cfg.PriorityAging)
+			if best == nil || b.before(q, head, best, bestHead, now) {
+				best, bestHead = q, head
 			}
 		}
 		if best == nil {
 			i++
 			continue
 		}
-		b.ready = append(b.ready[:i], b.ready[i+1:]...)
+		b.ready = slices.Delete(b.ready, i, i+1)
 		b.dispatch(ctx, best, d, now)
 	}
 	b.arm(ctx, now)
+}
+
+// before reports whether due key q (whose next request comes from sub-queue
+// qh) goes before key r (next from rh) under the KeyPolicy.
+func (b *Batcher) before(q *keyQueue, qh *subQueue, r *keyQueue, rh *subQueue, now time.Duration) bool {
+	aging := b.cfg.PriorityAging
+	if lq, lr := qh.level(now, aging), rh.level(now, aging); lq != lr {
+		return lq > lr
+	}
+	if b.cfg.KeyPolicy == PolicyFair && qh.tenant.served != rh.tenant.served {
+		return qh.tenant.served < rh.tenant.served
+	}
+	return b.slack(q, now) < b.slack(r, now)
 }
 
 // expire answers Expired every queued request that could not finish by its
 // deadline even if it ran alone right now.
 func (b *Batcher) expire(ctx Context, now time.Duration) {
 	for _, q := range b.order {
-		if q.items.len() == 0 || now+b.cfg.Latency.Predict(1, 0) <= q.minDeadline {
+		if q.n == 0 || now+b.cfg.Latency.Predict(1, 0) <= q.minDeadline {
 			continue
 		}
-		q.items.removeIf(func(it *Item) bool {
+		q.removeIf(func(t *tenantState, it *Item) bool {
 			if !b.infeasible(*it, now) {
 				return false
 			}
-			b.unqueue(q, it)
-			b.reply(ctx, *it, Expired, "deadline exceeded while queued", 0)
+			b.forget(q, t, it.Req.ID)
+			b.reply(ctx, *it, Expired, ReasonDeadline, "deadline exceeded while queued", 0)
 			return true
 		})
-		q.refresh()
 	}
 }
 
+// dispatch forms a batch from q (topped up from shorter buckets under
+// BucketMerge) and sends it to d.
 func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Duration) {
-	n := min(q.items.len(), b.cfg.BatchMax)
-	items := make([]Item, n)
-	for i := range items {
-		it := q.items.popFront()
-		delete(b.where, it.Req.ID)
-		it.Attempt++
-		items[i] = it
+	bmax := q.model.batchMax
+	items := make([]Item, 0, min(q.n, bmax))
+	owners := make([]owner, 0, cap(items))
+	items, owners = b.take(q, items, owners, bmax, now)
+	if b.cfg.BucketMerge {
+		for bucket := q.key.Bucket - 1; bucket >= 0 && len(items) < bmax; bucket-- {
+			k := q.key
+			k.Bucket = bucket
+			if short := b.keys[k]; short != nil && short.n > 0 {
+				items, owners = b.take(short, items, owners, bmax, now)
+			}
+		}
 	}
-	b.queued -= n
-	q.refresh()
+	// Charge the batch's predicted cost to the tenants of its items, each
+	// its share for its weight: fair scheduling evens these out.
+	cost := float64(b.cfg.Latency.Predict(len(items), maxInput(items)))
+	for _, o := range owners {
+		o.t.served += cost / float64(len(items)) / o.t.weight
+	}
+	b.vtime = owners[len(owners)-1].t.served
+	q.sig.batch(len(items))
 	b.batchSeq++
 	b.stats.Batches++
 	d.phase = devBusy
 	d.inflight = Batch{ID: b.batchSeq, Key: q.key, Items: items, Dispatch: now}
-	d.freeAt = now + b.cfg.Latency.Predict(n, maxInput(items))
+	d.owners = owners
+	d.busySince = now
+	d.freeAt = now + time.Duration(cost)
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
 	ctx.Send(d.addr, RunBatch{Batch: d.inflight})
+}
+
+// take moves up to limit-len(items) requests of q into the batch, in the
+// order the sub-queues give them.
+func (b *Batcher) take(q *keyQueue, items []Item, owners []owner, limit int, now time.Duration) ([]Item, []owner) {
+	for len(items) < limit && q.n > 0 {
+		s := q.best(now, b.cfg.PriorityAging)
+		it := s.items.popFront()
+		q.n--
+		s.tenant.queued--
+		b.queued--
+		delete(b.where, it.Req.ID)
+		it.Attempt++
+		items = append(items, it)
+		owners = append(owners, owner{q, s.tenant})
+	}
+	q.refresh()
+	return items, owners
 }
 
 // arm sets the timer for the earliest moment a key may become due (only if
@@ -552,7 +654,7 @@ func (b *Batcher) arm(ctx Context, now time.Duration) {
 	wake := time.Duration(math.MaxInt64)
 	alone := b.cfg.Latency.Predict(1, 0)
 	for _, q := range b.order {
-		if q.items.len() == 0 {
+		if q.n == 0 {
 			continue
 		}
 		wake = min(wake, q.minDeadline-alone+1)
@@ -562,8 +664,7 @@ func (b *Batcher) arm(ctx Context, now time.Duration) {
 				// hold this model can be idle.
 				continue
 			}
-			linger := b.cfg.Linger(b.healthy, q.maxLen)
-			wake = min(wake, q.items.at(0).Enqueue+linger, now+b.slack(q, now))
+			wake = min(wake, q.oldest()+b.linger(q), now+b.slack(q, now))
 		}
 	}
 	if wake == time.Duration(math.MaxInt64) {

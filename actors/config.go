@@ -42,6 +42,97 @@ type BatcherConfig struct {
 	// NoDeviceRetryAfter is the retry hint given when no device is
 	// registered or all are quarantined. Default 1 s.
 	NoDeviceRetryAfter time.Duration
+
+	// Models is the registry. Empty (the default) serves any model name and
+	// takes a request's version as given; otherwise a request for a model
+	// or version not listed is rejected.
+	Models []ModelConfig
+	// Tenants lists the tenants with their weights and limits. A tenant not
+	// listed gets DefaultTenant's settings.
+	Tenants []TenantConfig
+	// DefaultTenant holds the settings of any tenant not listed: weight 1
+	// and no limits by default.
+	DefaultTenant TenantConfig
+	// TenantsMax bounds the distinct tenants tracked. Default 1,024.
+	TenantsMax int
+	// KeyPolicy chooses which due key a free device serves. Default
+	// PolicyFair.
+	KeyPolicy KeyPolicy
+	// PriorityAging is the wait after which a queued request counts one
+	// priority level higher (and two levels after twice as long): a lower
+	// level waits at most about twice this for the highest one, never for
+	// ever. Default 50 ms, a quarter of the default SLO.
+	PriorityAging time.Duration
+	// BucketMerge lets a due batch with room take requests from the next
+	// shorter length buckets of its model version. They are padded to the
+	// batch's longest input, which costs compute where the latency model
+	// charges for padding; in exchange, short buckets with little traffic
+	// wait less. Default off.
+	BucketMerge bool
+	// SignalWindow is the time constant of the arrival-rate and wait
+	// averages behind the signals and the autoscaling recommendation.
+	// Default 1 s.
+	SignalWindow time.Duration
+	// TargetUtilization is the device busy fraction the autoscaling
+	// recommendation plans for, leaving headroom for spikes. Default 0.75
+	// (the seeds' 70-80%).
+	TargetUtilization float64
+}
+
+// KeyPolicy is how a free device picks among the keys that are due.
+type KeyPolicy uint8
+
+const (
+	// PolicyFair serves the due key whose least-served waiting tenant has
+	// had the least device time for its weight (ties: least slack), after
+	// the highest effective priority. A tenant flooding its own key then
+	// gets its weighted share of the devices, not all of them.
+	PolicyFair KeyPolicy = iota
+	// PolicySlack serves the due key with the least slack first
+	// (earliest deadline), priorities first.
+	PolicySlack
+)
+
+// ModelConfig is one model in the registry.
+type ModelConfig struct {
+	Name string
+	// Versions lists the servable versions; Weight routes requests that name
+	// no version (a canary is {"v1", 95}, {"v2", 5}). A version with weight
+	// 0 is served only to requests that pin it.
+	Versions []VersionConfig
+	// BatchMax, when positive and below the batcher's, caps this model's
+	// batches.
+	BatchMax int
+	// InputLenMax, when positive, rejects longer inputs.
+	InputLenMax int
+	// SLO, when positive, replaces the batcher's SLO for this model.
+	SLO time.Duration
+	// BucketEdges are increasing input lengths in bytes: bucket i holds
+	// inputs no longer than BucketEdges[i], the last bucket the rest. More
+	// buckets mean less padding and more, smaller batches. Empty: one
+	// bucket.
+	BucketEdges []int
+}
+
+// VersionConfig is one version of a model.
+type VersionConfig struct {
+	Name   string
+	Weight int
+}
+
+// TenantConfig is one tenant's share and limits.
+type TenantConfig struct {
+	Name string
+	// Weight is the tenant's share of device time against other
+	// backlogged tenants. Zero means 1.
+	Weight int
+	// Rate, when positive, limits the tenant to Rate requests per second
+	// on average, with bursts of Burst (a token bucket).
+	Rate  float64
+	Burst int
+	// InflightMax, when positive, caps the tenant's requests queued or on a
+	// device at once.
+	InflightMax int
 }
 
 // DefaultBatcherConfig returns the configuration for the seeds' reference
@@ -59,6 +150,12 @@ func DefaultBatcherConfig() BatcherConfig {
 		AttemptMax:         3,
 		Latency:            FixedLatency(100 * time.Millisecond),
 		NoDeviceRetryAfter: time.Second,
+		DefaultTenant:      TenantConfig{Weight: 1},
+		TenantsMax:         1_024,
+		KeyPolicy:          PolicyFair,
+		PriorityAging:      50 * time.Millisecond,
+		SignalWindow:       time.Second,
+		TargetUtilization:  0.75,
 	}
 }
 
@@ -81,6 +178,75 @@ func (c BatcherConfig) Validate() error {
 	if err := c.Latency.Validate(); err != nil {
 		return fmt.Errorf("batcher config: %w", err)
 	}
+	switch {
+	case c.TenantsMax < 1:
+		return fmt.Errorf("batcher config: TenantsMax %d: must be at least 1", c.TenantsMax)
+	case c.KeyPolicy > PolicySlack:
+		return fmt.Errorf("batcher config: unknown KeyPolicy %d", c.KeyPolicy)
+	case c.PriorityAging <= 0 || c.SignalWindow <= 0:
+		return fmt.Errorf("batcher config: PriorityAging and SignalWindow must be positive")
+	case !(c.TargetUtilization > 0 && c.TargetUtilization <= 1):
+		return fmt.Errorf("batcher config: TargetUtilization %v: want (0, 1]", c.TargetUtilization)
+	}
+	if err := c.DefaultTenant.validate(); err != nil {
+		return fmt.Errorf("batcher config: DefaultTenant: %w", err)
+	}
+	seen := map[string]bool{}
+	for i, t := range c.Tenants {
+		if t.Name == "" || seen["t/"+t.Name] {
+			return fmt.Errorf("batcher config: Tenants[%d]: empty or repeated name %q", i, t.Name)
+		}
+		seen["t/"+t.Name] = true
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("batcher config: tenant %q: %w", t.Name, err)
+		}
+	}
+	for i, m := range c.Models {
+		if m.Name == "" || seen["m/"+m.Name] {
+			return fmt.Errorf("batcher config: Models[%d]: empty or repeated name %q", i, m.Name)
+		}
+		seen["m/"+m.Name] = true
+		if err := m.validate(); err != nil {
+			return fmt.Errorf("batcher config: model %q: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+func (t TenantConfig) validate() error {
+	switch {
+	case t.Weight < 0 || t.Rate < 0 || t.Burst < 0 || t.InflightMax < 0:
+		return fmt.Errorf("negative weight or limit")
+	case t.Rate > 0 && t.Burst < 1:
+		return fmt.Errorf("Rate %v needs a Burst of at least 1", t.Rate)
+	}
+	return nil
+}
+
+func (m ModelConfig) validate() error {
+	if len(m.Versions) == 0 {
+		return fmt.Errorf("no versions")
+	}
+	names := map[string]bool{}
+	total := 0
+	for _, v := range m.Versions {
+		if v.Name == "" || names[v.Name] || v.Weight < 0 {
+			return fmt.Errorf("version %q: empty or repeated name, or negative weight", v.Name)
+		}
+		names[v.Name] = true
+		total += v.Weight
+	}
+	if total == 0 {
+		return fmt.Errorf("no version has a routing weight")
+	}
+	if m.BatchMax < 0 || m.InputLenMax < 0 || m.SLO < 0 {
+		return fmt.Errorf("negative BatchMax, InputLenMax or SLO")
+	}
+	for i, e := range m.BucketEdges {
+		if e < 1 || (i > 0 && e <= m.BucketEdges[i-1]) {
+			return fmt.Errorf("BucketEdges must be positive and increasing")
+		}
+	}
 	return nil
 }
 
@@ -96,8 +262,13 @@ func (c BatcherConfig) Validate() error {
 //
 // LingerMax, when set, caps the result.
 func (c BatcherConfig) Linger(devices, maxLen int) time.Duration {
-	compute := c.Latency.Predict(c.BatchMax, maxLen)
-	l := c.SLO - compute - c.Margin
+	return c.lingerFor(c.SLO, c.BatchMax, devices, maxLen)
+}
+
+// lingerFor is Linger for a model with its own SLO and batch size.
+func (c *BatcherConfig) lingerFor(slo time.Duration, batchMax, devices, maxLen int) time.Duration {
+	compute := c.Latency.Predict(batchMax, maxLen)
+	l := slo - compute - c.Margin
 	if devices < 1 {
 		devices = 1
 	}

@@ -179,7 +179,7 @@ func (d *Device) finish(ctx Context, m JobDone) {
 
 func (d *Device) reply(ctx Context, it Item, size int, o Outcome, out, err string) {
 	ctx.Send(it.Req.ReplyTo, Reply{
-		ID: it.Req.ID, Outcome: o, Output: out, Err: err,
+		ID: it.Req.ID, Outcome: o, Output: out, Version: it.Req.Version, Reason: reason(o), Err: err,
 		Arrival: it.Req.Arrival, Enqueue: it.Enqueue, Dispatch: d.batch.Dispatch, Done: ctx.Now(),
 		BatchSize: size, Attempts: it.Attempt, Device: ctx.Self(),
 	})
@@ -212,4 +212,14 @@ func (d *Device) fail(ctx Context, reason string) {
 		wait = min(wait, d.cfg.RestartBackoffMax)
 	}
 	ctx.After(wait, restartDue{gen: d.restartGen})
+}
+
+func reason(o Outcome) Reason {
+	switch o {
+	case Failed:
+		return ReasonBackend
+	case Expired:
+		return ReasonDeadline
+	}
+	return ReasonNone
 }

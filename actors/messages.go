@@ -37,9 +37,16 @@ type Request struct {
 	ID     uint64
 	Tenant string
 	Model  string
-	// Version is the model version; empty means the batcher's default.
+	// Version is the model version; empty lets the batcher route the
+	// request by the model's version weights.
 	Version string
-	Input   string
+	// Params are the parameters that change the computation, in a
+	// canonical form: requests share a batch only if they agree on them.
+	Params string
+	// Priority: higher levels are served first; 0 is normal. The batcher
+	// clamps it to [PriorityLow, PriorityHigh].
+	Priority int8
+	Input    string
 	// Arrival is when the front door received the request (runtime clock).
 	Arrival time.Duration
 	// Deadline is the absolute time by which the reply is useful. Zero means
@@ -49,10 +56,52 @@ type Request struct {
 	ReplyTo Address
 }
 
-// Key is the compatibility key: only requests with equal keys share a batch.
+// Priority levels.
+const (
+	PriorityLow    int8 = -1
+	PriorityNormal int8 = 0
+	PriorityHigh   int8 = 1
+)
+
+// Key is the compatibility key: only requests with equal keys share a batch
+// (unless BucketMerge lets a batch take shorter buckets of the same model
+// version and parameters).
 type Key struct {
 	Model   string
 	Version string
+	Params  string
+	// Bucket is the input-length bucket (see ModelConfig.BucketEdges).
+	Bucket int
+}
+
+// Reason says why a request ended other than completed, so that a front
+// door can map it to its own codes (HTTP: 400, 404, 429, 503, 504...).
+type Reason uint8
+
+const (
+	ReasonNone         Reason = iota
+	ReasonInvalid             // malformed: no model, input too long, duplicate id
+	ReasonUnknownModel        // the model or version is not in the registry
+	ReasonRateLimited         // the tenant is over its request rate
+	ReasonQuota               // the tenant is over its requests in flight
+	ReasonQueueFull           // a queue bound is reached
+	ReasonOverloaded          // the predicted wait breaks the deadline
+	ReasonNoDevice            // no device is up
+	ReasonDraining            // the batcher is draining
+	ReasonDeadline            // the deadline cannot be met (Expired)
+	ReasonCancelled           // the client cancelled
+	ReasonBackend             // the backend failed the item
+	ReasonAttempts            // device failures used up the attempts
+)
+
+var reasonNames = [...]string{"", "invalid", "unknown_model", "rate_limited", "quota", "queue_full",
+	"overloaded", "no_device", "draining", "deadline", "cancelled", "backend", "attempts"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
 }
 
 // Submit asks a Batcher to admit and serve a request.
@@ -71,8 +120,12 @@ type Reply struct {
 	ID      uint64
 	Outcome Outcome
 	Output  string
-	// Err says why, for any outcome other than Completed.
-	Err string
+	// Version is the model version that served (or would have served) the
+	// request, after routing.
+	Version string
+	// Reason and Err say why, for any outcome other than Completed.
+	Reason Reason
+	Err    string
 	// RetryAfter is the hint for Rejected replies.
 	RetryAfter time.Duration
 	// The request's timeline on the runtime clock. Enqueue, Dispatch and Done

@@ -87,7 +87,7 @@ type devState struct {
 // it records the latency signals for the report.
 type Ledger struct {
 	cfg  LedgerConfig
-	recs []record // indexed by request ID; recs[0] is unused
+	recs []record     // indexed by request ID; recs[0] is unused
 	keys []actors.Key // interned (model, version) of the records
 	devs map[actors.Address]*devState
 	last time.Duration
@@ -109,6 +109,7 @@ type Ledger struct {
 	compute     *hist
 	violations  []string
 	violationsN int64
+	byKind      [ViolationKinds]int64
 }
 
 // NewLedger returns a ledger for a valid configuration.
@@ -139,10 +140,58 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 	}, nil
 }
 
+// ViolationKind classifies a broken invariant, so that a test can ask for
+// the ones it is about (Ledger.ViolationsByKind, ViolationSummary.ByKind).
+type ViolationKind uint8
+
+const (
+	// ViolationOther: a message that breaks the protocol (an unknown or
+	// repeated request ID, an unknown outcome, a Cancelled reply without a
+	// Cancel, traffic not received).
+	ViolationOther ViolationKind = iota
+	// ViolationLost: a request without a reply (invariant 1).
+	ViolationLost
+	// ViolationDuplicate: a second reply to one request (invariant 1).
+	ViolationDuplicate
+	// ViolationOutput: a reply with another input's output, or a request
+	// altered in flight (invariant 2).
+	ViolationOutput
+	// ViolationBatch: a batch of a bad size or of mixed keys, or a device
+	// given a batch while it runs one (invariant 3).
+	ViolationBatch
+	// ViolationCausality: a request's timeline out of order, or the clock
+	// going back (invariant 4).
+	ViolationCausality
+	// ViolationAttempts: a request run more than AttemptMax times
+	// (invariant 8).
+	ViolationAttempts
+	// ViolationQueue: the batcher over its queue bound (invariant 10).
+	ViolationQueue
+	// ViolationDrain: a run that did not drain in its liveness phase.
+	ViolationDrain
+	// ViolationKinds is the number of kinds.
+	ViolationKinds
+)
+
+var violationKindNames = [ViolationKinds]string{
+	"other", "lost", "duplicate", "output", "batch", "causality", "attempts", "queue", "drain",
+}
+
+func (k ViolationKind) String() string {
+	if k < ViolationKinds {
+		return violationKindNames[k]
+	}
+	return "unknown"
+}
+
 // violate records a broken invariant. Descriptions are formatted only while
 // there is room to keep them.
-func (l *Ledger) violate(format string, args ...any) {
+func (l *Ledger) violate(kind ViolationKind, format string, args ...any) {
 	l.violationsN++
+	if kind >= ViolationKinds {
+		kind = ViolationOther
+	}
+	l.byKind[kind]++
 	if len(l.violations) < l.cfg.ViolationsMax {
 		l.violations = append(l.violations, fmt.Sprintf(format, args...))
 	}
@@ -150,6 +199,9 @@ func (l *Ledger) violate(format string, args ...any) {
 
 // Violations returns the number of violations found and the first few.
 func (l *Ledger) Violations() (int64, []string) { return l.violationsN, l.violations }
+
+// ViolationsByKind returns the number of violations found, by kind.
+func (l *Ledger) ViolationsByKind() [ViolationKinds]int64 { return l.byKind }
 
 // rec returns the record of a submitted request, or nil.
 func (l *Ledger) rec(id uint64) *record {
@@ -163,7 +215,7 @@ func (l *Ledger) rec(id uint64) *record {
 // the receiver runs.
 func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
 	if at < l.last {
-		l.violate("clock went back: delivery at %v after one at %v", at, l.last)
+		l.violate(ViolationCausality, "clock went back: delivery at %v after one at %v", at, l.last)
 	}
 	l.last = at
 	if to == l.cfg.Batcher && l.cfg.Probe != nil {
@@ -196,17 +248,20 @@ func (l *Ledger) checkQueue(at time.Duration) {
 	s := l.cfg.Probe()
 	l.queuedHigh = max(l.queuedHigh, s.Queued)
 	if s.Queued > l.cfg.QueueTotalMax {
-		l.violate("queue bound: %d items queued at %v, QueueTotalMax %d", s.Queued, at, l.cfg.QueueTotalMax)
+		l.violate(ViolationQueue, "queue bound: %d items queued at %v, QueueTotalMax %d", s.Queued, at, l.cfg.QueueTotalMax)
+	}
+	if s.Held > l.cfg.QueueTotalMax {
+		l.violate(ViolationQueue, "queue bound: %d items held (queued or running) at %v, QueueTotalMax %d", s.Held, at, l.cfg.QueueTotalMax)
 	}
 }
 
 func (l *Ledger) submit(at time.Duration, q actors.Request) {
 	switch {
 	case q.ID == 0 || q.ID >= uint64(l.cfg.RequestsMax):
-		l.violate("request id %d out of the ledger's range [1, %d)", q.ID, l.cfg.RequestsMax)
+		l.violate(ViolationOther, "request id %d out of the ledger's range [1, %d)", q.ID, l.cfg.RequestsMax)
 		return
 	case q.Arrival > at:
-		l.violate("request %d: arrival %v after its submit's delivery at %v", q.ID, q.Arrival, at)
+		l.violate(ViolationCausality, "request %d: arrival %v after its submit's delivery at %v", q.ID, q.Arrival, at)
 	}
 	if n := int(q.ID) + 1; n > len(l.recs) {
 		// Records past len are never written, so the capacity slices.Grow
@@ -215,7 +270,7 @@ func (l *Ledger) submit(at time.Duration, q actors.Request) {
 	}
 	r := &l.recs[q.ID]
 	if r.submitted {
-		l.violate("request %d submitted twice", q.ID)
+		l.violate(ViolationOther, "request %d submitted twice", q.ID)
 		return
 	}
 	*r = record{
@@ -248,36 +303,36 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 	l.batches++
 	l.batchItems += int64(n)
 	if n < 1 || n > l.cfg.BatchMax {
-		l.violate("batch %d to %v: %d items, need 1..%d", b.ID, to, n, l.cfg.BatchMax)
+		l.violate(ViolationBatch, "batch %d to %v: %d items, need 1..%d", b.ID, to, n, l.cfg.BatchMax)
 		l.batchSizes[len(l.batchSizes)-1]++
 	} else {
 		l.batchSizes[n]++
 	}
 	d := l.dev(to)
 	if d.busy {
-		l.violate("device %v sent batch %d at %v while batch %d (since %v) is outstanding", to, b.ID, at, d.batchID, d.since)
+		l.violate(ViolationBatch, "device %v sent batch %d at %v while batch %d (since %v) is outstanding", to, b.ID, at, d.batchID, d.since)
 	}
 	d.busy, d.batchID, d.since = true, b.ID, at
 	if b.Dispatch > at {
-		l.violate("batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
+		l.violate(ViolationCausality, "batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
 	}
 	for i := range b.Items {
 		it := &b.Items[i]
 		q := &it.Req
 		if q.Model != b.Key.Model || (q.Version != "" && q.Version != b.Key.Version) {
-			l.violate("batch %d: request %d (%s@%s) under key %s@%s", b.ID, q.ID, q.Model, q.Version, b.Key.Model, b.Key.Version)
+			l.violate(ViolationBatch, "batch %d: request %d (%s@%s) under key %s@%s", b.ID, q.ID, q.Model, q.Version, b.Key.Model, b.Key.Version)
 		}
 		if it.Attempt > l.cfg.AttemptMax {
-			l.violate("request %d: attempt %d > AttemptMax %d", q.ID, it.Attempt, l.cfg.AttemptMax)
+			l.violate(ViolationAttempts, "request %d: attempt %d > AttemptMax %d", q.ID, it.Attempt, l.cfg.AttemptMax)
 		}
 		r := l.rec(q.ID)
 		if r == nil {
-			l.violate("batch %d carries request %d that was never submitted", b.ID, q.ID)
+			l.violate(ViolationOther, "batch %d carries request %d that was never submitted", b.ID, q.ID)
 			continue
 		}
 		k := l.keys[r.key]
 		if q.Model != k.Model || (q.Version != k.Version && !(q.Version == "" && r.resolved)) {
-			l.violate("batch %d: request %d altered in flight", b.ID, q.ID)
+			l.violate(ViolationOutput, "batch %d: request %d altered in flight", b.ID, q.ID)
 		}
 		if k.Version == "" {
 			// The batcher resolved the default version; the output must
@@ -286,10 +341,10 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 		}
 		r.runs++
 		if int(r.runs) > l.cfg.AttemptMax {
-			l.violate("request %d: run %d times, AttemptMax %d", q.ID, r.runs, l.cfg.AttemptMax)
+			l.violate(ViolationAttempts, "request %d: run %d times, AttemptMax %d", q.ID, r.runs, l.cfg.AttemptMax)
 		}
 		if !(r.arrival <= it.Enqueue && it.Enqueue <= b.Dispatch) {
-			l.violate("request %d: arrival %v, enqueue %v, dispatch %v out of order", q.ID, r.arrival, it.Enqueue, b.Dispatch)
+			l.violate(ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v out of order", q.ID, r.arrival, it.Enqueue, b.Dispatch)
 		}
 	}
 }
@@ -304,13 +359,13 @@ func (l *Ledger) Receive(ctx actors.Context, msg actors.Message) {
 func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 	r := l.rec(m.ID)
 	if r == nil {
-		l.violate("reply for request %d that was never submitted", m.ID)
+		l.violate(ViolationOther, "reply for request %d that was never submitted", m.ID)
 		return
 	}
 	r.replies++
 	if r.replies > 1 {
 		l.duplicated++
-		l.violate("request %d: reply %d (%v at %v) after %v at %v", m.ID, r.replies, m.Outcome, at, r.outcome, r.reply)
+		l.violate(ViolationDuplicate, "request %d: reply %d (%v at %v) after %v at %v", m.ID, r.replies, m.Outcome, at, r.outcome, r.reply)
 		return
 	}
 	l.replied++
@@ -318,22 +373,22 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 	if m.Outcome >= actors.Completed && m.Outcome <= actors.Cancelled {
 		l.outcomes[m.Outcome]++
 	} else {
-		l.violate("request %d: reply with unknown outcome %d", m.ID, m.Outcome)
+		l.violate(ViolationOther, "request %d: reply with unknown outcome %d", m.ID, m.Outcome)
 	}
 	if at < r.arrival {
-		l.violate("request %d: reply at %v before arrival %v", m.ID, at, r.arrival)
+		l.violate(ViolationCausality, "request %d: reply at %v before arrival %v", m.ID, at, r.arrival)
 	}
 	if m.Attempts > l.cfg.AttemptMax {
-		l.violate("request %d: reply after %d attempts, AttemptMax %d", m.ID, m.Attempts, l.cfg.AttemptMax)
+		l.violate(ViolationAttempts, "request %d: reply after %d attempts, AttemptMax %d", m.ID, m.Attempts, l.cfg.AttemptMax)
 	}
 	switch m.Outcome {
 	case actors.Completed:
 		if !(r.arrival <= m.Enqueue && m.Enqueue <= m.Dispatch && m.Dispatch <= m.Done && m.Done <= at) {
-			l.violate("request %d: arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
+			l.violate(ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
 				m.ID, r.arrival, m.Enqueue, m.Dispatch, m.Done, at)
 		}
 		if k := l.keys[r.key]; !actors.EmulatedOutputMatches(m.Output, k.Model, k.Version, r.inputHash) {
-			l.violate("request %d: output %q is not that of its input on %s@%s", m.ID, m.Output, k.Model, k.Version)
+			l.violate(ViolationOutput, "request %d: output %q is not that of its input on %s@%s", m.ID, m.Output, k.Model, k.Version)
 		}
 		l.latency.record(at - r.arrival)
 		l.queueWait.record(m.Dispatch - m.Enqueue)
@@ -350,7 +405,7 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 				continue
 			}
 			if t < prev {
-				l.violate("request %d (failed): arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
+				l.violate(ViolationCausality, "request %d (failed): arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
 					m.ID, r.arrival, m.Enqueue, m.Dispatch, m.Done, at)
 				break
 			}
@@ -358,7 +413,7 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 		}
 	case actors.Cancelled:
 		if !r.cancelled {
-			l.violate("request %d: cancelled, but no Cancel was sent for it", m.ID)
+			l.violate(ViolationOther, "request %d: cancelled, but no Cancel was sent for it", m.ID)
 		}
 	}
 }
@@ -377,7 +432,7 @@ func (l *Ledger) Finish(at time.Duration) {
 		r := &l.recs[id]
 		if r.submitted && r.replies == 0 {
 			l.lost++
-			l.violate("request %d (arrival %v, %d runs): no reply by %v", id, r.arrival, r.runs, at)
+			l.violate(ViolationLost, "request %d (arrival %v, %d runs): no reply by %v", id, r.arrival, r.runs, at)
 		}
 	}
 }

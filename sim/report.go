@@ -89,6 +89,9 @@ type BatchBucket struct {
 type ViolationSummary struct {
 	Count int64    `json:"count"`
 	First []string `json:"first"`
+	// ByKind splits Count by kind, for tests; it is not part of the JSON
+	// form.
+	ByKind [ViolationKinds]int64 `json:"-"`
 }
 
 // OK reports whether the run kept every checked invariant: no violation, no
@@ -112,8 +115,9 @@ type reportInput struct {
 	events    int64
 	batchMax  int
 	// extra are violations found outside the ledger (device overlaps,
-	// undelivered submits).
-	extra []string
+	// undelivered submits), and extraKinds their kinds, one per extra.
+	extra      []string
+	extraKinds []ViolationKind
 }
 
 // batchBuckets is how many buckets the batch size distribution has.
@@ -165,6 +169,14 @@ func newReport(in reportInput) Report {
 	n, first := l.Violations()
 	rep.Violations.Count = n + int64(len(in.extra))
 	rep.Violations.First = append(append([]string{}, in.extra...), first...)
+	rep.Violations.ByKind = l.ViolationsByKind()
+	for i := range in.extra {
+		k := ViolationOther
+		if i < len(in.extraKinds) && in.extraKinds[i] < ViolationKinds {
+			k = in.extraKinds[i]
+		}
+		rep.Violations.ByKind[k]++
+	}
 	return rep
 }
 

@@ -71,6 +71,18 @@ type Config struct {
 	// EventsMax bounds the events of the whole run (see WorldConfig); zero
 	// means the world's default.
 	EventsMax int64
+	// HealthyDevices is the number of devices, counted from the last, that
+	// get no device faults (crash, hang, slow, batch or item errors): with
+	// Devices-1 faulty ones it is the "one healthy device left" of
+	// invariant 8. Poison inputs (Faults.PoisonPrefix) still fail on them,
+	// as they are a property of the input, not of a device. Zero (the
+	// default) puts the faults on every device.
+	HealthyDevices int
+	// Observers see every delivery of the run, after the ledger (see
+	// World.Observe). Those with a method Finish(end time.Duration) have it
+	// called once the run is over, with the time the world stopped. None by
+	// default; they do not change the run.
+	Observers []Observer
 }
 
 // DefaultConfig returns the seeds' reference workload: 1000 req/s Poisson
@@ -142,6 +154,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: DrainMax %v: need more than 0 and at most %v", c.DrainMax, DurationLimit)
 	case c.EventsMax < 0:
 		return fmt.Errorf("sim config: EventsMax %d: must not be negative", c.EventsMax)
+	case c.HealthyDevices < 0 || c.HealthyDevices > c.Devices:
+		return fmt.Errorf("sim config: HealthyDevices %d: need 0 to Devices (%d)", c.HealthyDevices, c.Devices)
 	}
 	if err := c.Latency.Validate(); err != nil {
 		return fmt.Errorf("sim config: %w", err)
@@ -214,6 +228,9 @@ func Run(cfg Config) (Report, error) {
 	}
 
 	w.Observe(ledger)
+	for _, o := range cfg.Observers {
+		w.Observe(o)
+	}
 	w.Spawn(BatcherAddr, batcher)
 	w.Spawn(LedgerAddr, ledger)
 	w.Spawn(TrafficAddr, traffic)
@@ -224,7 +241,11 @@ func Run(cfg Config) (Report, error) {
 		if err != nil {
 			return Report{}, fmt.Errorf("sim: device %d: %w", i, err)
 		}
-		devices[i] = NewDevice(cfg.Latency, cfg.Faults, w.Stream(fmt.Sprintf("device/%d", i)))
+		faults := cfg.Faults
+		if i >= cfg.Devices-cfg.HealthyDevices {
+			faults = FaultPlan{PoisonPrefix: cfg.Faults.PoisonPrefix}
+		}
+		devices[i] = NewDevice(cfg.Latency, faults, w.Stream(fmt.Sprintf("device/%d", i)))
 		w.SetExecutor(addr, devices[i])
 		w.Spawn(addr, a)
 	}
@@ -239,23 +260,32 @@ func Run(cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("sim: liveness phase: %w", err)
 	}
 	var extra []string
+	var extraKinds []ViolationKind
 	if n := w.Pending(); n > 0 {
 		extra = append(extra, fmt.Sprintf("not drained: %d events still pending %v after arrivals stopped", n, cfg.DrainMax))
+		extraKinds = append(extraKinds, ViolationDrain)
 	}
 	// RunUntil leaves the clock at its limit; the run really ended at its
 	// last delivery.
 	end := max(ledger.last, cfg.Duration)
 	ledger.Finish(end)
+	for _, o := range cfg.Observers {
+		if f, ok := o.(interface{ Finish(time.Duration) }); ok {
+			f.Finish(w.Now())
+		}
+	}
 
 	var busy time.Duration
 	for i, d := range devices {
 		busy += d.BusyTime()
 		if n := d.Overlaps(); n > 0 {
 			extra = append(extra, fmt.Sprintf("device %d started %d jobs while one was running", i, n))
+			extraKinds = append(extraKinds, ViolationBatch)
 		}
 	}
 	if sub := ledger.Counts().Submitted; sub != traffic.Offered() {
 		extra = append(extra, fmt.Sprintf("traffic sent %d requests, the batcher received %d", traffic.Offered(), sub))
+		extraKinds = append(extraKinds, ViolationOther)
 	}
 	rep := newReport(reportInput{
 		seed:      cfg.Seed,
@@ -269,16 +299,17 @@ func Run(cfg Config) (Report, error) {
 			DurationS: cfg.Duration.Seconds(),
 			Faults:    cfg.Faults.hasFaults(),
 		},
-		offered:   traffic.Offered(),
-		ledger:    ledger,
-		busy:      busy,
-		devices:   cfg.Devices,
-		safety:    cfg.Duration,
-		simulated: end,
-		wall:      time.Since(wall),
-		events:    w.Events(),
-		batchMax:  cfg.Batcher.BatchMax,
-		extra:     extra,
+		offered:    traffic.Offered(),
+		ledger:     ledger,
+		busy:       busy,
+		devices:    cfg.Devices,
+		safety:     cfg.Duration,
+		simulated:  end,
+		wall:       time.Since(wall),
+		events:     w.Events(),
+		batchMax:   cfg.Batcher.BatchMax,
+		extra:      extra,
+		extraKinds: extraKinds,
 	})
 	return rep, nil
 }

@@ -1,0 +1,141 @@
+package actors
+
+import (
+	"math"
+	"time"
+)
+
+// keyQueue holds the requests of one compatibility key, one FIFO per
+// (tenant, priority), so that a batch can be formed fairly between tenants
+// and by priority without scanning every request.
+type keyQueue struct {
+	key   Key
+	model *modelState
+	subs  []*subQueue // in creation order; see subsKept
+	n     int         // queued items
+	held  int         // queued plus on a device, for QueueMax
+	// Derived from the items by refresh; kept because every scheduling
+	// pass reads them.
+	minDeadline time.Duration
+	maxLen      int
+	sig         keySignals
+}
+
+type subQueue struct {
+	tenant *tenantState
+	prio   int8
+	items  deque
+}
+
+func (q *keyQueue) sub(t *tenantState, prio int8) *subQueue {
+	for _, s := range q.subs {
+		if s.tenant == t && s.prio == prio {
+			return s
+		}
+	}
+	s := &subQueue{tenant: t, prio: prio}
+	q.subs = append(q.subs, s)
+	return s
+}
+
+// push queues it, a new request or a retry (put back by its age).
+func (q *keyQueue) push(t *tenantState, it Item) {
+	s := q.sub(t, it.Req.Priority)
+	if it.Attempt == 0 {
+		s.items.pushBack(it)
+	} else {
+		s.items.insertByEnqueue(it)
+	}
+	q.n++
+	t.queued++
+	q.minDeadline = min(q.minDeadline, it.Req.Deadline)
+	q.maxLen = max(q.maxLen, len(it.Req.Input))
+}
+
+// subsKept is how many sub-queues a key keeps even when empty: a steady
+// tenant's queue empties with every batch, and keeping it saves
+// reallocating its buffer each time.
+const subsKept = 8
+
+// refresh recomputes what is derived from the items and, past subsKept,
+// drops empty sub-queues.
+func (q *keyQueue) refresh() {
+	q.minDeadline, q.maxLen = time.Duration(math.MaxInt64), 0
+	w := 0
+	prune := len(q.subs) > subsKept
+	for _, s := range q.subs {
+		if s.items.len() == 0 && prune {
+			continue
+		}
+		q.subs[w] = s
+		w++
+		for i := 0; i < s.items.len(); i++ {
+			it := s.items.at(i)
+			q.minDeadline = min(q.minDeadline, it.Req.Deadline)
+			q.maxLen = max(q.maxLen, len(it.Req.Input))
+		}
+	}
+	clear(q.subs[w:])
+	q.subs = q.subs[:w]
+}
+
+// oldest is the enqueue time of the request that has waited longest.
+func (q *keyQueue) oldest() time.Duration {
+	o := time.Duration(math.MaxInt64)
+	for _, s := range q.subs {
+		if s.items.len() > 0 {
+			o = min(o, s.items.at(0).Enqueue)
+		}
+	}
+	return o
+}
+
+// level is a sub-queue's effective priority now: its own, plus one for
+// every PriorityAging its head has waited, up to PriorityHigh. So a lower
+// level is never stuck behind a steady higher one for more than about
+// (PriorityHigh - its level) × PriorityAging.
+func (s *subQueue) level(now, aging time.Duration) int8 {
+	if s.prio >= PriorityHigh {
+		return s.prio
+	}
+	up := (now - s.items.at(0).Enqueue) / aging
+	return int8(min(int64(s.prio)+int64(up), int64(PriorityHigh)))
+}
+
+// better reports whether sub-queue a goes before b: higher effective
+// priority, then the tenant with the least weighted service, then the
+// older head.
+func better(a, b *subQueue, now, aging time.Duration) bool {
+	la, lb := a.level(now, aging), b.level(now, aging)
+	if la != lb {
+		return la > lb
+	}
+	if a.tenant.served != b.tenant.served {
+		return a.tenant.served < b.tenant.served
+	}
+	return a.items.at(0).Enqueue < b.items.at(0).Enqueue
+}
+
+// best is the sub-queue whose head goes next; nil if q is empty.
+func (q *keyQueue) best(now, aging time.Duration) *subQueue {
+	var best *subQueue
+	for _, s := range q.subs {
+		if s.items.len() > 0 && (best == nil || better(s, best, now, aging)) {
+			best = s
+		}
+	}
+	return best
+}
+
+// removeIf removes every queued item for which drop returns true (drop is
+// called once per item), keeping the counts right.
+func (q *keyQueue) removeIf(drop func(t *tenantState, it *Item) bool) {
+	for _, s := range q.subs {
+		before := s.items.len()
+		s.items.removeIf(func(it *Item) bool { return drop(s.tenant, it) })
+		gone := before - s.items.len()
+		q.n -= gone
+		s.tenant.queued -= gone
+	}
+	q.refresh()
+}

@@ -1,0 +1,92 @@
+package actors
+
+import "time"
+
+// modelState is a model's resolved settings.
+type modelState struct {
+	name        string
+	versions    []VersionConfig
+	totalWeight int
+	batchMax    int
+	inputLenMax int
+	slo         time.Duration
+	edges       []int
+}
+
+// model returns the named model's settings: from the registry, or, with no
+// registry, defaults for any name (bounded by KeysMax). Nil if unknown.
+func (b *Batcher) model(name string) *modelState {
+	if b.lastKey != nil && b.lastKey.model.name == name {
+		return b.lastKey.model
+	}
+	if m := b.models[name]; m != nil {
+		return m
+	}
+	if len(b.cfg.Models) > 0 || len(b.models) >= b.cfg.KeysMax {
+		return nil
+	}
+	m := &modelState{name: name, batchMax: b.cfg.BatchMax, slo: b.cfg.SLO}
+	b.models[name] = m
+	return m
+}
+
+func newModelState(c ModelConfig, cfg BatcherConfig) *modelState {
+	m := &modelState{name: c.Name, versions: c.Versions, inputLenMax: c.InputLenMax,
+		batchMax: cfg.BatchMax, slo: cfg.SLO, edges: c.BucketEdges}
+	for _, v := range c.Versions {
+		m.totalWeight += v.Weight
+	}
+	if c.BatchMax > 0 {
+		m.batchMax = min(c.BatchMax, cfg.BatchMax)
+	}
+	if c.SLO > 0 {
+		m.slo = c.SLO
+	}
+	return m
+}
+
+// route resolves the version a request runs on: the one it pins, if the
+// model has it, or one drawn by the versions' weights from the request id,
+// so the same id always lands on the same version. ok is false for a
+// version the model does not have.
+func (m *modelState) route(id uint64, version string) (string, bool) {
+	if len(m.versions) == 0 { // no registry: any version as given
+		return version, true
+	}
+	if version != "" {
+		for _, v := range m.versions {
+			if v.Name == version {
+				return version, true
+			}
+		}
+		return "", false
+	}
+	x := int(mix64(id) % uint64(m.totalWeight))
+	for _, v := range m.versions {
+		if x < v.Weight {
+			return v.Name, true
+		}
+		x -= v.Weight
+	}
+	panic("batchd: version weights do not add up")
+}
+
+// bucket is the input-length bucket of an input of n bytes.
+func (m *modelState) bucket(n int) int {
+	for i, e := range m.edges {
+		if n <= e {
+			return i
+		}
+	}
+	return len(m.edges)
+}
+
+// mix64 is SplitMix64's finaliser: request ids are sequential, and routing
+// needs them spread evenly over the weights.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}

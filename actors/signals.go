@@ -1,0 +1,126 @@
+package actors
+
+import (
+	"math"
+	"time"
+)
+
+// keySignals are a key's running averages.
+type keySignals struct {
+	rate   float64 // arrivals per second, exponentially averaged
+	rateAt time.Duration
+	// sizes holds the last batch sizes, a ring.
+	sizes  [16]int
+	nSizes int
+}
+
+func (s *keySignals) arrival(now, window time.Duration) {
+	s.rate = s.rateNow(now, window) + 1/window.Seconds()
+	s.rateAt = now
+}
+
+func (s *keySignals) rateNow(now, window time.Duration) float64 {
+	return s.rate * math.Exp(-(now-s.rateAt).Seconds()/window.Seconds())
+}
+
+func (s *keySignals) batch(n int) {
+	s.sizes[s.nSizes%len(s.sizes)] = n
+	s.nSizes++
+}
+
+// Signals is the batcher's view of its load, for metrics and autoscaling.
+type Signals struct {
+	Keys    []KeySignal
+	Devices []DeviceSignal
+	// DevicesNeeded is the autoscaling recommendation; see
+	// Batcher.Signals.
+	DevicesNeeded int
+	// DevicesHealthy counts registered devices that are not quarantined.
+	DevicesHealthy int
+}
+
+// KeySignal describes one key's queue.
+type KeySignal struct {
+	Key Key
+	// Depth is the number of requests queued.
+	Depth int
+	// WaitOldest is how long the oldest queued request has waited.
+	WaitOldest time.Duration
+	// SlackMin is the least slack of a queued request (negative: late).
+	SlackMin time.Duration
+	// Rate is the recent arrival rate, per second.
+	Rate float64
+	// BatchSizeMean is the mean size of the key's recent batches.
+	BatchSizeMean float64
+	// DevicesNeeded is this key's share of the recommendation.
+	DevicesNeeded float64
+}
+
+// DeviceSignal describes one device.
+type DeviceSignal struct {
+	Device Address
+	// BusyFraction is the share of time since registration spent on
+	// batches.
+	BusyFraction float64
+	Healthy      bool
+}
+
+// Signals returns the signals and the autoscaling recommendation. The
+// recommendation is computed per key from its arrival rate λ and the cost
+// model, not from device utilisation: within half of its slack budget
+// W = (SLO - compute - margin)/2 (the other half is headroom for queueing),
+// a key can gather b = clamp(λ·W, 1, BatchMax) requests per batch, so it
+// needs λ/b batches per second, each costing the predicted compute of b.
+// Keys add up; the sum is divided by TargetUtilization. Traffic spread over
+// many keys gathers small batches and so needs more devices even while the
+// devices it has look idle between batches. If a key's oldest request has
+// already waited longer than W, the recommendation is at least one more
+// device than there are (the queue, the leading signal, says so before
+// utilisation does).
+func (b *Batcher) Signals(now time.Duration) Signals {
+	var s Signals
+	need := 0.0
+	pressure := false
+	for _, q := range b.order {
+		m := q.model
+		bmax := m.batchMax
+		w := (m.slo - b.cfg.Latency.Predict(bmax, q.maxLen) - b.cfg.Margin) / 2
+		rate := q.sig.rateNow(now, b.cfg.SignalWindow)
+		k := KeySignal{Key: q.key, Depth: q.n, Rate: rate}
+		if q.n > 0 {
+			k.WaitOldest = now - q.oldest()
+			k.SlackMin = b.slack(q, now)
+			pressure = pressure || k.WaitOldest > max(w, 0)
+		}
+		if n := min(q.sig.nSizes, len(q.sig.sizes)); n > 0 {
+			total := 0
+			for _, x := range q.sig.sizes[:n] {
+				total += x
+			}
+			k.BatchSizeMean = float64(total) / float64(n)
+		}
+		if rate > 0 {
+			size := math.Min(float64(bmax), math.Max(1, rate*w.Seconds()))
+			k.DevicesNeeded = rate / size * b.cfg.Latency.Predict(int(size), q.maxLen).Seconds()
+			need += k.DevicesNeeded
+		}
+		s.Keys = append(s.Keys, k)
+	}
+	for _, d := range b.devOrder {
+		busy := d.busyTotal
+		if d.phase == devBusy {
+			busy += now - d.busySince
+		}
+		frac := 0.0
+		if alive := now - d.registered; alive > 0 {
+			frac = busy.Seconds() / alive.Seconds()
+		}
+		s.Devices = append(s.Devices, DeviceSignal{Device: d.addr, BusyFraction: frac, Healthy: d.phase != devQuarantined})
+	}
+	s.DevicesHealthy = b.healthy
+	s.DevicesNeeded = int(math.Ceil(need / b.cfg.TargetUtilization))
+	if pressure {
+		s.DevicesNeeded = max(s.DevicesNeeded, b.healthy+1)
+	}
+	return s
+}

@@ -1,0 +1,66 @@
+package actors
+
+import "time"
+
+// tenantState is what the batcher keeps per tenant: its share of device
+// time, what it holds, and its rate limit.
+type tenantState struct {
+	name   string
+	weight float64
+	cfg    TenantConfig
+	// served is the device time charged to the tenant, divided by its
+	// weight: fair scheduling serves the backlogged tenant with the least.
+	served float64
+	// queued and held (queued or on a device) count its requests.
+	queued, held int
+	// The token bucket, when cfg.Rate > 0.
+	tokens   float64
+	refilled time.Duration
+}
+
+func newTenant(name string, cfg TenantConfig) *tenantState {
+	w := float64(cfg.Weight)
+	if w <= 0 {
+		w = 1
+	}
+	return &tenantState{name: name, weight: w, cfg: cfg, tokens: float64(cfg.Burst)}
+}
+
+// take spends a token of the tenant's rate limit. When none is left it
+// returns false and how long until one is.
+func (t *tenantState) take(now time.Duration) (bool, time.Duration) {
+	if t.cfg.Rate <= 0 {
+		return true, 0
+	}
+	t.tokens = min(float64(t.cfg.Burst), t.tokens+t.cfg.Rate*(now-t.refilled).Seconds())
+	t.refilled = now
+	if t.tokens >= 1 {
+		t.tokens--
+		return true, 0
+	}
+	wait := time.Duration((1 - t.tokens) / t.cfg.Rate * float64(time.Second))
+	return false, max(wait, time.Millisecond)
+}
+
+// tenant returns the state of the named tenant, creating it on first sight
+// within TenantsMax; nil past the bound.
+func (b *Batcher) tenant(name string) *tenantState {
+	if t := b.tenants[name]; t != nil {
+		return t
+	}
+	if len(b.tenants) >= b.cfg.TenantsMax {
+		return nil
+	}
+	cfg := b.cfg.DefaultTenant
+	for _, c := range b.cfg.Tenants {
+		if c.Name == name {
+			cfg = c
+		}
+	}
+	t := newTenant(name, cfg)
+	// A newcomer starts level with the tenants being served, so it neither
+	// waits behind their history nor banks credit it did not use.
+	t.served = b.vtime
+	b.tenants[name] = t
+	return t
+}
