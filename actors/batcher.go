@@ -226,8 +226,7 @@ func (b *Batcher) reply(ctx Context, it Item, o Outcome, r Reason, err string, r
 // of the batcher's wait estimates.
 func (b *Batcher) compute() time.Duration { return b.cfg.Latency.Predict(b.cfg.BatchMax, 0) }
 
-// predictWait estimates how long a request joining q (nil for a new key)
-// now waits for a
+// predictWait estimates how long a request joining q now waits for a
 // device: the batches ahead of it each take the next device to come free,
 // at the cost of a full batch. Ahead of it are its own key's full batches
 // and the other keys' batches: all of them under PolicySlack, at most one
@@ -359,22 +358,26 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		reject(ReasonRateLimited, fmt.Sprintf("tenant %q is over its rate of %g/s", t.name, t.cfg.Rate), wait)
 		return
 	}
+	if q == nil {
+		if len(b.order) >= b.cfg.KeysMax {
+			reject(ReasonQueueFull, fmt.Sprintf("overloaded: %d distinct keys queued", len(b.order)), b.compute())
+			return
+		}
+		q = &keyQueue{key: key, model: m, minDeadline: time.Duration(math.MaxInt64)}
+		b.keys[key] = q
+		b.order = append(b.order, q)
+	}
+	// Demand counts what is turned away for load: the autoscaling signal
+	// must see the traffic the fleet could not take.
+	q.sig.arrival(now, b.cfg.SignalWindow)
 	wait := b.predictWait(q, now)
 	switch {
-	case q == nil && len(b.order) >= b.cfg.KeysMax:
-		reject(ReasonQueueFull, fmt.Sprintf("overloaded: %d distinct keys queued", len(b.order)), b.compute())
-		return
-	case b.held >= b.cfg.QueueTotalMax || (q != nil && q.held >= b.cfg.QueueMax):
+	case b.held >= b.cfg.QueueTotalMax || q.held >= b.cfg.QueueMax:
 		reject(ReasonQueueFull, "overloaded: queue full", b.nextRoom(now))
 		return
 	case now+wait+b.cfg.Latency.Predict(m.batchMax, len(req.Input))+b.cfg.Margin > it.Req.Deadline:
 		reject(ReasonOverloaded, fmt.Sprintf("overloaded: predicted queue wait %v exceeds the deadline", wait), wait)
 		return
-	}
-	if q == nil {
-		q = &keyQueue{key: key, model: m, minDeadline: time.Duration(math.MaxInt64)}
-		b.keys[key] = q
-		b.order = append(b.order, q)
 	}
 	if t.queued == 0 {
 		// Back from idle: level with the others, no banked credit.
@@ -383,7 +386,6 @@ func (b *Batcher) admit(ctx Context, req Request) {
 	b.lastKey = q
 	q.push(t, it)
 	q.held++
-	q.sig.arrival(now, b.cfg.SignalWindow)
 	t.held++
 	b.where[req.ID] = q
 	b.queued++

@@ -5,22 +5,40 @@ import (
 	"time"
 )
 
-// keySignals are a key's running averages.
+// keySignals are a key's running measures.
 type keySignals struct {
-	rate   float64 // arrivals per second, exponentially averaged
-	rateAt time.Duration
+	// Arrivals are counted per window of SignalWindow: cur in the window
+	// that began at curStart, prev in the one before.
+	cur, prev int
+	curStart  time.Duration
 	// sizes holds the last batch sizes, a ring.
 	sizes  [16]int
 	nSizes int
 }
 
-func (s *keySignals) arrival(now, window time.Duration) {
-	s.rate = s.rateNow(now, window) + 1/window.Seconds()
-	s.rateAt = now
+func (s *keySignals) roll(now, window time.Duration) {
+	if now < s.curStart+window {
+		return
+	}
+	s.prev = s.cur
+	if now >= s.curStart+2*window {
+		s.prev = 0
+	}
+	s.cur = 0
+	s.curStart = now - (now-s.curStart)%window
 }
 
+func (s *keySignals) arrival(now, window time.Duration) {
+	s.roll(now, window)
+	s.cur++
+}
+
+// rateNow is the arrival rate over the last window, sliding: the previous
+// window's count weighted by how much of it the last window still covers.
 func (s *keySignals) rateNow(now, window time.Duration) float64 {
-	return s.rate * math.Exp(-(now-s.rateAt).Seconds()/window.Seconds())
+	s.roll(now, window)
+	f := float64(now-s.curStart) / float64(window)
+	return (float64(s.prev)*(1-f) + float64(s.cur)) / window.Seconds()
 }
 
 func (s *keySignals) batch(n int) {

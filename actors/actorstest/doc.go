@@ -1,0 +1,22 @@
+// Package actorstest is the runtime conformance suite: one set of tests
+// that every runtime of package actors must pass, so that the actors behave
+// the same in the deterministic simulator (sim) and on the live runtimes
+// (engine/protoactor, engine/hollywood).
+//
+// It checks what actors.Context promises: per-sender FIFO delivery; timers
+// that fire no sooner than their delay, that Cancel withdraws, and whose
+// stale cancellation is harmless; Exec jobs whose completion comes back as
+// a JobDone with the job's ID and outputs, and a hung job that blocks
+// neither the actor nor its next job; a clock that never goes back; and,
+// where the runtime supervises, a panicking actor restarted with a fresh
+// value that gets Start again and sees nothing of its last incarnation
+// (timers, job results).
+//
+// A runtime plugs in through the small Runtime interface. Live runtimes run
+// in real time: the suite waits on conditions with generous bounds and
+// asserts only lower bounds on elapsed time, never upper ones, so a loaded
+// machine makes it slower, not flaky.
+//
+// Who imports it: the tests of sim, engine/protoactor and engine/hollywood,
+// each in its own test binary. It imports actors and nothing else of batchd.
+package actorstest
