@@ -331,7 +331,11 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 			continue
 		}
 		k := l.keys[r.key]
-		if q.Model != k.Model || (q.Version != k.Version && !(q.Version == "" && r.resolved)) {
+		// A request that named no version runs on the one the batcher
+		// routed it to: the batch's, which the batcher may also write into
+		// the request.
+		routed := k.Version == "" && q.Version == b.Key.Version
+		if q.Model != k.Model || (q.Version != k.Version && !routed && !(q.Version == "" && r.resolved)) {
 			l.violate(ViolationOutput, "batch %d: request %d altered in flight", b.ID, q.ID)
 		}
 		if k.Version == "" {

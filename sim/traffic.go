@@ -260,9 +260,17 @@ func (t *Traffic) gap(ctx actors.Context) time.Duration {
 		s *= ctx.Rand().ExpFloat64()
 	}
 	// At least 1 ns, so that two arrivals never share an instant by
-	// accident and time always moves.
-	return max(time.Duration(s*float64(time.Second)), 1)
+	// accident and time always moves. A gap too long for a Duration (a
+	// tiny rate) means no further arrival, not an overflow.
+	if ns := s * float64(time.Second); ns < float64(gapNever) {
+		return max(time.Duration(ns), 1)
+	}
+	return gapNever
 }
+
+// gapNever is the gap that stands for "no further arrival": far past any
+// run, with room to add it to the clock without overflow.
+const gapNever = time.Duration(math.MaxInt64 / 4)
 
 // schedule sets the next arrival d from now, unless it would fall at or
 // after Stop; the source then ends without leaving a timer behind.

@@ -1,0 +1,679 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// FlushCheckConfig configures a FlushCheck.
+type FlushCheckConfig struct {
+	// Batcher is the address of the batcher under check.
+	Batcher actors.Address
+	// Config is the configuration the batcher runs with, its cost model
+	// (Latency) filled in: the flush bound is computed from it.
+	Config actors.BatcherConfig
+	// NetDelay is the world's delivery delay (WorldConfig.NetDelay): a
+	// message the batcher sent at t is delivered at t+NetDelay, which is how
+	// the check dates the batcher's own sends.
+	NetDelay time.Duration
+	// ViolationsMax is how many descriptions of violations (and of
+	// inconsistencies) are kept; all are counted. Default 20.
+	ViolationsMax int
+}
+
+// FlushCheck is an Observer that checks invariant 5 of the architecture:
+// no request waits past its flush bound while a device that could take it
+// is idle.
+//
+// It is independent of the batcher's internals: it rebuilds the batcher's
+// view of the world from the messages the batcher receives and sends, and
+// from nothing else:
+//
+//   - devices: a DeviceReady or a BatchDone (of the batch in flight) makes a
+//     device idle at the batcher, a RunBatch sent to it makes it busy, a
+//     BatchAborted makes it not idle (restarting), a DeviceDown
+//     quarantines it. Healthy devices are those registered (a DeviceReady
+//     was received) and not quarantined, as the batcher counts them for the
+//     linger;
+//   - requests: a Submit queues its request; a Reply the batcher sends, or
+//     a RunBatch that carries the request, takes it out of the queue (so a
+//     request answered Rejected at its own Submit was never queued); the
+//     pending items of a BatchAborted, and the whole batch of a device that
+//     is quarantined or re-announced while busy, re-enter the queue when
+//     that message is delivered, with their first enqueue time.
+//
+// A request's key is the batcher's compatibility key, derived from the
+// request and the batcher's configuration as the batcher documents it:
+// its model; its version, or, for a request that names none of a model in
+// the registry (Config.Models), the version the weights route its ID to;
+// its parameters; and the length bucket of its input (BucketEdges). A
+// model's batch size is the smaller of its own BatchMax and the batcher's,
+// its SLO its own or the batcher's. (The check verifies the key it derives
+// against the key of every batch that carries the request, and counts an
+// inconsistency where they differ.)
+//
+// The flush bound of a key's queue is the earliest of its requests' bounds:
+//
+//	min over queued r of
+//	    min(r.enqueue + Linger(healthy, maxLen),
+//	        r.deadline - Latency.Predict(min(n, batchMax), maxLen) - Margin)
+//
+// where n is the number of requests queued under the key, maxLen the
+// longest input among them, batchMax and Linger those of the key's model
+// (its SLO and batch size in BatcherConfig.Linger); or the current instant
+// when n >= batchMax or the batcher is draining. A request's deadline is
+// the one the batcher gives it: its own, or Arrival plus its model's SLO
+// when it has none, and never past Arrival+TimeoutMax.
+//
+// Time. The batcher's state changes only at its instants: the times a
+// message is delivered to it. Between two consecutive instants s < s' the
+// state is constant, so the invariant is broken exactly when, in the state
+// at the end of instant s, a device that holds a key's model is idle and
+// the key's bound is < s' (the batcher let the bound pass and woke up too
+// late, or not at all). A bound equal to s' is fine: a timer firing exactly
+// at the bound. A message the batcher sends at s is delivered at
+// s+NetDelay, so the check settles instant s once it has seen a delivery
+// after s+NetDelay: by then it knows everything the batcher received and
+// sent at s. Violations are counted once per key and interval.
+//
+// Order within an instant. Without network delay, what the batcher sends
+// is delivered in the same instant, after the message that made it send,
+// and a device may answer in that instant too (a batch whose items all
+// expire on the device comes back at once); delivery order is then the
+// order of cause and effect, and the check applies the instant's messages
+// in it. With a delay, nothing the batcher sends at s can come back at s,
+// and the check applies what it received at s before what it sent at s.
+//
+// A FlushCheck also counts the items the batcher holds (queued or on a
+// device, as the queue bounds count them) per key and in all, at the end
+// of every instant, for invariant 10 (see HeldHigh).
+type FlushCheck struct {
+	cfg FlushCheckConfig
+
+	// Deliveries not yet applied, dated in the batcher's time: inputs
+	// (deliveries to the batcher) at their delivery, outputs (deliveries
+	// from it) at their send. Both are in (time, seq) order.
+	ins, outs []fcEvent
+	inHead    int
+	outHead   int
+	seq       uint64
+
+	queued   map[uint64]*fcItem
+	models   map[string]*fcModel
+	keys     map[actors.Key]*fcKey
+	keyOrder []*fcKey // creation order, so that the report is deterministic
+	devs     map[actors.Address]*fcDev
+	devOrder []*fcDev
+	healthy  int
+	idle     int
+	draining bool
+	held     int
+
+	// cur is the last instant applied; started is false before the first.
+	cur     time.Duration
+	started bool
+	done    bool
+
+	heldKeyHigh, heldHigh int
+
+	violationsN, inconsistentN int64
+	violations, inconsistent   []string
+	checks                     int64
+}
+
+type fcEvent struct {
+	at  time.Duration
+	seq uint64 // delivery order
+	to  actors.Address
+	msg actors.Message
+}
+
+// fcItem is a request the batcher holds, queued or on a device.
+type fcItem struct {
+	id                uint64
+	key               *fcKey
+	enqueue, deadline time.Duration
+	inLen             int
+	idx               int // index in key.items while queued
+}
+
+// fcModel is a model's settings as the batcher resolves them.
+type fcModel struct {
+	// linger is the batcher's configuration with the model's SLO and
+	// batch size, for BatcherConfig.Linger.
+	linger      actors.BatcherConfig
+	batchMax    int
+	slo         time.Duration
+	edges       []int
+	versions    []actors.VersionConfig
+	totalWeight int
+}
+
+type fcKey struct {
+	key   actors.Key
+	model *fcModel
+	items []*fcItem // queued, in no particular order
+	held  int
+	// Aggregates over items, valid unless dirty.
+	minEnqueue, minDeadline time.Duration
+	maxLen                  int
+	dirty                   bool
+}
+
+type fcPhase uint8
+
+const (
+	fcIdle fcPhase = iota + 1
+	fcBusy
+	fcDown
+	fcQuarantined
+)
+
+type fcDev struct {
+	addr     actors.Address
+	phase    fcPhase
+	models   []string
+	batchID  uint64
+	inflight []*fcItem
+}
+
+func (d *fcDev) holds(model string) bool {
+	if len(d.models) == 0 {
+		return true
+	}
+	for _, m := range d.models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+var _ Observer = (*FlushCheck)(nil)
+
+// NewFlushCheck returns a check for a valid configuration.
+func NewFlushCheck(cfg FlushCheckConfig) (*FlushCheck, error) {
+	if cfg.ViolationsMax == 0 {
+		cfg.ViolationsMax = 20
+	}
+	switch {
+	case cfg.Batcher.IsZero():
+		return nil, fmt.Errorf("flush check: Batcher must be set")
+	case cfg.NetDelay < 0 || cfg.ViolationsMax < 0:
+		return nil, fmt.Errorf("flush check: NetDelay and ViolationsMax must not be negative")
+	}
+	if err := cfg.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("flush check: %w", err)
+	}
+	return &FlushCheck{
+		cfg:    cfg,
+		queued: make(map[uint64]*fcItem),
+		models: make(map[string]*fcModel),
+		keys:   make(map[actors.Key]*fcKey),
+		devs:   make(map[actors.Address]*fcDev),
+	}, nil
+}
+
+// Deliver implements Observer.
+func (f *FlushCheck) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
+	if f.done {
+		return
+	}
+	f.seq++
+	switch {
+	case to == f.cfg.Batcher:
+		f.ins = append(f.ins, fcEvent{at: at, seq: f.seq, to: to, msg: msg})
+	case from == f.cfg.Batcher:
+		f.outs = append(f.outs, fcEvent{at: at - f.cfg.NetDelay, seq: f.seq, to: to, msg: msg})
+	}
+	// Instants s with s+NetDelay < at are complete: every delivery at or
+	// before s+NetDelay has been seen.
+	f.settle(at-f.cfg.NetDelay, false)
+}
+
+// Finish settles every instant seen and checks the last interval, which
+// ends at end: the time the world stopped (no batcher instant came after
+// the last one before end). It is idempotent.
+func (f *FlushCheck) Finish(end time.Duration) {
+	if f.done {
+		return
+	}
+	f.settle(0, true)
+	if f.started {
+		f.check(max(end, f.cur))
+	}
+	f.done = true
+}
+
+// settle applies, in order, every pending instant before limit (all of
+// them when all is set), checking the interval before each.
+func (f *FlushCheck) settle(limit time.Duration, all bool) {
+	for {
+		s, ok := f.nextInstant()
+		if !ok || (!all && s >= limit) {
+			break
+		}
+		if f.started {
+			f.check(s)
+		}
+		for {
+			in := f.inHead < len(f.ins) && f.ins[f.inHead].at == s
+			out := f.outHead < len(f.outs) && f.outs[f.outHead].at == s
+			if in && out && f.cfg.NetDelay == 0 {
+				// Both in this instant: in delivery order.
+				in = f.ins[f.inHead].seq < f.outs[f.outHead].seq
+			}
+			switch {
+			case in:
+				f.applyInput(s, f.ins[f.inHead])
+				f.ins[f.inHead] = fcEvent{}
+				f.inHead++
+				continue
+			case out:
+				f.applyOutput(s, f.outs[f.outHead])
+				f.outs[f.outHead] = fcEvent{}
+				f.outHead++
+				continue
+			}
+			break
+		}
+		f.cur, f.started = s, true
+		f.heldHigh = max(f.heldHigh, f.held)
+		for _, k := range f.keyOrder {
+			f.heldKeyHigh = max(f.heldKeyHigh, k.held)
+		}
+	}
+	f.ins, f.inHead = compact(f.ins, f.inHead)
+	f.outs, f.outHead = compact(f.outs, f.outHead)
+}
+
+// compact drops the applied events before head once they are most of q,
+// so that a queue that never empties (under a network delay) does not grow
+// with the run.
+func compact(q []fcEvent, head int) ([]fcEvent, int) {
+	if head == len(q) {
+		return q[:0], 0
+	}
+	if head < 1024 || head < len(q)/2 {
+		return q, head
+	}
+	n := copy(q, q[head:])
+	clear(q[n:])
+	return q[:n], 0
+}
+
+func (f *FlushCheck) nextInstant() (time.Duration, bool) {
+	hasIn, hasOut := f.inHead < len(f.ins), f.outHead < len(f.outs)
+	switch {
+	case hasIn && hasOut:
+		in, out := f.ins[f.inHead].at, f.outs[f.outHead].at
+		if out < in {
+			f.inconsistency("batcher sent %T at %v without receiving anything then", f.outs[f.outHead].msg, out)
+		}
+		return min(in, out), true
+	case hasIn:
+		return f.ins[f.inHead].at, true
+	case hasOut:
+		// Its input instant is settled already, or never was.
+		out := f.outs[f.outHead].at
+		f.inconsistency("batcher sent %T at %v without receiving anything then", f.outs[f.outHead].msg, out)
+		return out, true
+	}
+	return 0, false
+}
+
+// check looks at the state at the end of instant f.cur, constant until
+// next (the next batcher instant): a key whose bound is before next, with
+// an idle device that holds its model, is a violation.
+func (f *FlushCheck) check(next time.Duration) {
+	if f.idle == 0 || next <= f.cur {
+		return
+	}
+	f.checks++
+	for _, k := range f.keyOrder {
+		if len(k.items) == 0 {
+			continue
+		}
+		bound, why := f.bound(k)
+		if bound >= next {
+			continue
+		}
+		for _, d := range f.devOrder {
+			if d.phase != fcIdle || !d.holds(k.key.Model) {
+				continue
+			}
+			f.violationsN++
+			if len(f.violations) < f.cfg.ViolationsMax {
+				f.violations = append(f.violations, fmt.Sprintf(
+					"key %+v: %d queued, %s bound %v passed while device %v was idle from %v to the batcher's next event at %v (healthy %d)",
+					k.key, len(k.items), why, bound, d.addr, f.cur, next, f.healthy))
+			}
+			break
+		}
+	}
+}
+
+// bound is the flush bound of k's queue in the state at the end of f.cur.
+func (f *FlushCheck) bound(k *fcKey) (time.Duration, string) {
+	n := len(k.items)
+	c := &f.cfg.Config
+	m := k.model
+	switch {
+	case f.draining:
+		return f.cur, "drain"
+	case n >= m.batchMax:
+		return f.cur, "full-batch"
+	}
+	k.refresh()
+	linger := k.minEnqueue + m.linger.Linger(f.healthy, k.maxLen)
+	slack := k.minDeadline - c.Latency.Predict(min(n, m.batchMax), k.maxLen) - c.Margin
+	if linger <= slack {
+		return linger, "linger"
+	}
+	return slack, "slack"
+}
+
+func (k *fcKey) refresh() {
+	if !k.dirty {
+		return
+	}
+	k.minEnqueue, k.minDeadline, k.maxLen = math.MaxInt64, math.MaxInt64, 0
+	for _, it := range k.items {
+		k.include(it)
+	}
+	k.dirty = false
+}
+
+func (k *fcKey) include(it *fcItem) {
+	k.minEnqueue = min(k.minEnqueue, it.enqueue)
+	k.minDeadline = min(k.minDeadline, it.deadline)
+	k.maxLen = max(k.maxLen, it.inLen)
+}
+
+// model returns the settings of the named model: the registry's, or the
+// batcher's defaults when there is no registry. A model the registry
+// lacks gets the defaults too: the batcher rejects its requests, and the
+// Rejected reply takes them out of the queue in the same instant.
+func (f *FlushCheck) model(name string) *fcModel {
+	if m := f.models[name]; m != nil {
+		return m
+	}
+	c := f.cfg.Config
+	m := &fcModel{batchMax: c.BatchMax, slo: c.SLO}
+	for _, mc := range c.Models {
+		if mc.Name != name {
+			continue
+		}
+		if mc.BatchMax > 0 {
+			m.batchMax = min(mc.BatchMax, c.BatchMax)
+		}
+		if mc.SLO > 0 {
+			m.slo = mc.SLO
+		}
+		m.edges, m.versions = mc.BucketEdges, mc.Versions
+		for _, v := range mc.Versions {
+			m.totalWeight += v.Weight
+		}
+	}
+	m.linger = c
+	m.linger.SLO, m.linger.BatchMax = m.slo, m.batchMax
+	f.models[name] = m
+	return m
+}
+
+// route is the version a request runs on, as BatcherConfig.Models
+// documents it: the one it names, or, for a model with versions, the one
+// the versions' weights give its ID (SplitMix64's finaliser of the ID,
+// modulo the total weight, walked over the versions in order).
+func (m *fcModel) route(id uint64, version string) string {
+	if version != "" || m.totalWeight <= 0 {
+		return version
+	}
+	x := id
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	w := int(x % uint64(m.totalWeight))
+	for _, v := range m.versions {
+		if w < v.Weight {
+			return v.Name
+		}
+		w -= v.Weight
+	}
+	return version
+}
+
+// bucket is the length bucket of an input of n bytes.
+func (m *fcModel) bucket(n int) int {
+	for i, e := range m.edges {
+		if n <= e {
+			return i
+		}
+	}
+	return len(m.edges)
+}
+
+func (f *FlushCheck) key(k actors.Key, m *fcModel) *fcKey {
+	q := f.keys[k]
+	if q == nil {
+		q = &fcKey{key: k, model: m, minEnqueue: math.MaxInt64, minDeadline: math.MaxInt64}
+		f.keys[k] = q
+		f.keyOrder = append(f.keyOrder, q)
+	}
+	return q
+}
+
+func (f *FlushCheck) enqueue(it *fcItem) {
+	if f.queued[it.id] != nil {
+		f.inconsistency("request %d queued twice", it.id)
+		return
+	}
+	k := it.key
+	it.idx = len(k.items)
+	k.items = append(k.items, it)
+	if !k.dirty {
+		k.include(it)
+	}
+	f.queued[it.id] = it
+}
+
+// dequeue takes a queued request out of its key's queue; it stays held.
+func (f *FlushCheck) dequeue(id uint64) *fcItem {
+	it := f.queued[id]
+	if it == nil {
+		return nil
+	}
+	delete(f.queued, id)
+	k := it.key
+	last := k.items[len(k.items)-1]
+	k.items[it.idx], last.idx = last, it.idx
+	k.items[len(k.items)-1] = nil
+	k.items = k.items[:len(k.items)-1]
+	if it.enqueue == k.minEnqueue || it.deadline == k.minDeadline || it.inLen == k.maxLen {
+		k.dirty = true
+	}
+	return it
+}
+
+func (f *FlushCheck) release(it *fcItem) {
+	it.key.held--
+	f.held--
+}
+
+func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
+	c := &f.cfg.Config
+	switch m := e.msg.(type) {
+	case actors.Submit:
+		q := m.Req
+		if f.queued[q.ID] != nil {
+			// A duplicate ID: the batcher rejects it, and the ledger flags it.
+			f.inconsistency("request %d submitted while queued", q.ID)
+			return
+		}
+		mod := f.model(q.Model)
+		deadline := q.Deadline
+		if deadline == 0 {
+			deadline = q.Arrival + mod.slo
+		}
+		deadline = min(deadline, q.Arrival+c.TimeoutMax)
+		k := actors.Key{Model: q.Model, Version: mod.route(q.ID, q.Version), Params: q.Params, Bucket: mod.bucket(len(q.Input))}
+		it := &fcItem{id: q.ID, key: f.key(k, mod), enqueue: at, deadline: deadline, inLen: len(q.Input)}
+		it.key.held++
+		f.held++
+		f.enqueue(it)
+	case actors.Drain:
+		f.draining = true
+	case actors.DeviceReady:
+		d := f.devs[m.Device]
+		switch {
+		case d == nil:
+			if len(f.devOrder) >= c.DevicesMax {
+				return // the batcher leaves it unused
+			}
+			d = &fcDev{addr: m.Device}
+			f.devs[m.Device] = d
+			f.devOrder = append(f.devOrder, d)
+			f.healthy++
+		case d.phase == fcQuarantined:
+			f.healthy++
+		case d.phase == fcIdle:
+			d.models = m.Models
+			return
+		case d.phase == fcBusy:
+			f.endBatch(d, nil, true)
+		}
+		d.models = m.Models
+		f.setPhase(d, fcIdle)
+	case actors.BatchDone:
+		d := f.devs[m.Device]
+		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {
+			return // stale
+		}
+		f.endBatch(d, nil, false)
+		f.setPhase(d, fcIdle)
+	case actors.BatchAborted:
+		d := f.devs[m.Device]
+		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {
+			return
+		}
+		f.endBatch(d, m.Pending, false)
+		f.setPhase(d, fcDown)
+	case actors.DeviceDown:
+		d := f.devs[m.Device]
+		if d == nil || d.phase == fcQuarantined {
+			return
+		}
+		if d.phase == fcBusy {
+			f.endBatch(d, nil, true)
+		}
+		f.setPhase(d, fcQuarantined)
+		f.healthy--
+	}
+	// Cancel, Start, and the batcher's own timers change nothing the
+	// batcher shows: a cancelled request leaves with the Reply it is sent.
+}
+
+// endBatch ends d's batch: the items in pending (all of them when all is
+// set) go back to their queues, the others are released.
+func (f *FlushCheck) endBatch(d *fcDev, pending []uint64, all bool) {
+	for _, it := range d.inflight {
+		if all || containsID(pending, it.id) {
+			f.enqueue(it)
+		} else {
+			f.release(it)
+		}
+	}
+	d.inflight, d.batchID = nil, 0
+}
+
+func containsID(s []uint64, id uint64) bool {
+	for _, x := range s {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *FlushCheck) setPhase(d *fcDev, p fcPhase) {
+	if d.phase == fcIdle {
+		f.idle--
+	}
+	if p == fcIdle {
+		f.idle++
+	}
+	d.phase = p
+}
+
+func (f *FlushCheck) applyOutput(at time.Duration, e fcEvent) {
+	switch m := e.msg.(type) {
+	case actors.RunBatch:
+		d := f.devs[e.to]
+		if d == nil || d.phase != fcIdle {
+			f.inconsistency("batch %d sent at %v to device %v, which is not idle at the batcher", m.Batch.ID, at, e.to)
+			if d == nil {
+				return
+			}
+			f.endBatch(d, nil, false)
+		}
+		d.inflight = make([]*fcItem, 0, len(m.Batch.Items))
+		bk := m.Batch.Key
+		for i := range m.Batch.Items {
+			id := m.Batch.Items[i].Req.ID
+			it := f.dequeue(id)
+			if it == nil {
+				f.inconsistency("batch %d at %v carries request %d, which is not queued", m.Batch.ID, at, id)
+				continue
+			}
+			// A batch is of one key, but may take shorter buckets of its
+			// model version and parameters (BucketMerge).
+			k := it.key.key
+			if k.Model != bk.Model || k.Version != bk.Version || k.Params != bk.Params || k.Bucket > bk.Bucket ||
+				(k.Bucket < bk.Bucket && !f.cfg.Config.BucketMerge) {
+				f.inconsistency("batch %d at %v, key %+v, carries request %d of key %+v", m.Batch.ID, at, bk, id, k)
+			}
+			d.inflight = append(d.inflight, it)
+		}
+		d.batchID = m.Batch.ID
+		f.setPhase(d, fcBusy)
+	case actors.Reply:
+		it := f.dequeue(m.ID)
+		if it == nil {
+			f.inconsistency("batcher answered request %d (%v) at %v, which is not queued", m.ID, m.Outcome, at)
+			return
+		}
+		f.release(it)
+	}
+}
+
+func (f *FlushCheck) inconsistency(format string, args ...any) {
+	f.inconsistentN++
+	if len(f.inconsistent) < f.cfg.ViolationsMax {
+		f.inconsistent = append(f.inconsistent, fmt.Sprintf(format, args...))
+	}
+}
+
+// Violations returns the number of violations of invariant 5 found and the
+// first few, described.
+func (f *FlushCheck) Violations() (int64, []string) { return f.violationsN, f.violations }
+
+// Inconsistencies returns the number of messages that do not fit the
+// check's model of the batcher (a batch sent to a busy device, a request
+// dispatched or answered by the batcher while not queued, ...) and the
+// first few. Each is a bug in the batcher or in the check; either way the
+// check's verdict is not to be trusted while there are any.
+func (f *FlushCheck) Inconsistencies() (int64, []string) { return f.inconsistentN, f.inconsistent }
+
+// Checks is the number of intervals checked that had an idle device: how
+// much the check saw.
+func (f *FlushCheck) Checks() int64 { return f.checks }
+
+// HeldHigh returns the most items the batcher held (queued or on a device)
+// under one key, and in all, at the end of any of its instants: what
+// BatcherConfig.QueueMax and QueueTotalMax bound.
+func (f *FlushCheck) HeldHigh() (perKey, total int) { return f.heldKeyHigh, f.heldHigh }
