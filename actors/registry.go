@@ -90,3 +90,34 @@ func mix64(x uint64) uint64 {
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
 }
+
+// modelConfig returns the registry entry for name, if any.
+func (c BatcherConfig) modelConfig(name string) (ModelConfig, bool) {
+	for _, m := range c.Models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return ModelConfig{}, false
+}
+
+// Route is the version a request for model with this id and (possibly
+// empty) version runs on, as the batcher routes it; ok is false for an
+// unknown model or version. Checkers use it to derive keys the way the
+// batcher does.
+func (c BatcherConfig) Route(model string, id uint64, version string) (string, bool) {
+	if len(c.Models) == 0 {
+		return version, model != ""
+	}
+	mc, ok := c.modelConfig(model)
+	if !ok {
+		return "", false
+	}
+	return newModelState(mc, c).route(id, version)
+}
+
+// Bucket is the length bucket of an input of n bytes for model.
+func (c BatcherConfig) Bucket(model string, n int) int {
+	mc, _ := c.modelConfig(model)
+	return (&modelState{edges: mc.BucketEdges}).bucket(n)
+}

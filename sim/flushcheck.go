@@ -145,11 +145,8 @@ type fcModel struct {
 	// linger is the batcher's configuration with the model's SLO and
 	// batch size, for BatcherConfig.Linger.
 	linger      actors.BatcherConfig
-	batchMax    int
-	slo         time.Duration
-	edges       []int
-	versions    []actors.VersionConfig
-	totalWeight int
+	batchMax int
+	slo      time.Duration
 }
 
 type fcKey struct {
@@ -413,49 +410,11 @@ func (f *FlushCheck) model(name string) *fcModel {
 		if mc.SLO > 0 {
 			m.slo = mc.SLO
 		}
-		m.edges, m.versions = mc.BucketEdges, mc.Versions
-		for _, v := range mc.Versions {
-			m.totalWeight += v.Weight
-		}
 	}
 	m.linger = c
 	m.linger.SLO, m.linger.BatchMax = m.slo, m.batchMax
 	f.models[name] = m
 	return m
-}
-
-// route is the version a request runs on, as BatcherConfig.Models
-// documents it: the one it names, or, for a model with versions, the one
-// the versions' weights give its ID (SplitMix64's finaliser of the ID,
-// modulo the total weight, walked over the versions in order).
-func (m *fcModel) route(id uint64, version string) string {
-	if version != "" || m.totalWeight <= 0 {
-		return version
-	}
-	x := id
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	w := int(x % uint64(m.totalWeight))
-	for _, v := range m.versions {
-		if w < v.Weight {
-			return v.Name
-		}
-		w -= v.Weight
-	}
-	return version
-}
-
-// bucket is the length bucket of an input of n bytes.
-func (m *fcModel) bucket(n int) int {
-	for i, e := range m.edges {
-		if n <= e {
-			return i
-		}
-	}
-	return len(m.edges)
 }
 
 func (f *FlushCheck) key(k actors.Key, m *fcModel) *fcKey {
@@ -521,7 +480,9 @@ func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
 			deadline = q.Arrival + mod.slo
 		}
 		deadline = min(deadline, q.Arrival+c.TimeoutMax)
-		k := actors.Key{Model: q.Model, Version: mod.route(q.ID, q.Version), Params: q.Params, Bucket: mod.bucket(len(q.Input))}
+		c := f.cfg.Config
+		version, _ := c.Route(q.Model, q.ID, q.Version)
+		k := actors.Key{Model: q.Model, Version: version, Params: q.Params, Bucket: c.Bucket(q.Model, len(q.Input))}
 		it := &fcItem{id: q.ID, key: f.key(k, mod), enqueue: at, deadline: deadline, inLen: len(q.Input)}
 		it.key.held++
 		f.held++
