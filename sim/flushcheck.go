@@ -144,7 +144,7 @@ type fcItem struct {
 type fcModel struct {
 	// linger is the batcher's configuration with the model's SLO and
 	// batch size, for BatcherConfig.Linger.
-	linger      actors.BatcherConfig
+	linger   actors.BatcherConfig
 	batchMax int
 	slo      time.Duration
 }
