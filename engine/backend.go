@@ -1,0 +1,268 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// Backend runs one batch on one device. It is what a device actor's jobs
+// (actors.Context.Exec) run through; a runtime adapter calls it from the
+// device's own worker goroutine, one batch at a time.
+//
+// Run returns one output per input, or fails: itemErrs is nil or holds one
+// entry per input (non-nil where that item failed on its own; the others'
+// outputs are good); err non-nil means the whole batch failed, and wrapping
+// ErrDeviceFault says the device itself failed and must restart. Run must
+// return soon after ctx is done: that is how a hung batch is abandoned.
+// Run must not panic: a panic is a bug and takes the process down, like a
+// panic on any goroutine.
+type Backend interface {
+	Run(ctx context.Context, model, version string, inputs []string) (outputs []string, itemErrs []error, err error)
+}
+
+var (
+	// ErrDeviceFault marks a batch error that means the device itself failed
+	// (crashed, lost its context): no output is valid and the device actor
+	// restarts it. Backends wrap it.
+	ErrDeviceFault = errors.New("device fault")
+	// ErrBatchSize is returned for a batch of no inputs or more than the
+	// backend takes.
+	ErrBatchSize = errors.New("batch size out of range")
+	// ErrItem is the per-item error of the emulated backend's injected item
+	// faults.
+	ErrItem = errors.New("emulated backend: injected item error")
+	// ErrBatch is the whole-batch error of the emulated backend's injected
+	// batch faults and poison inputs.
+	ErrBatch = errors.New("emulated backend: injected batch error")
+)
+
+// EmulatedConfig configures an Emulated backend.
+type EmulatedConfig struct {
+	// Latency is the time a batch takes: Latency.Predict(n, longest input).
+	// Default: the seeds' fixed 100 ms. The zero model costs nothing, which
+	// benchmarks of the engine's own overhead use.
+	Latency actors.LatencyModel
+	// BatchMax is the most inputs one batch may hold; more is an error
+	// (ErrBatchSize). Default 100, the seeds' batchstring.
+	BatchMax int
+	// HangRate is the probability that a batch hangs: Run blocks until its
+	// ctx is done. HangRate, CrashRate and BatchErrorRate are exclusive
+	// outcomes drawn from one number; their sum must not exceed 1.
+	HangRate float64
+	// CrashRate is the probability that the device crashes during a batch:
+	// Run returns an error wrapping ErrDeviceFault after a uniform fraction
+	// of the latency.
+	CrashRate float64
+	// BatchErrorRate is the probability that the whole batch fails with
+	// ErrBatch at its full latency while the device stays usable.
+	BatchErrorRate float64
+	// ItemErrorRate is the probability that one item fails on its own with
+	// ErrItem, drawn per item in batches that do not fail whole.
+	ItemErrorRate float64
+	// PoisonPrefix marks poison inputs: a batch holding an input that starts
+	// with it fails whole with ErrBatch every time, so only splitting the
+	// batch serves its other items. Empty switches poison off.
+	PoisonPrefix string
+	// Seed seeds the backend's own random stream, from which its faults are
+	// drawn.
+	Seed uint64
+}
+
+// DefaultEmulatedConfig returns the seeds' batchstring: 1 to 100 inputs at a
+// fixed 100 ms, no faults.
+func DefaultEmulatedConfig() EmulatedConfig {
+	return EmulatedConfig{
+		Latency:  actors.FixedLatency(100 * time.Millisecond),
+		BatchMax: 100,
+	}
+}
+
+// Validate reports the first field that makes the configuration unusable.
+func (c EmulatedConfig) Validate() error {
+	if c.Latency.Base < 0 || c.Latency.PerItem < 0 || c.Latency.PerPaddedByte < 0 {
+		return fmt.Errorf("emulated config: negative latency")
+	}
+	if len(c.Latency.Table) > 0 {
+		if err := c.Latency.Validate(); err != nil {
+			return fmt.Errorf("emulated config: %w", err)
+		}
+	}
+	if c.BatchMax < 1 {
+		return fmt.Errorf("emulated config: BatchMax %d: must be at least 1", c.BatchMax)
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"HangRate", c.HangRate}, {"CrashRate", c.CrashRate}, {"BatchErrorRate", c.BatchErrorRate}, {"ItemErrorRate", c.ItemErrorRate}} {
+		if !(r.v >= 0 && r.v <= 1) { // also catches NaN
+			return fmt.Errorf("emulated config: %s %v: must be in [0, 1]", r.name, r.v)
+		}
+	}
+	if sum := c.HangRate + c.CrashRate + c.BatchErrorRate; sum > 1 {
+		return fmt.Errorf("emulated config: HangRate+CrashRate+BatchErrorRate %v: must not exceed 1", sum)
+	}
+	return nil
+}
+
+// Emulated is the seeds' batchstring on one emulated GPU: a batch of 1 to
+// BatchMax inputs costs the configured latency, and each output is
+// actors.EmulatedOutput(model, version, input), so a reply carrying another
+// request's output, or the right input run on the wrong version, is
+// detected. It runs one batch at a time, and asserts it: a second Run while
+// one is in flight panics, since it means two workers drive one device.
+type Emulated struct {
+	cfg EmulatedConfig
+
+	running atomic.Int32
+
+	// The device goroutine that calls Run changes when a worker is replaced,
+	// so the random stream is guarded.
+	mu  sync.Mutex
+	rng *rand.Rand
+
+	batches atomic.Int64
+}
+
+var _ Backend = (*Emulated)(nil)
+
+// NewEmulated returns an emulated device, or an error naming the bad
+// setting.
+func NewEmulated(cfg EmulatedConfig) (*Emulated, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Emulated{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x62617463686465))}, nil
+}
+
+// Batches is the number of batches Run has started.
+func (e *Emulated) Batches() int64 { return e.batches.Load() }
+
+// emulatedDraw is one batch's random numbers, drawn in a fixed order and
+// number whatever the outcome, so a batch's fate depends only on the seed
+// and the batches before it.
+type emulatedDraw struct {
+	outcome, crashAt float64
+	itemFail         []bool
+}
+
+func (e *Emulated) draw(n int) emulatedDraw {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := emulatedDraw{outcome: e.rng.Float64(), crashAt: 1 - e.rng.Float64()}
+	if e.cfg.ItemErrorRate > 0 {
+		d.itemFail = make([]bool, n)
+		for i := range d.itemFail {
+			d.itemFail[i] = e.rng.Float64() < e.cfg.ItemErrorRate
+		}
+	}
+	return d
+}
+
+// Run implements Backend.
+func (e *Emulated) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	if e.running.Add(1) != 1 {
+		e.running.Add(-1)
+		panic("batchd: emulated backend: two batches at once on one device")
+	}
+	defer e.running.Add(-1)
+
+	n := len(inputs)
+	if n < 1 || n > e.cfg.BatchMax {
+		return nil, nil, fmt.Errorf("emulated backend: %d inputs, want 1 to %d: %w", n, e.cfg.BatchMax, ErrBatchSize)
+	}
+	e.batches.Add(1)
+	d := e.draw(n)
+	longest, poison := 0, false
+	for _, in := range inputs {
+		longest = max(longest, len(in))
+		if e.cfg.PoisonPrefix != "" && strings.HasPrefix(in, e.cfg.PoisonPrefix) {
+			poison = true
+		}
+	}
+	latency := e.cfg.Latency.Predict(n, longest)
+	c := e.cfg
+	switch {
+	case poison:
+		if err := sleep(ctx, latency); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("emulated backend: poison input: %w", ErrBatch)
+	case d.outcome < c.HangRate:
+		<-ctx.Done()
+		return nil, nil, fmt.Errorf("emulated backend: hung: %w", ctx.Err())
+	case d.outcome < c.HangRate+c.CrashRate:
+		if err := sleep(ctx, time.Duration(d.crashAt*float64(latency))); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("emulated backend: injected crash: %w", ErrDeviceFault)
+	case d.outcome < c.HangRate+c.CrashRate+c.BatchErrorRate:
+		if err := sleep(ctx, latency); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, ErrBatch
+	}
+	if err := sleep(ctx, latency); err != nil {
+		return nil, nil, err
+	}
+	outputs := make([]string, n)
+	var itemErrs []error
+	for i, in := range inputs {
+		if d.itemFail != nil && d.itemFail[i] {
+			if itemErrs == nil {
+				itemErrs = make([]error, n)
+			}
+			itemErrs[i] = ErrItem
+			continue
+		}
+		outputs[i] = actors.EmulatedOutput(model, version, in)
+	}
+	return outputs, itemErrs, nil
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("emulated backend: abandoned: %w", ctx.Err())
+	}
+}
+
+// boundedBackend gives every batch a context that ends after Multiple times
+// its predicted latency. A device actor's watchdog abandons a run long
+// before (at its WatchdogMultiple, 3 by default), but the actor cannot tell
+// the worker that is stuck in the call; without this bound a backend call
+// that hangs would hold the worker until the device's next job or the
+// engine's shutdown. A run cut off by the bound is reported as a device
+// fault by the runtime.
+type boundedBackend struct {
+	b        Backend
+	latency  actors.LatencyModel
+	multiple int
+	floor    time.Duration
+}
+
+func (b boundedBackend) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	longest := 0
+	for _, in := range inputs {
+		longest = max(longest, len(in))
+	}
+	limit := max(time.Duration(b.multiple)*b.latency.Predict(len(inputs), longest), b.floor)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	return b.b.Run(ctx, model, version, inputs)
+}

@@ -1,0 +1,42 @@
+// Package engine is batchd's live runtime: it runs the actors of package
+// actors for real, behind a front door that turns one request into its one
+// reply.
+//
+// The pieces:
+//
+//   - Engine (engine.go) is the front door. New spawns one actors.Batcher and
+//     Config.Devices actors.Device on a Runtime; Do submits a request and
+//     waits for its Reply, withdrawing it (actors.Cancel) if the caller's
+//     ctx ends first; Drain, Close and Stats do what they say. Replies go
+//     straight from the device actor to the engine's waiter endpoint, not
+//     back through the batcher. Everything is bounded: requests in flight
+//     (InFlightMax), hence the waiters and what can queue in any mailbox.
+//   - Runtime is the small interface the engine needs of an actor runtime:
+//     spawn an actor (with a Backend for its Exec jobs, and a factory for a
+//     fresh value after a supervised restart), listen at an address, send,
+//     a monotonic clock, close. The engine owns the interface; the adapters
+//     implement it in engine/protoactor (protoactor-go, the default) and
+//     engine/hollywood (anthdm/hollywood). The two libraries cannot be
+//     linked into one binary (both register the protobuf file actor.proto),
+//     so this package imports neither, no package imports both, and
+//     cmd/batchd picks one with a build tag (hollywood with -tags
+//     hollywood).
+//   - Backend (backend.go) is "run this batch": context, model, version and
+//     inputs in; per-item outputs and errors, or a batch error, out, with
+//     ErrDeviceFault for a device that must restart. Emulated is the seeds'
+//     batchstring (1 to 100 inputs at a fixed or modelled latency, outputs
+//     from actors.EmulatedOutput, one batch at a time, with fault knobs).
+//     The engine bounds every call at JobTimeoutMultiple times its
+//     predicted latency, so a worker stuck in a hung call is freed even if
+//     its device actor never starts another job.
+//
+// Both adapters share engine/internal/live, which implements actors.Context
+// over any mailbox: addressing, timers, per-actor random streams, one
+// worker goroutine per device, and incarnations (a restarted actor sees no
+// timer or job result of the incarnation that panicked). The runtime
+// conformance suite in actors/actorstest checks both adapters against the
+// same contract as the simulator.
+//
+// Who imports it: cmd/batchd, the HTTP adapter, and the runtime adapters.
+// It imports actors and nothing else of batchd.
+package engine

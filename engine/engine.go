@@ -1,0 +1,573 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// Runtime is what the engine needs of a live actor runtime. The adapters
+// (engine/protoactor, engine/hollywood) implement it; the engine owns the
+// interface and never imports them.
+type Runtime interface {
+	// Spawn starts an actor at addr and delivers it actors.Start. newActor
+	// makes its value: once, and again each time supervision restarts the
+	// actor after a panic (the fresh value gets Start again). When backend
+	// is not nil, the actor's Exec jobs run on it, on a worker goroutine of
+	// the actor's own, one job at a time.
+	Spawn(addr actors.Address, newActor func() actors.Actor, backend Backend) error
+	// Listen makes fn the endpoint at addr, outside the actors: every
+	// message sent there is handed to fn on the sender's goroutine. fn must
+	// not block and must be safe for concurrent use.
+	Listen(addr actors.Address, fn func(actors.Message)) error
+	// Send delivers msg to addr from outside any actor. It does not block.
+	// Messages sent from one goroutine arrive in the order sent.
+	Send(to actors.Address, msg actors.Message)
+	// Now is the runtime clock: time since the runtime started, monotonic.
+	Now() time.Duration
+	// Close stops the actors, their timers and workers, and waits until ctx
+	// is done for every goroutine the runtime started to end.
+	Close(ctx context.Context) error
+}
+
+// RuntimeOptions is what an adapter is made with.
+type RuntimeOptions struct {
+	// Seed seeds every actor's random stream (with its address).
+	Seed uint64
+	// Logger receives the actor library's own logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// NewRuntime makes a Runtime: one adapter's constructor.
+type NewRuntime func(opts RuntimeOptions) (Runtime, error)
+
+var (
+	// ErrClosed is returned by an Engine after Close.
+	ErrClosed = errors.New("engine closed")
+	// ErrInFlightMax is returned by Do when InFlightMax requests are
+	// already in flight: the caller should shed the request (HTTP 503).
+	ErrInFlightMax = errors.New("too many requests in flight")
+	// ErrNotReady is returned by New when the devices did not all announce
+	// themselves to the batcher before its ctx ended.
+	ErrNotReady = errors.New("devices not ready")
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Batcher configures the one Batcher actor.
+	Batcher actors.BatcherConfig
+	// Device configures every Device actor.
+	Device actors.DeviceConfig
+	// Devices is how many devices, each with a Device actor and a Backend
+	// of its own. Default 4, the seeds' setup.
+	Devices int
+	// Backend makes device i's backend (0 <= i < Devices); each device
+	// needs one of its own, since a backend runs one batch at a time. Nil
+	// gives every device the emulated seeds' batchstring
+	// (DefaultEmulatedConfig, with the Device latency model and a seed per
+	// device).
+	Backend func(i int) Backend
+	// Runtime makes the actor runtime. Required: the engine links no
+	// runtime itself (see package doc).
+	Runtime NewRuntime
+	// Node names this node in actor addresses. Empty for a single node.
+	Node string
+	// Seed seeds the actors' random streams and the emulated backends.
+	Seed uint64
+	// Logger receives the runtime library's logs. Nil discards them.
+	Logger *slog.Logger
+	// InFlightMax bounds the requests in flight (submitted and not yet
+	// answered, including those whose caller gave up): Do refuses more with
+	// ErrInFlightMax. It bounds the waiters and, with them, every mailbox
+	// between the front door and the devices. Default 200,000: the
+	// batcher's default QueueTotalMax twice over, so the batcher, not this
+	// bound, is what normally sheds load.
+	InFlightMax int
+	// JobTimeoutMultiple bounds every backend call at this multiple of its
+	// predicted latency (at least JobTimeoutMin): past it the call's context
+	// ends and the run counts as a device fault. The device's watchdog
+	// gives up far sooner (DeviceConfig.WatchdogMultiple); this only frees a
+	// worker stuck in a call nobody waits for. Default 10.
+	JobTimeoutMultiple int
+	// JobTimeoutMin is the least bound of a backend call, so that a
+	// near-zero predicted latency does not cut off a healthy call.
+	// Default 1 s.
+	JobTimeoutMin time.Duration
+}
+
+// DefaultConfig returns the seeds' service: 4 emulated devices at 100 ms
+// per batch of up to 100. Runtime must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Batcher:            actors.DefaultBatcherConfig(),
+		Device:             actors.DefaultDeviceConfig(),
+		Devices:            4,
+		InFlightMax:        200_000,
+		JobTimeoutMultiple: 10,
+		JobTimeoutMin:      time.Second,
+	}
+}
+
+// Validate reports the first field that makes the configuration unusable.
+func (c Config) Validate() error {
+	if err := c.Batcher.Validate(); err != nil {
+		return fmt.Errorf("engine config: %w", err)
+	}
+	if err := c.Device.Validate(); err != nil {
+		return fmt.Errorf("engine config: %w", err)
+	}
+	switch {
+	case c.Devices < 1 || c.Devices > c.Batcher.DevicesMax:
+		return fmt.Errorf("engine config: Devices %d: want 1 to DevicesMax (%d)", c.Devices, c.Batcher.DevicesMax)
+	case c.Runtime == nil:
+		return fmt.Errorf("engine config: no Runtime")
+	case c.InFlightMax < 1:
+		return fmt.Errorf("engine config: InFlightMax %d: must be at least 1", c.InFlightMax)
+	case c.JobTimeoutMultiple < 1 || c.JobTimeoutMin <= 0:
+		return fmt.Errorf("engine config: JobTimeoutMultiple and JobTimeoutMin must be positive")
+	}
+	return nil
+}
+
+// Addresses of the engine's actors on its node. The devices follow
+// deviceID0 in order.
+const (
+	batcherID uint64 = 1
+	waiterID  uint64 = 2
+	deviceID0 uint64 = 16
+)
+
+// statsInFlightMax bounds concurrent Stats calls.
+const statsInFlightMax = 64
+
+// waiterShards spreads the waiter table over locks: every request takes
+// one twice (register, answer), from many goroutines at once.
+const waiterShards = 64
+
+// Engine is the front door: it runs one Batcher and Devices Device actors
+// on a Runtime, and turns a Request into its one Reply. Its methods are
+// safe for concurrent use.
+type Engine struct {
+	cfg     Config
+	rt      Runtime
+	batcher actors.Address
+	waiter  actors.Address
+	devices []actors.Address
+
+	nextID   atomic.Uint64
+	inFlight atomic.Int64
+	shards   [waiterShards]waiterShard
+
+	draining atomic.Bool
+	idle     chan struct{} // capacity 1: in-flight count reached zero
+	closing  chan struct{} // closed by Close
+	closeMu  sync.Mutex
+	closed   bool
+
+	statsMu      sync.Mutex
+	statsSeq     uint64
+	statsWaiters map[uint64]chan actors.BatcherStats
+
+	counters counters
+}
+
+type waiterShard struct {
+	mu sync.Mutex
+	// m maps a request in flight to the channel its Do waits on; nil once
+	// the Do gave up (the request is still in flight until its reply).
+	m map[uint64]chan actors.Reply
+	_ [40]byte // keep shards on separate cache lines
+}
+
+type counters struct {
+	submitted, replied, late, duplicate, abandoned, refused atomic.Int64
+}
+
+// Stats is a snapshot of the engine's counters and its batcher's.
+type Stats struct {
+	Batcher actors.BatcherStats
+	// InFlight is the number of requests submitted and not yet answered.
+	InFlight int64
+	// Submitted counts requests handed to the batcher; Replied the replies
+	// that reached a waiting Do.
+	Submitted, Replied int64
+	// Abandoned counts Do calls that returned because their ctx ended
+	// before the reply; Late counts the replies that came after.
+	Abandoned, Late int64
+	// Duplicate counts replies for a request already answered (dropped).
+	Duplicate int64
+	// Refused counts Do calls turned away by InFlightMax.
+	Refused int64
+}
+
+// New starts an engine: the runtime, the batcher, the devices. It returns
+// once every device has announced itself to the batcher, or fails with
+// ErrNotReady when ctx ends first.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rt, err := cfg.Runtime(RuntimeOptions{Seed: cfg.Seed, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("engine: runtime: %w", err)
+	}
+	e := &Engine{
+		cfg:          cfg,
+		rt:           rt,
+		batcher:      actors.Address{Node: cfg.Node, ID: batcherID},
+		waiter:       actors.Address{Node: cfg.Node, ID: waiterID},
+		idle:         make(chan struct{}, 1),
+		closing:      make(chan struct{}),
+		statsWaiters: make(map[uint64]chan actors.BatcherStats),
+	}
+	for i := range e.shards {
+		e.shards[i].m = make(map[uint64]chan actors.Reply)
+	}
+	if err := e.start(ctx); err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), closeWaitMax)
+		defer cancel()
+		return nil, errors.Join(err, rt.Close(closeCtx))
+	}
+	return e, nil
+}
+
+func (e *Engine) start(ctx context.Context) error {
+	cfg := e.cfg
+	if err := e.rt.Listen(e.waiter, e.receive); err != nil {
+		return fmt.Errorf("engine: waiter: %w", err)
+	}
+	// Validated above, so NewBatcher and NewDevice cannot fail, and a
+	// restart can make a fresh value the same way.
+	if _, err := actors.NewBatcher(cfg.Batcher); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	newBatcher := func() actors.Actor {
+		b, err := actors.NewBatcher(cfg.Batcher)
+		if err != nil {
+			panic("batchd: engine: batcher config went bad: " + err.Error())
+		}
+		return &batcherHost{b: b}
+	}
+	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
+		return fmt.Errorf("engine: batcher: %w", err)
+	}
+	for i := 0; i < cfg.Devices; i++ {
+		addr := actors.Address{Node: cfg.Node, ID: deviceID0 + uint64(i)}
+		b, err := e.backend(i)
+		if err != nil {
+			return err
+		}
+		newDevice := func() actors.Actor {
+			d, err := actors.NewDevice(cfg.Device, e.batcher)
+			if err != nil {
+				panic("batchd: engine: device config went bad: " + err.Error())
+			}
+			return d
+		}
+		if err := e.rt.Spawn(addr, newDevice, b); err != nil {
+			return fmt.Errorf("engine: device %d: %w", i, err)
+		}
+		e.devices = append(e.devices, addr)
+	}
+	// Wait for the devices to register, so the first requests are not
+	// turned away for want of a device.
+	for {
+		s, err := e.batcherStats(ctx)
+		if err != nil {
+			return fmt.Errorf("engine: %w: %w", ErrNotReady, err)
+		}
+		if s.Devices >= cfg.Devices {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("engine: %w: %d of %d devices: %w", ErrNotReady, s.Devices, cfg.Devices, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (e *Engine) backend(i int) (Backend, error) {
+	var b Backend
+	if e.cfg.Backend != nil {
+		b = e.cfg.Backend(i)
+		if b == nil {
+			return nil, fmt.Errorf("engine: Backend(%d) returned nil", i)
+		}
+	} else {
+		ec := DefaultEmulatedConfig()
+		ec.Latency = e.cfg.Device.Latency
+		ec.BatchMax = e.cfg.Batcher.BatchMax
+		ec.Seed = e.cfg.Seed ^ uint64(i+1)*0x9e3779b97f4a7c15
+		em, err := NewEmulated(ec)
+		if err != nil {
+			return nil, fmt.Errorf("engine: device %d: %w", i, err)
+		}
+		b = em
+	}
+	return boundedBackend{b: b, latency: e.cfg.Device.Latency, multiple: e.cfg.JobTimeoutMultiple, floor: e.cfg.JobTimeoutMin}, nil
+}
+
+// Now is the engine clock, the one request timelines are on.
+func (e *Engine) Now() time.Duration { return e.rt.Now() }
+
+// Devices returns the addresses of the device actors.
+func (e *Engine) Devices() []actors.Address { return append([]actors.Address(nil), e.devices...) }
+
+// Do submits req and waits for its one Reply. The engine sets req.ID (unique
+// in this engine), req.Arrival (now, on the engine clock) and req.ReplyTo.
+// req.Deadline is the caller's, on the engine clock (see Now); zero means
+// the batcher's SLO. ctx's deadline is not copied into it: a transport's
+// own timeout is usually far beyond the SLO the batcher plans with.
+//
+// Every outcome the batcher or a device decides (completed, failed,
+// rejected, expired, cancelled) is a Reply with a nil error. The error is
+// for the engine: ctx.Err() when ctx ends first (the request is withdrawn
+// with actors.Cancel; its late reply is dropped), ErrClosed, ErrInFlightMax.
+func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
+	if e.isClosed() {
+		return actors.Reply{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return actors.Reply{}, err // nothing submitted, nothing to withdraw
+	}
+	if n := e.inFlight.Add(1); n > int64(e.cfg.InFlightMax) {
+		e.release()
+		e.counters.refused.Add(1)
+		return actors.Reply{}, fmt.Errorf("engine: %d in flight: %w", n-1, ErrInFlightMax)
+	}
+	id := e.nextID.Add(1)
+	req.ID = id
+	req.Arrival = e.rt.Now()
+	req.ReplyTo = e.waiter
+	ch := make(chan actors.Reply, 1)
+	sh := &e.shards[id%waiterShards]
+	sh.mu.Lock()
+	sh.m[id] = ch
+	sh.mu.Unlock()
+
+	e.rt.Send(e.batcher, actors.Submit{Req: req})
+	// Counted once sent, so a Submitted count seen elsewhere means those
+	// requests are in the batcher's mailbox, ahead of anything sent later.
+	e.counters.submitted.Add(1)
+
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		if r, ok := e.abandon(sh, id, ch); ok {
+			return r, nil
+		}
+		e.rt.Send(e.batcher, actors.Cancel{ID: id})
+		return actors.Reply{}, ctx.Err()
+	case <-e.closing:
+		if r, ok := e.abandon(sh, id, ch); ok {
+			return r, nil
+		}
+		return actors.Reply{}, ErrClosed
+	}
+}
+
+// abandon marks a request's waiter as gone. If the reply was already taken
+// for it, it is on its way into ch, and abandon returns it instead.
+func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (actors.Reply, bool) {
+	sh.mu.Lock()
+	_, waiting := sh.m[id]
+	if waiting {
+		sh.m[id] = nil
+	}
+	sh.mu.Unlock()
+	if !waiting {
+		return <-ch, true // receive sends right after taking the entry
+	}
+	e.counters.abandoned.Add(1)
+	return actors.Reply{}, false
+}
+
+// receive is the waiter endpoint: every Reply of the engine's requests, and
+// the batcher's stats answers, arrive here on the sender's goroutine.
+func (e *Engine) receive(msg actors.Message) {
+	switch m := msg.(type) {
+	case actors.Reply:
+		sh := &e.shards[m.ID%waiterShards]
+		sh.mu.Lock()
+		ch, inFlight := sh.m[m.ID]
+		if inFlight {
+			delete(sh.m, m.ID)
+		}
+		sh.mu.Unlock()
+		if !inFlight {
+			// Answered already: a device restarted by supervision mid-batch
+			// is re-queued whole, so items it had answered run again.
+			e.counters.duplicate.Add(1)
+			return
+		}
+		// Released before the reply is handed over, so a caller that has
+		// its reply sees it out of the in-flight count.
+		e.release()
+		if ch == nil {
+			e.counters.late.Add(1)
+			return
+		}
+		e.counters.replied.Add(1)
+		ch <- m // capacity 1, and only this send: never blocks
+	case statsAnswer:
+		e.statsMu.Lock()
+		ch := e.statsWaiters[m.ID]
+		delete(e.statsWaiters, m.ID)
+		e.statsMu.Unlock()
+		if ch != nil {
+			ch <- m.Stats // capacity 1
+		}
+	}
+}
+
+func (e *Engine) release() {
+	if e.inFlight.Add(-1) == 0 && e.draining.Load() {
+		select {
+		case e.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Drain tells the batcher to stop admitting and to flush its queues without
+// lingering, and waits until every request in flight is answered or ctx
+// ends. Requests submitted after Drain are rejected by the batcher.
+func (e *Engine) Drain(ctx context.Context) error {
+	if e.isClosed() {
+		return ErrClosed
+	}
+	e.draining.Store(true)
+	e.rt.Send(e.batcher, actors.Drain{})
+	for e.inFlight.Load() > 0 {
+		select {
+		case <-e.idle:
+		case <-ctx.Done():
+			return fmt.Errorf("engine: drain: %d in flight: %w", e.inFlight.Load(), ctx.Err())
+		case <-e.closing:
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+// closeWaitMax bounds how long Close waits for the runtime's goroutines.
+const closeWaitMax = 10 * time.Second
+
+// Close stops the engine at once: Do calls still waiting return ErrClosed,
+// and the runtime stops its actors, timers and workers. Drain first to
+// answer what is in flight. It waits up to 10 s for the runtime's
+// goroutines; use Shutdown to choose.
+func (e *Engine) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWaitMax)
+	defer cancel()
+	return e.Shutdown(ctx)
+}
+
+// Shutdown is Close, waiting for the runtime's goroutines until ctx ends.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.closeMu.Lock()
+	if e.closed {
+		e.closeMu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	e.closeMu.Unlock()
+	if err := e.rt.Close(ctx); err != nil {
+		return fmt.Errorf("engine: close: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) isClosed() bool {
+	select {
+	case <-e.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stats returns the engine's counters and the batcher's, the latter asked
+// of the batcher actor itself (a message round trip), so no actor state is
+// read from outside its goroutine. When the batcher cannot answer (ctx
+// ended, engine closed) the engine's counters come back with the error.
+func (e *Engine) Stats(ctx context.Context) (Stats, error) {
+	b, err := e.batcherStats(ctx)
+	c := &e.counters
+	return Stats{
+		Batcher:   b,
+		InFlight:  e.inFlight.Load(),
+		Submitted: c.submitted.Load(),
+		Replied:   c.replied.Load(),
+		Abandoned: c.abandoned.Load(),
+		Late:      c.late.Load(),
+		Duplicate: c.duplicate.Load(),
+		Refused:   c.refused.Load(),
+	}, err
+}
+
+func (e *Engine) batcherStats(ctx context.Context) (actors.BatcherStats, error) {
+	if e.isClosed() {
+		return actors.BatcherStats{}, ErrClosed
+	}
+	ch := make(chan actors.BatcherStats, 1)
+	e.statsMu.Lock()
+	if len(e.statsWaiters) >= statsInFlightMax {
+		e.statsMu.Unlock()
+		return actors.BatcherStats{}, fmt.Errorf("engine: stats: %w", ErrInFlightMax)
+	}
+	e.statsSeq++
+	id := e.statsSeq
+	e.statsWaiters[id] = ch
+	e.statsMu.Unlock()
+	e.rt.Send(e.batcher, statsQuery{ID: id, ReplyTo: e.waiter})
+	forget := func() {
+		e.statsMu.Lock()
+		delete(e.statsWaiters, id)
+		e.statsMu.Unlock()
+	}
+	select {
+	case s := <-ch:
+		return s, nil
+	case <-ctx.Done():
+		forget()
+		return actors.BatcherStats{}, fmt.Errorf("engine: stats: %w", ctx.Err())
+	case <-e.closing:
+		forget()
+		return actors.BatcherStats{}, ErrClosed
+	}
+}
+
+// statsQuery asks the batcher host for the batcher's stats; statsAnswer
+// carries them back. Plain data, like every message.
+type (
+	statsQuery struct {
+		ID      uint64
+		ReplyTo actors.Address
+	}
+	statsAnswer struct {
+		ID    uint64
+		Stats actors.BatcherStats
+	}
+)
+
+// batcherHost is the batcher actor as the engine spawns it: the Batcher,
+// plus an answer to statsQuery, which the Batcher itself does not know.
+type batcherHost struct{ b *actors.Batcher }
+
+func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	if q, ok := msg.(statsQuery); ok {
+		ctx.Send(q.ReplyTo, statsAnswer{ID: q.ID, Stats: h.b.Stats()})
+		return
+	}
+	h.b.Receive(ctx, msg)
+}

@@ -1,0 +1,238 @@
+// Package live is the half of a live actor runtime that does not depend on
+// which actor library carries the mailboxes: addressing, the clock, timers,
+// per-actor randomness, backend jobs on device workers, and restarts. An
+// adapter (engine/protoactor, engine/hollywood) gives each batchd actor a
+// Cell, feeds the Cell every message its library's mailbox delivers, and
+// tells it when its library starts or restarts the actor; the Cell is the
+// actors.Context the batchd actor runs against.
+//
+// It is internal to engine so that the two adapters, which may never be
+// linked into one binary, share one implementation of the contract without
+// importing each other. It imports actors and engine, and neither library.
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
+)
+
+var (
+	// ErrAddressTaken is returned when an address already has an actor or
+	// a listener.
+	ErrAddressTaken = errors.New("address already taken")
+	// ErrClosed is returned by operations on a closed Host.
+	ErrClosed = errors.New("runtime closed")
+)
+
+// Host is one live runtime's addressing, clock and goroutine bookkeeping.
+// Its methods are safe for concurrent use.
+type Host struct {
+	start time.Time
+	seed  uint64
+
+	// routes is copied on write: addresses are registered while the engine
+	// is set up and looked up on every send, so lookups take no lock.
+	routes atomic.Pointer[map[actors.Address]endpoint]
+
+	mu     sync.Mutex // guards cells, closed and writes to routes
+	cells  []*Cell
+	closed bool
+	// halted is set when Close starts: from then on nothing is posted to an
+	// actor's mailbox, so no message reaches a library actor that is
+	// stopping or stopped (protoactor would hand it to its dead-letter
+	// process, which starts a goroutine of its own).
+	halted atomic.Bool
+
+	timerSeq atomic.Uint64
+	// wg tracks every goroutine the runtime starts itself: device workers
+	// and timer callbacks (from arming until they fire or are stopped).
+	wg sync.WaitGroup
+
+	deadLetters atomic.Int64
+	restarts    atomic.Int64
+}
+
+// endpoint is what an address leads to: an actor's cell, or a listener
+// function outside the actors.
+type endpoint struct {
+	cell *Cell
+	fn   func(actors.Message)
+}
+
+// NewHost returns a Host whose clock starts now and whose actors' random
+// streams derive from seed.
+func NewHost(seed uint64) *Host {
+	h := &Host{start: time.Now(), seed: seed}
+	m := map[actors.Address]endpoint{}
+	h.routes.Store(&m)
+	return h
+}
+
+// Now is the time since the Host was made, on the monotonic clock, so it
+// never goes back.
+func (h *Host) Now() time.Duration { return time.Since(h.start) }
+
+// DeadLetters is the number of messages sent to an address with neither an
+// actor nor a listener.
+func (h *Host) DeadLetters() int64 { return h.deadLetters.Load() }
+
+// Restarts is the number of times the library restarted an actor after a
+// panic.
+func (h *Host) Restarts() int64 { return h.restarts.Load() }
+
+func (h *Host) register(addr actors.Address, ep endpoint) error {
+	if addr.IsZero() {
+		return fmt.Errorf("register: the zero address names no actor")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.registerLocked(addr, ep)
+}
+
+func (h *Host) registerLocked(addr actors.Address, ep endpoint) error {
+	if h.closed {
+		return ErrClosed
+	}
+	old := *h.routes.Load()
+	if _, ok := old[addr]; ok {
+		return fmt.Errorf("register %v: %w", addr, ErrAddressTaken)
+	}
+	m := make(map[actors.Address]endpoint, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[addr] = ep
+	h.routes.Store(&m)
+	if ep.cell != nil {
+		h.cells = append(h.cells, ep.cell)
+	}
+	return nil
+}
+
+// Listen makes fn the endpoint at addr: every message sent there is handed
+// to fn, on the sender's goroutine, in the sender's order. fn must not block
+// and must be safe for concurrent use.
+func (h *Host) Listen(addr actors.Address, fn func(actors.Message)) error {
+	if fn == nil {
+		return fmt.Errorf("listen %v: nil func", addr)
+	}
+	return h.register(addr, endpoint{fn: fn})
+}
+
+// Send delivers msg to the endpoint at to, from outside any actor or from
+// one. A message to an unknown address is counted and dropped.
+func (h *Host) Send(to actors.Address, msg actors.Message) {
+	h.route(to).post(h, msg)
+}
+
+func (h *Host) route(to actors.Address) endpoint { return (*h.routes.Load())[to] }
+
+func (ep endpoint) found() bool { return ep.cell != nil || ep.fn != nil }
+
+func (ep endpoint) post(h *Host, msg actors.Message) {
+	switch {
+	case ep.cell != nil && h.halted.Load():
+		h.deadLetters.Add(1)
+	case ep.cell != nil:
+		ep.cell.post(msg)
+	case ep.fn != nil:
+		ep.fn(msg)
+	default:
+		h.deadLetters.Add(1)
+	}
+}
+
+// NewCell registers an actor at addr and returns its cell. newActor makes
+// the actor value for each incarnation (the first, and one per restart).
+// post puts a message in the actor's mailbox; it is called from any
+// goroutine and must not block. backend, when not nil, runs the actor's
+// Exec jobs on a worker goroutine of its own.
+func (h *Host) NewCell(addr actors.Address, newActor func() actors.Actor, post func(any), backend engine.Backend) (*Cell, error) {
+	if newActor == nil || post == nil {
+		return nil, fmt.Errorf("new cell %v: nil newActor or post", addr)
+	}
+	c := &Cell{
+		host:     h,
+		addr:     addr,
+		newActor: newActor,
+		post:     post,
+		rng:      rand.New(rand.NewPCG(h.seed, addrHash(addr))),
+		timers:   make(map[actors.TimerID]timer),
+	}
+	if backend != nil {
+		c.worker = newWorker(backend, func(inc uint64, done actors.JobDone) {
+			post(jobFinished{inc: inc, done: done})
+		})
+	}
+	if addr.IsZero() {
+		return nil, fmt.Errorf("new cell: the zero address names no actor")
+	}
+	// Under the lock, so that Close, which waits for the goroutines, either
+	// sees this one counted or refuses the registration.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.registerLocked(addr, endpoint{cell: c}); err != nil {
+		return nil, err
+	}
+	if c.worker != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			c.worker.loop()
+		}()
+	}
+	return c, nil
+}
+
+// Close stops every timer and device worker (cancelling the batch a worker
+// runs) and waits, until ctx is done, for the goroutines the Host started
+// to end. From its start, messages to actors are dropped (counted as dead
+// letters); those already in mailboxes are the library's to drop. An actor
+// that still runs arms no timer and runs no job.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.halted.Store(true)
+	cells := h.cells
+	h.mu.Unlock()
+	for _, c := range cells {
+		c.close()
+	}
+	done := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		// A backend that ignores its cancelled context keeps its worker;
+		// the goroutine above ends with it.
+		return fmt.Errorf("close: goroutines still running: %w", ctx.Err())
+	}
+}
+
+// addrHash seeds an actor's random stream from its address, so a restart
+// or a re-run with the same seed gives the actor the same stream.
+func addrHash(a actors.Address) uint64 {
+	f := fnv.New64a()
+	f.Write([]byte(a.Node))
+	f.Write([]byte{0})
+	f.Write(strconv.AppendUint(nil, a.ID, 10))
+	return f.Sum64()
+}

@@ -1,0 +1,149 @@
+package protoactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/internal/live"
+)
+
+// Runtime runs batchd actors on a protoactor-go actor system. It implements
+// engine.Runtime.
+type Runtime struct {
+	host *live.Host
+	sys  *actor.ActorSystem
+
+	mu     sync.Mutex
+	pids   []*actor.PID
+	closed bool
+}
+
+var _ engine.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime with an actor system of its own. It has the
+// signature of engine.NewRuntime.
+func New(opts engine.RuntimeOptions) (engine.Runtime, error) { return NewRuntime(opts), nil }
+
+// NewRuntime is New with the concrete type, for tests and for the Restarts
+// and DeadLetters counters.
+func NewRuntime(opts engine.RuntimeOptions) *Runtime {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	return &Runtime{host: live.NewHost(opts.Seed), sys: sys}
+}
+
+// Spawn implements engine.Runtime. The protoactor actor is spawned at the
+// root under a guardian with protoactor's restarting strategy: a panic in
+// Receive restarts the actor, always (the library's default one-for-one
+// strategy would stop it for good after 10 failures in 10 s, leaving a
+// device or the batcher silently gone). The producer gives protoactor a
+// fresh shell each time, and the shell's Started makes the Cell begin a new
+// incarnation with a fresh batchd actor.
+func (r *Runtime) Spawn(addr actors.Address, newActor func() actors.Actor, backend engine.Backend) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("protoactor: spawn %v: %w", addr, live.ErrClosed)
+	}
+	// The PID is a name, known before the actor exists, so the Cell can post
+	// to it from the start: the actor's first message (Started) runs on a
+	// mailbox goroutine, possibly before SpawnNamed returns, and may arm a
+	// timer or send to itself.
+	pid := actor.NewPID(r.sys.Address(), name(addr))
+	root := r.sys.Root
+	cell, err := r.host.NewCell(addr, newActor, func(m any) { root.Send(pid, m) }, backend)
+	if err != nil {
+		return fmt.Errorf("protoactor: spawn: %w", err)
+	}
+	props := actor.PropsFromProducer(
+		func() actor.Actor { return &shell{cell: cell} },
+		actor.WithGuardian(actor.RestartingSupervisorStrategy()),
+	)
+	if _, err := root.SpawnNamed(props, pid.Id); err != nil {
+		return fmt.Errorf("protoactor: spawn %v: %w", addr, err)
+	}
+	r.pids = append(r.pids, pid)
+	return nil
+}
+
+func name(a actors.Address) string {
+	return "batchd/" + a.Node + "/" + strconv.FormatUint(a.ID, 10)
+}
+
+// shell is the protoactor actor that carries a Cell.
+type shell struct{ cell *live.Cell }
+
+func (s *shell) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		s.cell.Begin()
+	case *actor.Restarting, *actor.Stopping:
+		s.cell.End()
+	case *actor.Stopped, actor.SystemMessage, actor.AutoReceiveMessage:
+		// The library's own lifecycle; nothing for a batchd actor.
+	default:
+		s.cell.Handle(m)
+	}
+}
+
+// Listen implements engine.Runtime.
+func (r *Runtime) Listen(addr actors.Address, fn func(actors.Message)) error {
+	if err := r.host.Listen(addr, fn); err != nil {
+		return fmt.Errorf("protoactor: listen: %w", err)
+	}
+	return nil
+}
+
+// Send implements engine.Runtime.
+func (r *Runtime) Send(to actors.Address, msg actors.Message) { r.host.Send(to, msg) }
+
+// Now implements engine.Runtime.
+func (r *Runtime) Now() time.Duration { return r.host.Now() }
+
+// Restarts is how many times supervision restarted an actor.
+func (r *Runtime) Restarts() int64 { return r.host.Restarts() }
+
+// DeadLetters is how many messages went to an address nobody holds.
+func (r *Runtime) DeadLetters() int64 { return r.host.DeadLetters() }
+
+// Close implements engine.Runtime: timers and workers stop first (so no
+// timer or job result is posted to a stopping actor), then the actors, then
+// the actor system.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	pids := r.pids
+	r.mu.Unlock()
+
+	err := r.host.Close(ctx)
+	// Stop them all, then wait for each: the waits overlap. Each future
+	// gives up after protoactor's own 10 s.
+	futures := make([]*actor.Future, len(pids))
+	for i, pid := range pids {
+		futures[i] = r.sys.Root.StopFuture(pid)
+	}
+	for i, f := range futures {
+		if e := f.Wait(); e != nil {
+			err = errors.Join(err, fmt.Errorf("protoactor: stop %v: %w", pids[i].Id, e))
+		}
+	}
+	r.sys.Shutdown()
+	return err
+}
