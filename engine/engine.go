@@ -172,7 +172,7 @@ type Engine struct {
 
 	statsMu      sync.Mutex
 	statsSeq     uint64
-	statsWaiters map[uint64]chan actors.BatcherStats
+	statsWaiters map[uint64]chan statsAnswer
 
 	counters counters
 }
@@ -224,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		waiter:       actors.Address{Node: cfg.Node, ID: waiterID},
 		idle:         make(chan struct{}, 1),
 		closing:      make(chan struct{}),
-		statsWaiters: make(map[uint64]chan actors.BatcherStats),
+		statsWaiters: make(map[uint64]chan statsAnswer),
 	}
 	for i := range e.shards {
 		e.shards[i].m = make(map[uint64]chan actors.Reply)
@@ -423,7 +423,7 @@ func (e *Engine) receive(msg actors.Message) {
 		delete(e.statsWaiters, m.ID)
 		e.statsMu.Unlock()
 		if ch != nil {
-			ch <- m.Stats // capacity 1
+			ch <- m // capacity 1
 		}
 	}
 }
@@ -516,34 +516,48 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 }
 
 func (e *Engine) batcherStats(ctx context.Context) (actors.BatcherStats, error) {
+	a, err := e.query(ctx, false)
+	return a.Stats, err
+}
+
+// Signals returns the batcher's signals and autoscaling recommendation
+// (actors.Batcher.Signals), asked of the batcher actor like Stats.
+func (e *Engine) Signals(ctx context.Context) (actors.Signals, error) {
+	a, err := e.query(ctx, true)
+	return a.Signals, err
+}
+
+// query asks the batcher host for its stats, and its signals too if asked:
+// a message round trip, bounded by statsInFlightMax queries at once.
+func (e *Engine) query(ctx context.Context, signals bool) (statsAnswer, error) {
 	if e.isClosed() {
-		return actors.BatcherStats{}, ErrClosed
+		return statsAnswer{}, ErrClosed
 	}
-	ch := make(chan actors.BatcherStats, 1)
+	ch := make(chan statsAnswer, 1)
 	e.statsMu.Lock()
 	if len(e.statsWaiters) >= statsInFlightMax {
 		e.statsMu.Unlock()
-		return actors.BatcherStats{}, fmt.Errorf("engine: stats: %w", ErrInFlightMax)
+		return statsAnswer{}, fmt.Errorf("engine: stats: %w", ErrInFlightMax)
 	}
 	e.statsSeq++
 	id := e.statsSeq
 	e.statsWaiters[id] = ch
 	e.statsMu.Unlock()
-	e.rt.Send(e.batcher, statsQuery{ID: id, ReplyTo: e.waiter})
+	e.rt.Send(e.batcher, statsQuery{ID: id, ReplyTo: e.waiter, Signals: signals})
 	forget := func() {
 		e.statsMu.Lock()
 		delete(e.statsWaiters, id)
 		e.statsMu.Unlock()
 	}
 	select {
-	case s := <-ch:
-		return s, nil
+	case a := <-ch:
+		return a, nil
 	case <-ctx.Done():
 		forget()
-		return actors.BatcherStats{}, fmt.Errorf("engine: stats: %w", ctx.Err())
+		return statsAnswer{}, fmt.Errorf("engine: stats: %w", ctx.Err())
 	case <-e.closing:
 		forget()
-		return actors.BatcherStats{}, ErrClosed
+		return statsAnswer{}, ErrClosed
 	}
 }
 
@@ -553,10 +567,12 @@ type (
 	statsQuery struct {
 		ID      uint64
 		ReplyTo actors.Address
+		Signals bool
 	}
 	statsAnswer struct {
-		ID    uint64
-		Stats actors.BatcherStats
+		ID      uint64
+		Stats   actors.BatcherStats
+		Signals actors.Signals
 	}
 )
 
@@ -566,7 +582,11 @@ type batcherHost struct{ b *actors.Batcher }
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
 	if q, ok := msg.(statsQuery); ok {
-		ctx.Send(q.ReplyTo, statsAnswer{ID: q.ID, Stats: h.b.Stats()})
+		a := statsAnswer{ID: q.ID, Stats: h.b.Stats()}
+		if q.Signals {
+			a.Signals = h.b.Signals(ctx.Now())
+		}
+		ctx.Send(q.ReplyTo, a)
 		return
 	}
 	h.b.Receive(ctx, msg)

@@ -409,3 +409,18 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestSignals(t *testing.T) {
+	c := fastConfig()
+	e := start(t, c)
+	doMany(t, e, 50, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	s, err := e.Signals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DevicesHealthy != c.Devices || len(s.Devices) != c.Devices || len(s.Keys) == 0 {
+		t.Fatalf("signals: %d healthy of %d devices, %d keys; want %d devices and a key", s.DevicesHealthy, len(s.Devices), len(s.Keys), c.Devices)
+	}
+}

@@ -1,0 +1,184 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// Config configures the HTTP adapter. Start from DefaultConfig: the zero
+// value of a limit is not "unlimited" but invalid.
+type Config struct {
+	// Models is the model registry, the same list the batcher is given
+	// (actors.BatcherConfig.Models). The handler uses it to refuse unknown
+	// models and versions with 404 before they reach the engine, to apply
+	// each model's InputLenMax, to pin one version per OIP request, and to
+	// answer the OIP metadata endpoints. Empty (the default) accepts any
+	// model name, as the batcher does without a registry.
+	Models []actors.ModelConfig
+	// APIKeys maps bearer tokens to tenants. Empty (the default) leaves the
+	// API open: every request belongs to the one tenant "default". With
+	// keys, a request without "Authorization: Bearer KEY" or with an
+	// unknown key is refused with 401.
+	APIKeys []APIKey
+	// BodyMaxBytes caps a request body; larger bodies are refused with 413
+	// without being read further. Default 1 MiB: a full batch of 100
+	// inputs of a few KiB each.
+	BodyMaxBytes int64
+	// InputMaxBytes caps one input, in bytes; a model's InputLenMax, when
+	// smaller, caps its inputs instead. Default 64 KiB.
+	InputMaxBytes int
+	// BatchItemsMax caps the items of one /v1 batch request and the
+	// elements of one OIP input tensor. Default 1,000.
+	BatchItemsMax int
+	// BatchConcurrencyMax caps the engine calls one batch or OIP request
+	// has in flight at once, and so the goroutines it starts. Default 128:
+	// more than the seeds' batch of 100, so a request of up to that many
+	// items can land in one engine batch.
+	BatchConcurrencyMax int
+	// TimeoutMax caps a request's timeout_ms (larger values are lowered to
+	// it, not refused). It should equal the batcher's TimeoutMax. Default
+	// 60 s, the batcher's default.
+	TimeoutMax time.Duration
+	// ReplyGrace is how long past a request's deadline (its timeout, or
+	// TimeoutMax when it set none) the handler still waits for the engine's
+	// reply before giving up with 504. The engine answers every request by
+	// its deadline itself; this is the backstop that bounds a handler, and
+	// an async goroutine, if it ever did not. Default 5 s.
+	ReplyGrace time.Duration
+	// BodyReadTimeout bounds reading a request body, so a client that
+	// trickles its body cannot hold a connection and a goroutine. It is set
+	// per request (http.ResponseController), not as the server's
+	// ReadTimeout, which would also cut off a client that waits longer
+	// than it for its reply. Default 10 s.
+	BodyReadTimeout time.Duration
+	// AsyncInFlightMax bounds the async requests not yet answered, and with
+	// them the goroutines that wait on the engine for them; one more is
+	// refused with 503 and Retry-After. Default 10,000.
+	AsyncInFlightMax int
+	// AsyncResultsMax bounds the answered async requests kept for polling;
+	// past it the oldest are dropped (then 404). Default 10,000.
+	AsyncResultsMax int
+	// AsyncRetention is how long an answered async request is kept for
+	// polling. Default 5 min.
+	AsyncRetention time.Duration
+	// RetryAfterDefault is the Retry-After given with a 429 or 503 whose
+	// cause carries no hint of its own (the engine's in-flight bound, the
+	// async bound, draining). Default 1 s.
+	RetryAfterDefault time.Duration
+	// ModelLabelsMax bounds the distinct model names used as metric labels
+	// when there is no registry (any model name is served then, and each
+	// would otherwise be a new series); the rest are counted as "other".
+	// Default 64.
+	ModelLabelsMax int
+	// Ready reports whether the engine can serve: /v2/health/ready and the
+	// OIP model ready endpoints answer 200 only while it returns true, and
+	// never after Shutdown. It is called on the probe's goroutine, so it
+	// must be safe for concurrent use; ctx bounds it. Typically "the engine
+	// has a healthy device". Nil: derived from Signals (DevicesHealthy >
+	// 0) when that is set, else always ready.
+	Ready func(ctx context.Context) bool
+	// Signals returns the batcher's load signals for /metrics (queue depth
+	// and oldest wait per key, device busy fractions, the autoscaling
+	// recommendation). It is called at scrape time, on the scraper's
+	// goroutine, so it is responsible for its own synchronisation: it must
+	// not read actor state from outside the actor, but ask the actor (a
+	// message round trip, as engine.Engine.Stats does) and wait at most
+	// until ctx ends. Nil: those gauges are not exported.
+	Signals func(ctx context.Context) (actors.Signals, error)
+	// ScrapeTimeout bounds one Signals call (and one Ready call). Default
+	// 2 s.
+	ScrapeTimeout time.Duration
+	// Logger receives the adapter's own logs (backend failures, a
+	// goroutine that had to be cut off). Nil discards them.
+	Logger *slog.Logger
+}
+
+// APIKey is one bearer token and the tenant it authenticates.
+type APIKey struct {
+	// Key is the bearer token itself. Keys are compared by their SHA-256,
+	// so the table holds no token in clear after New.
+	Key string
+	// Tenant is the tenant the key's requests are accounted to (the
+	// batcher's fairness, rate limits and quotas are per tenant).
+	Tenant string
+	// Models, when not empty, restricts the key to these models; a request
+	// for another is refused with 403.
+	Models []string
+}
+
+// DefaultConfig returns the limits for the seeds' service: 1 MiB bodies,
+// 64 KiB inputs, batches of up to 1,000 items, timeouts up to 60 s, 10,000
+// async requests in flight and as many results kept for 5 minutes, an open
+// API with one tenant.
+func DefaultConfig() Config {
+	return Config{
+		BodyMaxBytes:        1 << 20,
+		InputMaxBytes:       64 << 10,
+		BatchItemsMax:       1_000,
+		BatchConcurrencyMax: 128,
+		TimeoutMax:          60 * time.Second,
+		ReplyGrace:          5 * time.Second,
+		BodyReadTimeout:     10 * time.Second,
+		AsyncInFlightMax:    10_000,
+		AsyncResultsMax:     10_000,
+		AsyncRetention:      5 * time.Minute,
+		RetryAfterDefault:   time.Second,
+		ModelLabelsMax:      64,
+		ScrapeTimeout:       2 * time.Second,
+	}
+}
+
+// DefaultTenant is the tenant of every request when no API keys are
+// configured.
+const DefaultTenant = "default"
+
+// nameMaxBytes bounds model, version and tenant names taken from a request:
+// they become batch keys and metric labels.
+const nameMaxBytes = 256
+
+// paramsMaxBytes bounds a request's canonical params: they are part of its
+// batch key, held for as long as the request is queued.
+const paramsMaxBytes = 4 << 10
+
+// Validate reports the first setting that makes the configuration unusable.
+func (c Config) Validate() error {
+	switch {
+	case c.BodyMaxBytes < 1:
+		return fmt.Errorf("httpapi config: BodyMaxBytes %d: must be positive", c.BodyMaxBytes)
+	case c.InputMaxBytes < 1:
+		return fmt.Errorf("httpapi config: InputMaxBytes %d: must be positive", c.InputMaxBytes)
+	case c.BatchItemsMax < 1 || c.BatchConcurrencyMax < 1:
+		return fmt.Errorf("httpapi config: BatchItemsMax %d, BatchConcurrencyMax %d: must be positive", c.BatchItemsMax, c.BatchConcurrencyMax)
+	case c.TimeoutMax <= 0 || c.ReplyGrace <= 0 || c.BodyReadTimeout <= 0 || c.ScrapeTimeout <= 0:
+		return fmt.Errorf("httpapi config: TimeoutMax, ReplyGrace, BodyReadTimeout and ScrapeTimeout must be positive")
+	case c.AsyncInFlightMax < 1 || c.AsyncResultsMax < 1 || c.AsyncRetention <= 0:
+		return fmt.Errorf("httpapi config: AsyncInFlightMax, AsyncResultsMax and AsyncRetention must be positive")
+	case c.RetryAfterDefault <= 0:
+		return fmt.Errorf("httpapi config: RetryAfterDefault %v: must be positive", c.RetryAfterDefault)
+	case c.ModelLabelsMax < 1:
+		return fmt.Errorf("httpapi config: ModelLabelsMax %d: must be positive", c.ModelLabelsMax)
+	}
+	keys := map[string]bool{}
+	for i, k := range c.APIKeys {
+		switch {
+		case k.Key == "" || keys[k.Key]:
+			return fmt.Errorf("httpapi config: APIKeys[%d]: empty or repeated key", i)
+		case k.Tenant == "" || len(k.Tenant) > nameMaxBytes || !utf8.ValidString(k.Tenant):
+			return fmt.Errorf("httpapi config: APIKeys[%d]: tenant must be 1 to %d bytes of UTF-8", i, nameMaxBytes)
+		}
+		keys[k.Key] = true
+	}
+	models := map[string]bool{}
+	for i, m := range c.Models {
+		if m.Name == "" || models[m.Name] || len(m.Versions) == 0 {
+			return fmt.Errorf("httpapi config: Models[%d]: empty or repeated name %q, or no versions", i, m.Name)
+		}
+		models[m.Name] = true
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package httpapi
+
+import (
+	"fmt"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+var fuzzLimits = limits{inputMaxBytes: 32, itemsMax: 8, timeoutMax: time.Minute}
+
+// FuzzDecodeInfer feeds the same bytes to every request decoder: none may
+// panic, every refusal is a 4xx, and whatever is accepted respects the
+// limits, so nothing out of bounds can reach the engine.
+//
+//	go test ./engine/httpapi -run '^$' -fuzz FuzzDecodeInfer -fuzztime 30s
+func FuzzDecodeInfer(f *testing.F) {
+	for _, s := range []string{
+		`{"input": "hello"}`,
+		`{"input": "x", "version": "v1", "priority": "high", "timeout_ms": 250, "params": {"b": [1, {"z": 1}], "a": "x"}, "async": true}`,
+		`{"input": "x", "params": {"n": 1e999}}`,
+		`{"input": "x", "timeout_ms": 9223372036854775807}`,
+		`{"input": "\ud800"}`,
+		"{\"input\": \"\xff\"}",
+		`{"items": [{"input": "a"}, {"input": "b"}], "priority": "low"}`,
+		`{"items": [{"input": null}]}`,
+		`{"id": "r1", "inputs": [{"name": "t", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}]}`,
+		`{"inputs": [{"name": "t", "shape": [2, 1], "datatype": "BYTES", "data": [["a"], ["b"]]}]}`,
+		`{"inputs": [{"name": "t", "shape": [4294967296, 4294967296], "datatype": "BYTES", "data": []}]}`,
+		`{"inputs": [{"name": "t", "shape": [], "datatype": "BYTES", "data": "a"}]}`,
+		`[]`, `null`, ``, `{`, `{"input": "a"} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		check := func(name string, err *apiError) {
+			if err != nil && (err.status < 400 || err.status > 499 || err.code == "" || err.msg == "") {
+				t.Fatalf("%s: refusal %+v is not a 4xx with a code and message", name, err)
+			}
+		}
+		in, err := decodeInfer(body, fuzzLimits)
+		check("infer", err)
+		if err == nil {
+			checkCommon(t, in.common)
+			checkInputs(t, in.input)
+		}
+		b, err := decodeBatch(body, fuzzLimits)
+		check("batch", err)
+		if err == nil {
+			checkCommon(t, b.common)
+			if len(b.inputs) < 1 || len(b.inputs) > fuzzLimits.itemsMax {
+				t.Fatalf("batch of %d items accepted", len(b.inputs))
+			}
+			checkInputs(t, b.inputs...)
+		}
+		v, err := decodeV2(body, fuzzLimits)
+		check("v2", err)
+		if err == nil {
+			if len(v.inputs) < 1 || len(v.inputs) > fuzzLimits.itemsMax {
+				t.Fatalf("tensor of %d elements accepted", len(v.inputs))
+			}
+			checkInputs(t, v.inputs...)
+		}
+	})
+}
+
+func checkCommon(t *testing.T, c common) {
+	t.Helper()
+	if c.timeout < 0 || c.timeout > fuzzLimits.timeoutMax {
+		t.Fatalf("timeout %v accepted", c.timeout)
+	}
+	if c.priority < -1 || c.priority > 1 || len(c.version) > nameMaxBytes || len(c.params) > paramsMaxBytes {
+		t.Fatalf("common fields out of bounds: %+v", c)
+	}
+	if c.params != "" {
+		// Canonical params are a fixed point: canonicalising them again
+		// changes nothing, or equal params could land on different keys.
+		again, err := canonicalParams([]byte(c.params))
+		if err != nil || again != c.params {
+			t.Fatalf("params %q not canonical: %q, %v", c.params, again, err)
+		}
+	}
+}
+
+func checkInputs(t *testing.T, inputs ...string) {
+	t.Helper()
+	for _, in := range inputs {
+		if len(in) > fuzzLimits.inputMaxBytes || !utf8.ValidString(in) {
+			t.Fatalf("input %q accepted", in)
+		}
+	}
+}
+
+// The async store never holds more than its bounds, whatever the mix of
+// adds, finishes and lookups.
+func TestAsyncStoreBounds(t *testing.T) {
+	const inFlightMax, resultsMax = 3, 5
+	s := newAsyncStore(inFlightMax, resultsMax, 10*time.Second)
+	now := time.Duration(0)
+	var pending []string
+	for i := range 1000 {
+		now += time.Duration(i%7) * time.Second / 2
+		id := fmt.Sprint(i)
+		if err := s.add(&asyncEntry{id: id, tenant: "t", cancel: func() {}}, now); err == nil {
+			pending = append(pending, id)
+		} else if err != errAsyncFull || len(pending) < inFlightMax {
+			t.Fatalf("add %d: %v with %d pending", i, err, len(pending))
+		}
+		if i%2 == 0 && len(pending) > 0 {
+			s.start(pending[0])
+			s.finish(pending[0], statusCompleted, nil, nil, now)
+			s.wg.Done()
+			pending = pending[1:]
+		}
+		if i%5 == 0 {
+			s.get(fmt.Sprint(i/2), "t", now)
+		}
+		entries, p := s.size()
+		if p != len(pending) || entries > inFlightMax+resultsMax || len(s.done)-s.head > resultsMax || len(s.done) > 2*resultsMax+64 {
+			t.Fatalf("step %d: %d entries, %d pending (want %d), done list %d from %d", i, entries, p, len(pending), len(s.done), s.head)
+		}
+	}
+	for _, id := range pending {
+		s.finish(id, statusCompleted, nil, nil, now)
+		s.wg.Done()
+	}
+	s.wg.Wait()
+}

@@ -1,0 +1,151 @@
+// Package httpapi is batchd's HTTP adapter: net/http in front of the
+// engine's front door (engine.Engine.Do), with batchd's own JSON API, the
+// Open Inference Protocol (KServe v2) REST endpoints and Prometheus
+// metrics.
+//
+// Who imports it: cmd/batchd (serve) and tests. It imports actors and
+// engine (for the engine's sentinel errors), never a runtime adapter; it
+// takes the engine through Doer, an interface of its own, so its tests run
+// on a fake as well as on the real engine.
+//
+// # Endpoints
+//
+//	POST /v1/models/{model}/infer   {"input", "version"?, "priority"?, "timeout_ms"?, "params"?, "async"?}
+//	                                -> 200 {"id", "output", "model", "version", "latency_ms", "queue_ms",
+//	                                        "compute_ms", "batch_size", "attempts"}
+//	                                   async ("async": true or "Prefer: respond-async") -> 202 {"id", "status_url"}
+//	GET  /v1/requests/{id}          -> {"id", "status", "model", ...the result, or "error" and "http_status"}
+//	POST /v1/models/{model}/batch   {"items": [{"input"}...], "version"?, "priority"?, "timeout_ms"?, "params"?}
+//	                                -> 200 {"items": [{"status", "output"?, "version"?, "error"?, "http_status"?}...]}
+//	GET  /v2, /v2/health/live, /v2/health/ready
+//	GET  /v2/models/{m}[/versions/{v}]        metadata: one BYTES input "input", one BYTES output "output"
+//	GET  /v2/models/{m}[/versions/{v}]/ready
+//	POST /v2/models/{m}[/versions/{v}]/infer  {"id"?, "inputs": [{"name", "shape", "datatype": "BYTES", "data"}]}
+//	                                -> {"model_name", "model_version", "id", "outputs": [{"name": "output", ...}]}
+//	GET  /metrics                   Prometheus text format
+//
+// Every element of an OIP input tensor and every item of a /v1 batch is
+// one request in the batcher; they are submitted together (at most
+// Config.BatchConcurrencyMax at once), so they can share engine batches.
+// "priority" is low, normal or high; "timeout_ms" sets the request's
+// deadline (capped at Config.TimeoutMax, not refused above it); "params"
+// is an object, canonicalised (keys sorted at every depth) so that equal
+// params share a batch and different ones never do.
+//
+// # Decoding
+//
+// Bad input never reaches the engine: the body must be valid UTF-8 JSON of
+// at most Config.BodyMaxBytes, with one value and nothing after it; inputs
+// must be present and at most Config.InputMaxBytes (or the model's
+// InputLenMax); models and versions must be in the registry, if there is
+// one. A /v1 batch or an OIP tensor with one bad item is refused whole,
+// before any item is submitted. The /v1 routes refuse unknown fields (a
+// misspelt "timeout" would otherwise be silently ignored); the /v2 routes
+// ignore them, since OIP clients send extensions ("parameters",
+// "outputs") batchd does not use.
+// JSON \u escapes of lone surrogates decode to U+FFFD, as encoding/json
+// does; raw invalid UTF-8 is refused.
+//
+// # Status codes
+//
+// Errors are {"error": {"code", "message", "retry_after_ms"?}} on /v1 and
+// {"error": "message"} on /v2, with the same status codes. 429 and 503
+// carry a Retry-After header in whole seconds, rounded up (at least 1),
+// and retry_after_ms; the hint is the batcher's (RetryAfter, from its
+// predicted drain time) or Config.RetryAfterDefault.
+//
+//	status  code                               cause
+//	400     bad_request                        bad JSON, unknown /v1 field, missing or oversize input,
+//	                                           invalid UTF-8, bad priority/timeout/params/shape/datatype
+//	400     invalid                            the batcher refused the request as malformed (Reason invalid)
+//	401     unauthorized                       API keys configured; no or unknown bearer token
+//	403     forbidden                          the key may not use this model (APIKey.Models)
+//	404     unknown_model                      model or version not in the registry (here, or Reason unknown_model)
+//	404     not_found                          no such route; async id unknown, expired, or another tenant's
+//	405     method_not_allowed                 wrong method for the route
+//	408     request_timeout                    the body did not arrive within BodyReadTimeout
+//	413     body_too_large                     body over BodyMaxBytes
+//	429     rate_limited, quota                Rejected, Reason rate_limited or quota (the tenant's limits)
+//	503     queue_full, overloaded, no_device, Rejected for load, no device, or draining; engine.ErrInFlightMax
+//	        draining                           (overloaded), engine.ErrClosed (draining), async bound full
+//	                                           (overloaded), shutting down (draining); answered at once
+//	503     cancelled                          Cancelled while the client still waits (the service withdrew it)
+//	504     deadline                           Expired (Reason deadline), or no reply by deadline + ReplyGrace
+//	500     backend, attempts                  Failed: the backend failed the item, or device failures used
+//	                                           up its attempts
+//	499     cancelled                          the client went away (recorded in metrics; nobody reads it)
+//
+// A /v1 batch is 200 once valid; each item has its own status (completed,
+// failed, rejected, expired, cancelled) and, when not completed, its error
+// and the http_status it would have had alone. An OIP infer has no
+// per-element errors: any failed element fails the request with that
+// element's status.
+//
+// # Async requests
+//
+// An async request is answered 202 at once and served by a goroutine of
+// its own, tracked (Shutdown waits for it) and bounded by
+// Config.AsyncInFlightMax (past it: 503 with Retry-After). Its status is
+// queued, running, completed, failed (rejections included, with the
+// error), cancelled or expired. queued and running are approximate: the
+// engine reports nothing between accepting a request and answering it, so
+// "running" means "handed to the engine", queue wait included; the
+// result's queue_ms and compute_ms say how the time was spent. Results are
+// kept for Config.AsyncRetention and at most Config.AsyncResultsMax of
+// them, swept on every insert and lookup (no timer goroutine, no unbounded
+// map). Only the tenant that made a request can read it; others get 404.
+// Ids are 128 random bits, since with one open tenant the id is all that
+// separates clients.
+//
+// # Cancellation and deadlines
+//
+// A synchronous request passes its request context to Do: a client that
+// disconnects ends it, and the engine withdraws the queued request
+// (actors.Cancel). The request's timeout becomes its Deadline on the
+// engine clock (Doer.Now at arrival + timeout); the engine answers by it
+// (Expired: 504). The handler's own wait is bounded too, at the timeout
+// (or TimeoutMax) plus ReplyGrace, so no handler or async goroutine can
+// wait for ever on an engine that never answers.
+//
+// # Server timeouts and graceful stop
+//
+// Serve with NewServer, which sets ReadHeaderTimeout (5 s), IdleTimeout
+// (120 s) and MaxHeaderBytes (64 KiB) and leaves ReadTimeout and
+// WriteTimeout to the handler, which sets them per request (see NewServer
+// for why). On SIGTERM:
+//
+//  1. Handler.Shutdown(ctx): readiness turns 503, new async requests get
+//     503, and it waits for the async requests in flight (the engine still
+//     serves them).
+//  2. engine.Drain(ctx): the batcher stops admitting (new requests: 503
+//     draining) and flushes its queues without lingering; every request in
+//     flight is answered.
+//  3. http.Server.Shutdown(ctx): the listener closes and the synchronous
+//     handlers, answered by now, finish writing.
+//  4. engine.Shutdown(ctx).
+//
+// # Metrics
+//
+// GET /metrics serves a registry of the handler's own (not Prometheus's
+// global one):
+//
+//	batchd_requests_total{model,tenant,outcome,reason}   requests handed to the engine
+//	batchd_http_responses_total{route,code}              every response
+//	batchd_latency_seconds{model,outcome}                handler arrival to engine reply
+//	batchd_queue_wait_seconds{model}                     arrival to dispatch (completed requests)
+//	batchd_compute_seconds{model}                        dispatch to reply (completed requests)
+//	batchd_batch_size{model}                             the batch each completed request ran in
+//
+// and, when Config.Signals is set, gauges read from the batcher at scrape
+// time by a prometheus.Collector: batchd_queue_depth,
+// batchd_queue_wait_oldest_seconds, batchd_queue_slack_min_seconds,
+// batchd_queue_arrival_rate, batchd_queue_batch_size_mean and
+// batchd_queue_devices_needed per {model,version,bucket};
+// batchd_device_busy_fraction and batchd_device_healthy per {device};
+// batchd_devices_healthy; batchd_devices_needed (the autoscaling
+// recommendation); batchd_signals_up. The handler never reads actor state
+// itself: Signals must ask the actor (a message round trip) and is
+// responsible for its own synchronisation. Model labels are bounded (the
+// registry's names, or the first Config.ModelLabelsMax seen; the rest are
+// "other"), tenants by the API keys.
+package httpapi

@@ -1,0 +1,521 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// Doer is what the handler needs of the engine; *engine.Engine implements
+// it. Do must return soon after ctx ends (the engine withdraws the request
+// with actors.Cancel then), and must be safe for concurrent use.
+type Doer interface {
+	// Do submits req and waits for its one reply; see engine.Engine.Do.
+	Do(ctx context.Context, req actors.Request) (actors.Reply, error)
+	// Now is the clock request deadlines and reply timelines are on.
+	Now() time.Duration
+}
+
+// Handler is the HTTP adapter: an http.Handler over a Doer. Make it with
+// New; its methods are safe for concurrent use.
+type Handler struct {
+	eng    Doer
+	cfg    Config
+	lim    limits
+	mux    *http.ServeMux
+	met    *metrics
+	async  *asyncStore
+	log    *slog.Logger
+	keys   map[[sha256.Size]byte]*tenantKey // nil: open API
+	models map[string]*modelInfo            // nil: any model
+
+	// writeWindow bounds the time from a request's start to the end of its
+	// response: reading the body, the longest wait for the engine, and
+	// some slack for writing. It is set per connection write, so a client
+	// that does not read its response cannot hold the handler.
+	writeWindow time.Duration
+
+	draining atomic.Bool
+	idPrefix string
+	idSeq    atomic.Uint64
+}
+
+// tenantKey is what a bearer token grants: a tenant, and the models it may
+// use (nil: all).
+type tenantKey struct {
+	tenant string
+	models map[string]bool
+}
+
+// openKey is every request's key when no API keys are configured.
+var openKey = &tenantKey{tenant: DefaultTenant}
+
+// modelInfo is a model of the registry, resolved.
+type modelInfo struct {
+	cfg         actors.ModelConfig
+	versions    map[string]bool
+	totalWeight int
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns the HTTP adapter over eng, or an error naming the bad
+// setting. The handler starts goroutines only for async requests, and
+// Shutdown waits for them.
+func New(eng Doer, cfg Config) (*Handler, error) {
+	if eng == nil {
+		return nil, errors.New("httpapi: no engine")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var prefix [6]byte
+	_, _ = rand.Read(prefix[:]) // never fails (crypto/rand since Go 1.24)
+	h := &Handler{
+		eng: eng,
+		cfg: cfg,
+		lim: limits{
+			inputMaxBytes: cfg.InputMaxBytes,
+			itemsMax:      cfg.BatchItemsMax,
+			timeoutMax:    cfg.TimeoutMax,
+		},
+		mux:         http.NewServeMux(),
+		met:         newMetrics(cfg),
+		async:       newAsyncStore(cfg.AsyncInFlightMax, cfg.AsyncResultsMax, cfg.AsyncRetention),
+		log:         cfg.Logger,
+		writeWindow: cfg.BodyReadTimeout + cfg.TimeoutMax + cfg.ReplyGrace + writeSlack,
+		idPrefix:    hex.EncodeToString(prefix[:]) + "-",
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.APIKeys) > 0 {
+		h.keys = make(map[[sha256.Size]byte]*tenantKey, len(cfg.APIKeys))
+		for _, k := range cfg.APIKeys {
+			tk := &tenantKey{tenant: k.Tenant}
+			if len(k.Models) > 0 {
+				tk.models = make(map[string]bool, len(k.Models))
+				for _, m := range k.Models {
+					tk.models[m] = true
+				}
+			}
+			h.keys[sha256.Sum256([]byte(k.Key))] = tk
+		}
+	}
+	if len(cfg.Models) > 0 {
+		h.models = make(map[string]*modelInfo, len(cfg.Models))
+		for _, m := range cfg.Models {
+			mi := &modelInfo{cfg: m, versions: make(map[string]bool, len(m.Versions))}
+			for _, v := range m.Versions {
+				mi.versions[v.Name] = true
+				mi.totalWeight += max(v.Weight, 0)
+			}
+			h.models[m.Name] = mi
+		}
+	}
+	h.routes()
+	return h, nil
+}
+
+// writeSlack is the time a response may take to write once its reply is in.
+const writeSlack = 10 * time.Second
+
+// shutdownCutoffMax bounds Shutdown's wait for async goroutines after it
+// cancelled them: Do returns as soon as its ctx ends, so this is only a
+// guard against a Doer that does not.
+const shutdownCutoffMax = 5 * time.Second
+
+func (h *Handler) routes() {
+	h.route(http.MethodPost, "/v1/models/{model}/infer", h.v1Infer)
+	h.route(http.MethodPost, "/v1/models/{model}/batch", h.v1Batch)
+	h.route(http.MethodGet, "/v1/requests/{id}", h.v1Status)
+	h.route(http.MethodGet, "/v2", h.v2Server)
+	h.route(http.MethodGet, "/v2/health/live", h.v2Live)
+	h.route(http.MethodGet, "/v2/health/ready", h.v2Ready)
+	h.route(http.MethodGet, "/v2/models/{model}", h.v2Metadata)
+	h.route(http.MethodGet, "/v2/models/{model}/versions/{version}", h.v2Metadata)
+	h.route(http.MethodGet, "/v2/models/{model}/ready", h.v2ModelReady)
+	h.route(http.MethodGet, "/v2/models/{model}/versions/{version}/ready", h.v2ModelReady)
+	h.route(http.MethodPost, "/v2/models/{model}/infer", h.v2Infer)
+	h.route(http.MethodPost, "/v2/models/{model}/versions/{version}/infer", h.v2Infer)
+	metricsHandler := h.met.handler()
+	h.route(http.MethodGet, "/metrics", metricsHandler.ServeHTTP)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such route: " + truncate(r.URL.Path)})
+	})
+}
+
+// route registers a path for one method. The method is checked here rather
+// than in the mux pattern so that a wrong method gets a JSON 405, like
+// every other error, not the mux's plain text.
+func (h *Handler) route(method, path string, fn http.HandlerFunc) {
+	h.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			h.fail(w, r, &apiError{status: http.StatusMethodNotAllowed, code: codeMethod, msg: r.Method + " not allowed; use " + method})
+			return
+		}
+		fn(w, r)
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Errors mean the writer cannot set deadlines (a test recorder); the
+	// server's own timeouts are all there is then.
+	rc := http.NewResponseController(w)
+	now := time.Now()
+	_ = rc.SetWriteDeadline(now.Add(h.writeWindow))
+	if r.ContentLength != 0 {
+		// Set here, not only where a route reads the body: a request
+		// refused before its body is read (401, 404) still has the body
+		// drained by net/http before the answer goes out, and a client
+		// that trickles it must not hold the connection. readBody clears
+		// it once the body is in.
+		_ = rc.SetReadDeadline(now.Add(h.cfg.BodyReadTimeout))
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// Shutdown stops taking async requests and marks the handler not ready
+// (so load balancers stop sending), then waits until every async request
+// has its answer, or until ctx ends; then it cancels those still waiting
+// (their status becomes cancelled) and waits for their goroutines, briefly.
+// Synchronous requests are the http.Server's to wait for (its Shutdown).
+// See the package doc for the order of a graceful stop.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.draining.Store(true)
+	h.async.close()
+	done := make(chan struct{})
+	go func() {
+		h.async.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	n := h.async.cancelPending()
+	t := time.NewTimer(shutdownCutoffMax)
+	defer t.Stop()
+	select {
+	case <-done:
+		return fmt.Errorf("httpapi: shutdown: cancelled %d async requests: %w", n, ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("httpapi: shutdown: %d async requests still in the engine after cancel: %w", n, ctx.Err())
+	}
+}
+
+// --- helpers shared by the routes ---
+
+func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain structs of strings and numbers are written: a bug.
+		h.log.Error("httpapi: encode response", "err", err)
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+	h.met.response(r.Pattern, status)
+}
+
+// fail writes e in the error format of the route: {"error": {...}} on v1
+// (and any other route), {"error": "..."} on the OIP /v2 routes, as
+// KServe and Triton clients expect.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *apiError) {
+	e.setRetryAfter(w)
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="batchd"`)
+	}
+	if strings.HasPrefix(r.URL.Path, "/v2") {
+		h.writeJSON(w, r, e.status, v2Error{Error: e.msg})
+		return
+	}
+	h.writeJSON(w, r, e.status, struct {
+		Error *errorBody `json:"error"`
+	}{e.body()})
+}
+
+// auth returns the key a request authenticates with.
+func (h *Handler) auth(r *http.Request) (*tenantKey, *apiError) {
+	if h.keys == nil {
+		return openKey, nil
+	}
+	const scheme = "Bearer "
+	a := r.Header.Get("Authorization")
+	if len(a) <= len(scheme) || !strings.EqualFold(a[:len(scheme)], scheme) {
+		return nil, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "missing bearer token"}
+	}
+	// Looked up by hash: the lookup's timing then says nothing useful
+	// about how close a guess came to a real key.
+	k := h.keys[sha256.Sum256([]byte(strings.TrimSpace(a[len(scheme):])))]
+	if k == nil {
+		return nil, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "unknown bearer token"}
+	}
+	return k, nil
+}
+
+// validName reports whether a model or version name taken from a path is
+// one batchd can key and label by.
+func validName(s string) bool {
+	if s == "" || len(s) > nameMaxBytes || !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// model checks that k may use the named model and that it exists. The
+// result is nil when there is no registry (any model is served).
+func (h *Handler) model(k *tenantKey, name string) (*modelInfo, *apiError) {
+	if !validName(name) {
+		return nil, badRequest("model name must be 1 to %d bytes of printable UTF-8", nameMaxBytes)
+	}
+	// Checked before the registry, so a restricted key learns nothing of
+	// models it may not use.
+	if k.models != nil && !k.models[name] {
+		return nil, &apiError{status: http.StatusForbidden, code: codeForbidden, msg: "this key may not use model " + truncate(name)}
+	}
+	if h.models == nil {
+		return nil, nil
+	}
+	mi := h.models[name]
+	if mi == nil {
+		return nil, &apiError{status: http.StatusNotFound, code: codeUnknownModel, msg: "unknown model " + truncate(name)}
+	}
+	return mi, nil
+}
+
+// checkVersion refuses a version the registry does not list.
+func (mi *modelInfo) checkVersion(v string) *apiError {
+	if v != "" && !validName(v) {
+		return badRequest("version must be at most %d bytes of printable UTF-8", nameMaxBytes)
+	}
+	if mi == nil || v == "" || mi.versions[v] {
+		return nil
+	}
+	return &apiError{status: http.StatusNotFound, code: codeUnknownModel, msg: "model " + truncate(mi.cfg.Name) + " has no version " + truncate(v)}
+}
+
+// pick draws a version by the routing weights, for a request that must run
+// whole on one version.
+func (mi *modelInfo) pick() string {
+	if mi.totalWeight <= 0 {
+		return mi.cfg.Versions[0].Name
+	}
+	n := mrand.IntN(mi.totalWeight)
+	for _, v := range mi.cfg.Versions {
+		if n < v.Weight {
+			return v.Name
+		}
+		n -= max(v.Weight, 0)
+	}
+	return mi.cfg.Versions[0].Name
+}
+
+// limitsFor is the decoders' limits for a model: its InputLenMax, when
+// smaller, replaces the global input cap, so an input the batcher would
+// refuse is refused here, before it reaches the engine.
+func (h *Handler) limitsFor(mi *modelInfo) limits {
+	lim := h.lim
+	if mi != nil && mi.cfg.InputLenMax > 0 && mi.cfg.InputLenMax < lim.inputMaxBytes {
+		lim.inputMaxBytes = mi.cfg.InputLenMax
+	}
+	return lim
+}
+
+// readBody reads a request body within BodyMaxBytes and BodyReadTimeout
+// (a read deadline set by ServeHTTP).
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	rc := http.NewResponseController(w)
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= h.cfg.BodyMaxBytes {
+		buf.Grow(int(n))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.cfg.BodyMaxBytes))
+	if err == nil {
+		// Cleared once read: net/http watches the connection for the
+		// client going away while the handler waits, and a deadline left
+		// in place would end that watch, and the request's context with
+		// it.
+		_ = rc.SetReadDeadline(time.Time{})
+		return buf.Bytes(), nil
+	}
+	// On failure the deadline stays, and the connection is not reused:
+	// net/http would otherwise try to read the rest of the body before
+	// answering, and wait for ever on the client that stopped sending it.
+	w.Header().Set("Connection", "close")
+	var tooBig *http.MaxBytesError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: fmt.Sprintf("body over %d bytes", h.cfg.BodyMaxBytes)}
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return nil, &apiError{status: http.StatusRequestTimeout, code: codeTimeout, msg: "body not received in time"}
+	}
+	return nil, badRequest("reading body: %v", err)
+}
+
+// doContext bounds a wait for the engine: the request's own timeout, or
+// TimeoutMax, plus ReplyGrace. The engine answers by the deadline itself;
+// this only guards the handler against an engine that does not.
+func (h *Handler) doContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		timeout = h.cfg.TimeoutMax
+	}
+	return context.WithTimeout(parent, timeout+h.cfg.ReplyGrace)
+}
+
+// request builds the engine request for one input.
+func request(k *tenantKey, model string, c common, input string, start time.Duration) actors.Request {
+	req := actors.Request{
+		Tenant:   k.tenant,
+		Model:    model,
+		Version:  c.version,
+		Params:   c.params,
+		Priority: c.priority,
+		Input:    input,
+	}
+	if c.timeout > 0 {
+		req.Deadline = start + c.timeout
+	}
+	return req
+}
+
+// do runs one request through the engine and records it. parent is the
+// context the caller came with (see doError).
+func (h *Handler) do(ctx, parent context.Context, req actors.Request, start time.Duration) (actors.Reply, *apiError) {
+	rep, err := h.eng.Do(ctx, req)
+	var aerr *apiError
+	if err != nil {
+		aerr = h.doError(parent, err)
+	} else {
+		aerr = h.replyError(rep)
+	}
+	h.met.observe(req.Model, req.Tenant, rep, aerr, h.eng.Now()-start)
+	if aerr != nil && aerr.status == http.StatusInternalServerError {
+		h.log.Warn("httpapi: request failed", "model", req.Model, "tenant", req.Tenant, "code", aerr.code, "err", aerr.msg)
+	}
+	return rep, aerr
+}
+
+type doResult struct {
+	rep actors.Reply
+	err *apiError
+}
+
+// fanOut runs reqs through the engine concurrently, at most
+// BatchConcurrencyMax at a time, and returns their results in input order.
+// Submitting them together is what lets them share an engine batch.
+func (h *Handler) fanOut(ctx, parent context.Context, reqs []actors.Request, start time.Duration) []doResult {
+	out := make([]doResult, len(reqs))
+	if len(reqs) == 1 {
+		out[0].rep, out[0].err = h.do(ctx, parent, reqs[0], start)
+		return out
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(reqs), h.cfg.BatchConcurrencyMax) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(reqs) {
+					return
+				}
+				out[i].rep, out[i].err = h.do(ctx, parent, reqs[i], start)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// nextID is a request id for a synchronous request: unique in this process
+// (a random prefix per handler and a counter), cheap, and not secret.
+func (h *Handler) nextID() string {
+	return h.idPrefix + strconv.FormatUint(h.idSeq.Add(1), 36)
+}
+
+// ready reports whether the engine can serve now.
+func (h *Handler) ready(ctx context.Context) bool {
+	if h.draining.Load() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.ScrapeTimeout)
+	defer cancel()
+	switch {
+	case h.cfg.Ready != nil:
+		return h.cfg.Ready(ctx)
+	case h.cfg.Signals != nil:
+		s, err := h.cfg.Signals(ctx)
+		return err == nil && s.DevicesHealthy > 0
+	}
+	return true
+}
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 {
+	return math.Round(float64(d)/1e3) / 1e3
+}
+
+// inferResponse is the answer to a completed request.
+type inferResponse struct {
+	ID        string  `json:"id"`
+	Output    string  `json:"output"`
+	Model     string  `json:"model"`
+	Version   string  `json:"version"`
+	LatencyMs float64 `json:"latency_ms"`
+	QueueMs   float64 `json:"queue_ms"`
+	ComputeMs float64 `json:"compute_ms"`
+	BatchSize int     `json:"batch_size"`
+	Attempts  int     `json:"attempts"`
+}
+
+func newInferResponse(id, model string, rep actors.Reply) *inferResponse {
+	r := &inferResponse{
+		ID:        id,
+		Output:    rep.Output,
+		Model:     model,
+		Version:   rep.Version,
+		BatchSize: rep.BatchSize,
+		Attempts:  rep.Attempts,
+	}
+	if rep.Done > 0 {
+		r.LatencyMs = millis(rep.Done - rep.Arrival)
+	}
+	if rep.Dispatch > 0 {
+		r.QueueMs = millis(rep.Dispatch - rep.Arrival)
+		if rep.Done > 0 {
+			r.ComputeMs = millis(rep.Done - rep.Dispatch)
+		}
+	}
+	return r
+}

@@ -1,0 +1,286 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// metrics are the adapter's Prometheus series, on a registry of its own
+// (never the global one: two handlers in one process, as in tests, must
+// not collide, and nothing else's series leak into /metrics).
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests  *prometheus.CounterVec   // model, tenant, outcome, reason
+	responses *prometheus.CounterVec   // route, code
+	queueWait *prometheus.HistogramVec // model
+	compute   *prometheus.HistogramVec // model
+	latency   *prometheus.HistogramVec // model, outcome
+	batchSize *prometheus.HistogramVec // model
+
+	models *labelSet
+}
+
+// otherLabel stands for the label values past a labelSet's bound.
+const otherLabel = "other"
+
+// labelSet bounds the values of one label: the first max distinct values
+// (or, with fixed, exactly those) keep their name, the rest are "other".
+// Without it, a model registry left empty would let clients create a
+// series per made-up model name.
+type labelSet struct {
+	mu    sync.Mutex
+	fixed bool
+	names map[string]struct{}
+	max   int
+}
+
+func newLabelSet(fixed []string, maxNames int) *labelSet {
+	s := &labelSet{names: make(map[string]struct{}), max: maxNames}
+	for _, n := range fixed {
+		s.names[n] = struct{}{}
+	}
+	s.fixed = len(fixed) > 0
+	return s
+}
+
+func (s *labelSet) label(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.names[name]; ok {
+		return name
+	}
+	if s.fixed || len(s.names) >= s.max {
+		return otherLabel
+	}
+	s.names[name] = struct{}{}
+	return name
+}
+
+// latencyBuckets (seconds) are dense around the seeds' 100 ms batch and
+// 200 ms SLO, where the interesting percentiles lie.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .075, .1, .11, .125, .15, .175, .2, .25, .3, .5, .75, 1, 2.5, 5, 10, 30, 60}
+
+// batchSizeBuckets cover 1 to the seeds' 100 and past it.
+var batchSizeBuckets = []float64{1, 2, 4, 8, 16, 32, 50, 64, 75, 90, 100, 128, 256}
+
+func newMetrics(cfg Config) *metrics {
+	names := make([]string, 0, len(cfg.Models))
+	for _, m := range cfg.Models {
+		names = append(names, m.Name)
+	}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "batchd_requests_total",
+			Help: "Requests handed to the engine, by model, tenant, outcome (completed, failed, rejected, expired, cancelled) and reason.",
+		}, []string{"model", "tenant", "outcome", "reason"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "batchd_http_responses_total",
+			Help: "HTTP responses by route pattern and status code.",
+		}, []string{"route", "code"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "batchd_queue_wait_seconds",
+			Help:    "Time from arrival to dispatch on a device, per completed request.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "batchd_compute_seconds",
+			Help:    "Time from dispatch to reply, per completed request.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "batchd_latency_seconds",
+			Help:    "End-to-end time in the handler, from the request's arrival to its reply from the engine, by outcome.",
+			Buckets: latencyBuckets,
+		}, []string{"model", "outcome"}),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "batchd_batch_size",
+			Help:    "Size of the batch each completed request ran in (weighted by requests, not batches).",
+			Buckets: batchSizeBuckets,
+		}, []string{"model"}),
+		models: newLabelSet(names, cfg.ModelLabelsMax),
+	}
+	m.reg.MustRegister(m.requests, m.responses, m.queueWait, m.compute, m.latency, m.batchSize)
+	if cfg.Signals != nil {
+		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout))
+	}
+	return m
+}
+
+// observe records one engine call: its outcome, and for a completed
+// request its timeline. elapsed is the handler's own measure, on the
+// Doer's clock.
+func (m *metrics) observe(model, tenant string, rep actors.Reply, err *apiError, elapsed time.Duration) {
+	model = m.models.label(model)
+	outcome := outcomeOf(rep, err)
+	m.requests.WithLabelValues(model, tenant, outcome, reasonOf(rep, err)).Inc()
+	m.latency.WithLabelValues(model, outcome).Observe(elapsed.Seconds())
+	if rep.Outcome != actors.Completed {
+		return
+	}
+	if rep.Dispatch > 0 {
+		m.queueWait.WithLabelValues(model).Observe((rep.Dispatch - rep.Arrival).Seconds())
+		if rep.Done > 0 {
+			m.compute.WithLabelValues(model).Observe((rep.Done - rep.Dispatch).Seconds())
+		}
+	}
+	if rep.BatchSize > 0 {
+		m.batchSize.WithLabelValues(model).Observe(float64(rep.BatchSize))
+	}
+}
+
+func (m *metrics) response(route string, status int) {
+	if route == "" {
+		route = "none"
+	}
+	m.responses.WithLabelValues(route, strconv.Itoa(status)).Inc()
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		// One failing collector must not hide every other series.
+		ErrorHandling: promhttp.ContinueOnError,
+		// Scrapes are cheap but call Signals, a round trip to the batcher:
+		// a few at a time is plenty.
+		MaxRequestsInFlight: 4,
+	})
+}
+
+// signalsCollector exports the batcher's signals at scrape time. It holds
+// no copy of them: each Collect asks Signals afresh, which is how the
+// numbers stay the actor's own (the func does the asking; see
+// Config.Signals).
+type signalsCollector struct {
+	signals func(ctx context.Context) (actors.Signals, error)
+	timeout time.Duration
+
+	up, depth, waitOldest, slackMin, rate, batchMean     *prometheus.Desc
+	busy, healthy, devicesHealthy, devicesNeeded, needed *prometheus.Desc
+}
+
+func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), timeout time.Duration) *signalsCollector {
+	key := []string{"model", "version", "bucket"}
+	return &signalsCollector{
+		signals:        f,
+		timeout:        timeout,
+		up:             prometheus.NewDesc("batchd_signals_up", "1 if the batcher answered the scrape's signals query, else 0 (and no other batchd_queue_ or batchd_device_ series).", nil, nil),
+		depth:          prometheus.NewDesc("batchd_queue_depth", "Requests queued per key (model, version, input-length bucket; keys that differ only in params are summed).", key, nil),
+		waitOldest:     prometheus.NewDesc("batchd_queue_wait_oldest_seconds", "How long the oldest queued request of the key has waited.", key, nil),
+		slackMin:       prometheus.NewDesc("batchd_queue_slack_min_seconds", "Least slack (deadline - now - predicted compute - margin) of a queued request of the key; negative is late.", key, nil),
+		rate:           prometheus.NewDesc("batchd_queue_arrival_rate", "Recent arrivals per second of the key.", key, nil),
+		batchMean:      prometheus.NewDesc("batchd_queue_batch_size_mean", "Mean size of the key's recent batches.", key, nil),
+		needed:         prometheus.NewDesc("batchd_queue_devices_needed", "The key's share of the autoscaling recommendation, in devices.", key, nil),
+		busy:           prometheus.NewDesc("batchd_device_busy_fraction", "Share of time since registration the device has spent on batches.", []string{"device"}, nil),
+		healthy:        prometheus.NewDesc("batchd_device_healthy", "1 if the device is registered and not quarantined.", []string{"device"}, nil),
+		devicesHealthy: prometheus.NewDesc("batchd_devices_healthy", "Registered devices that are not quarantined.", nil, nil),
+		devicesNeeded:  prometheus.NewDesc("batchd_devices_needed", "Autoscaling recommendation: devices needed for the current load at the target utilisation, led by queue wait.", nil, nil),
+	}
+}
+
+func (c *signalsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded} {
+		ch <- d
+	}
+}
+
+// keyAgg is the signals of the keys that share a (model, version, bucket)
+// label set: they differ only in params, which are not a label (they can be
+// long, and would multiply the series).
+type keyAgg struct {
+	depth                 int
+	waitOldest, slackMin  time.Duration
+	rate, sizeSum, needed float64
+	nSize                 int
+	queued                bool
+}
+
+// emit sends a gauge, dropping one that cannot be made (a label that is
+// not UTF-8): a panic would take down the scrape, an error the series.
+func emit(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, lv ...string) {
+	if m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, lv...); err == nil {
+		ch <- m
+	}
+}
+
+type keyLabels struct {
+	model, version string
+	bucket         int
+}
+
+func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	s, err := c.signals(ctx)
+	if err != nil {
+		emit(ch, c.up, 0)
+		return
+	}
+	emit(ch, c.up, 1)
+	// Bounded by the batcher's KeysMax: one entry per key at most.
+	agg := make(map[keyLabels]*keyAgg, len(s.Keys))
+	for _, k := range s.Keys {
+		l := keyLabels{k.Key.Model, k.Key.Version, k.Key.Bucket}
+		a := agg[l]
+		if a == nil {
+			a = &keyAgg{}
+			agg[l] = a
+		}
+		a.depth += k.Depth
+		a.rate += k.Rate
+		a.needed += k.DevicesNeeded
+		if k.BatchSizeMean > 0 {
+			a.sizeSum += k.BatchSizeMean
+			a.nSize++
+		}
+		if k.Depth > 0 {
+			a.waitOldest = max(a.waitOldest, k.WaitOldest)
+			if !a.queued || k.SlackMin < a.slackMin {
+				a.slackMin = k.SlackMin
+			}
+			a.queued = true
+		}
+	}
+	for l, a := range agg {
+		lv := []string{l.model, l.version, strconv.Itoa(l.bucket)}
+		emit(ch, c.depth, float64(a.depth), lv...)
+		emit(ch, c.waitOldest, a.waitOldest.Seconds(), lv...)
+		if a.queued {
+			emit(ch, c.slackMin, a.slackMin.Seconds(), lv...)
+		}
+		emit(ch, c.rate, a.rate, lv...)
+		mean := 0.0
+		if a.nSize > 0 {
+			mean = a.sizeSum / float64(a.nSize)
+		}
+		emit(ch, c.batchMean, mean, lv...)
+		emit(ch, c.needed, a.needed, lv...)
+	}
+	seen := make(map[actors.Address]bool, len(s.Devices))
+	for _, d := range s.Devices {
+		if seen[d.Device] {
+			continue // a duplicate series would fail the whole scrape
+		}
+		seen[d.Device] = true
+		name := strconv.FormatUint(d.Device.ID, 10)
+		if d.Device.Node != "" {
+			name = d.Device.Node + "/" + name
+		}
+		emit(ch, c.busy, d.BusyFraction, name)
+		healthy := 0.0
+		if d.Healthy {
+			healthy = 1
+		}
+		emit(ch, c.healthy, healthy, name)
+	}
+	emit(ch, c.devicesHealthy, float64(s.DevicesHealthy))
+	emit(ch, c.devicesNeeded, float64(s.DevicesNeeded))
+}
