@@ -233,23 +233,39 @@ func (b *Batcher) compute() time.Duration { return b.cfg.Latency.Predict(b.cfg.B
 // per key under PolicyFair, which takes turns between tenants. It reads the
 // devices' predicted free times, so it sees a busy fleet as well as a long
 // queue.
-func (b *Batcher) predictWait(q *keyQueue, now time.Duration) time.Duration {
+func (b *Batcher) predictWait(q *keyQueue, t *tenantState, now time.Duration) time.Duration {
 	ahead := 0
+	var work time.Duration
 	for _, o := range b.order {
 		switch {
 		case o == q:
-			ahead += o.n / o.model.batchMax
+			n := o.aheadOf(t) / o.model.batchMax
+			ahead += n
+			work += time.Duration(n) * b.cfg.Latency.Predict(o.model.batchMax, o.maxLen)
 		case b.cfg.KeyPolicy == PolicyFair:
-			ahead += min(o.n, 1)
+			if o.n > 0 && o.leastServed() <= t.served {
+				ahead++
+				work += b.cfg.Latency.Predict(min(o.n, o.model.batchMax), o.maxLen)
+			}
 		default:
-			ahead += (o.n + o.model.batchMax - 1) / o.model.batchMax
+			n := o.n / o.model.batchMax
+			ahead += n
+			work += time.Duration(n) * b.cfg.Latency.Predict(o.model.batchMax, o.maxLen)
+			if r := o.n % o.model.batchMax; r > 0 {
+				ahead++
+				work += b.cfg.Latency.Predict(r, o.maxLen)
+			}
 		}
 	}
 	free := b.freeTimes()
 	if len(free) == 0 {
 		return b.cfg.NoDeviceRetryAfter
 	}
-	start := max(now, free[ahead%len(free)]) + time.Duration(ahead/len(free))*b.compute()
+	per := time.Duration(0)
+	if ahead > 0 {
+		per = work / time.Duration(ahead)
+	}
+	start := max(now, free[ahead%len(free)]) + time.Duration(ahead/len(free))*per
 	return start - now
 }
 
@@ -370,7 +386,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 	// Demand counts what is turned away for load: the autoscaling signal
 	// must see the traffic the fleet could not take.
 	q.sig.arrival(now, b.cfg.SignalWindow)
-	wait := b.predictWait(q, now)
+	wait := b.predictWait(q, t, now)
 	switch {
 	case b.held >= b.cfg.QueueTotalMax || q.held >= b.cfg.QueueMax:
 		reject(ReasonQueueFull, "overloaded: queue full", b.nextRoom(now))
@@ -560,7 +576,11 @@ func (b *Batcher) schedule(ctx Context) {
 			continue
 		}
 		b.ready = slices.Delete(b.ready, i, i+1)
-		b.dispatch(ctx, best, d, now)
+		if !b.dispatch(ctx, best, d, now) {
+			// Everything it took was answered Expired: the device is
+			// still free, and the queue is shorter, so this ends.
+			b.ready = slices.Insert(b.ready, i, d)
+		}
 	}
 	b.arm(ctx, now)
 }
@@ -569,8 +589,10 @@ func (b *Batcher) schedule(ctx Context) {
 // qh) goes before key r (next from rh) under the KeyPolicy.
 func (b *Batcher) before(q *keyQueue, qh *subQueue, r *keyQueue, rh *subQueue, now time.Duration) bool {
 	aging := b.cfg.PriorityAging
-	if lq, lr := qh.level(now, aging), rh.level(now, aging); lq != lr {
-		return lq > lr
+	if qh.prio != rh.prio {
+		if lq, lr := qh.level(now, aging), rh.level(now, aging); lq != lr {
+			return lq > lr
+		}
 	}
 	if b.cfg.KeyPolicy == PolicyFair && qh.tenant.served != rh.tenant.served {
 		return qh.tenant.served < rh.tenant.served
@@ -597,8 +619,9 @@ func (b *Batcher) expire(ctx Context, now time.Duration) {
 }
 
 // dispatch forms a batch from q (topped up from shorter buckets under
-// BucketMerge) and sends it to d.
-func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Duration) {
+// BucketMerge) and sends it to d. It reports false if no request was left
+// to send.
+func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Duration) bool {
 	bmax := q.model.batchMax
 	items := make([]Item, 0, min(q.n, bmax))
 	owners := make([]owner, 0, cap(items))
@@ -611,6 +634,10 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 				items, owners = b.take(short, items, owners, bmax, now)
 			}
 		}
+	}
+	items, owners = b.trimLate(ctx, items, owners, now)
+	if len(items) == 0 {
+		return false
 	}
 	// Charge the batch's predicted cost to the tenants of its items, each
 	// its share for its weight: fair scheduling evens these out.
@@ -630,6 +657,33 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
 	ctx.Send(d.addr, RunBatch{Batch: d.inflight})
+	return true
+}
+
+// trimLate answers Expired the items that this batch's own predicted cost
+// would finish past their deadline: each was feasible alone, but run here it
+// would take device time and still be late. Dropping one can shorten the
+// batch, so it repeats until what is left fits (at most len(items) rounds).
+func (b *Batcher) trimLate(ctx Context, items []Item, owners []owner, now time.Duration) ([]Item, []owner) {
+	for len(items) > 0 {
+		end := now + b.cfg.Latency.Predict(len(items), maxInput(items))
+		w := 0
+		for i, it := range items {
+			if it.Req.Deadline >= end {
+				items[w], owners[w] = it, owners[i]
+				w++
+				continue
+			}
+			it.Attempt-- // taken, never run
+			b.answerHeld(ctx, owners[i], it, Expired, ReasonDeadline, "deadline cannot be met in a batch of this cost")
+		}
+		if w == len(items) {
+			break
+		}
+		clear(items[w:])
+		items, owners = items[:w], owners[:w]
+	}
+	return items, owners
 }
 
 // take moves up to limit-len(items) requests of q into the batch, in the
@@ -684,4 +738,34 @@ func (b *Batcher) arm(ctx Context, now time.Duration) {
 	b.timerGen++
 	b.timerAt = wake
 	b.timer = ctx.After(wake-now, batcherTick{gen: b.timerGen})
+}
+
+// aheadOf is how many of q's queued items go before a new request of
+// tenant t under the fair discipline: t's own, and of every other tenant at
+// most as many as t's share lets through meanwhile.
+func (q *keyQueue) aheadOf(t *tenantState) int {
+	own := 0
+	for _, s := range q.subs {
+		if s.tenant == t {
+			own += s.items.len()
+		}
+	}
+	n := own
+	for _, s := range q.subs {
+		if s.tenant != t {
+			n += min(s.items.len(), int(float64(own+1)*s.tenant.weight/t.weight))
+		}
+	}
+	return n
+}
+
+// leastServed is the least weighted service of a tenant queued in q.
+func (q *keyQueue) leastServed() float64 {
+	m := math.Inf(1)
+	for _, s := range q.subs {
+		if s.items.len() > 0 {
+			m = min(m, s.tenant.served)
+		}
+	}
+	return m
 }

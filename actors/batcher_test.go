@@ -170,3 +170,44 @@ func TestBatcherExpiresWhatCannotMakeItsDeadline(t *testing.T) {
 		t.Errorf("expired at %v, want just after 200ms", rs[0].Done)
 	}
 }
+
+func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 4
+	cfg.Latency = LatencyModel{Base: 10 * ms, PerItem: 20 * ms} // 1 item: 30 ms, 4 items: 90 ms
+	b, c := newTestBatcher(t, cfg, 1)
+	sub := func(id uint64, deadline time.Duration) {
+		b.Receive(c, Submit{Req: Request{ID: id, Model: "m", Input: "x", Deadline: deadline, ReplyTo: Address{ID: 2}}})
+	}
+	for id := uint64(11); id <= 14; id++ { // a full batch takes the device until 90 ms
+		sub(id, time.Second)
+	}
+	first := ofType[RunBatch](c.take())
+	// Request 2 is admitted for a batch of 4 starting at 90 ms: 185 ms is
+	// enough (90 + 90 + 5 of margin).
+	for id := uint64(1); id <= 4; id++ {
+		deadline := time.Second
+		if id == 2 {
+			deadline = 185 * ms
+		}
+		sub(id, deadline)
+	}
+	if rs := replies(c.take()); len(first) != 1 || len(rs) != 0 {
+		t.Fatalf("setup: %d first batches, replies %+v", len(first), rs)
+	}
+	// The device is late: at 100 ms a batch of 4 would end at 190 ms, past
+	// request 2's deadline, though alone it would end at 130 ms.
+	c.now = 100 * ms
+	b.Receive(c, BatchDone{Device: Address{ID: 100}, BatchID: first[0].Batch.ID})
+	got := c.take()
+	rs, rb := replies(got), ofType[RunBatch](got)
+	if len(rs) != 1 || rs[0].ID != 2 || rs[0].Outcome != Expired || rs[0].Attempts != 0 {
+		t.Fatalf("want request 2 expired, never run; got %+v", rs)
+	}
+	if len(rb) != 1 || len(rb[0].Batch.Items) != 3 {
+		t.Fatalf("want a batch of the other 3, got %+v", rb)
+	}
+	if s := b.Stats(); s.Held != 3 || s.Queued != 0 {
+		t.Fatalf("books after the trim: %+v", s)
+	}
+}

@@ -106,9 +106,13 @@ func (s *subQueue) level(now, aging time.Duration) int8 {
 // priority, then the tenant with the least weighted service, then the
 // older head.
 func better(a, b *subQueue, now, aging time.Duration) bool {
-	la, lb := a.level(now, aging), b.level(now, aging)
-	if la != lb {
-		return la > lb
+	// Aging lifts a lower priority towards a higher one; between equal
+	// priorities it would only favour the deeper backlog over the fair
+	// share.
+	if a.prio != b.prio {
+		if la, lb := a.level(now, aging), b.level(now, aging); la != lb {
+			return la > lb
+		}
 	}
 	if a.tenant.served != b.tenant.served {
 		return a.tenant.served < b.tenant.served

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -45,25 +46,49 @@ type LedgerConfig struct {
 	// RequestsHint presizes the ledger, to avoid regrowing it on the hot
 	// path. Optional.
 	RequestsHint int
+	// Models is the batcher's model registry, for the bucket check: a
+	// batch's items must fall in its key's length bucket (or, under
+	// BucketMerge, in a shorter one). Empty: every input is in bucket 0.
+	Models []actors.ModelConfig
+	// BucketMerge is the batcher's setting: with it, a batch may also
+	// hold items of shorter buckets of its model version and parameters.
+	BucketMerge bool
+	// NamesMax bounds the tenants the ledger tells apart; the requests of
+	// any further tenant are counted under OtherName. Default and ceiling
+	// NamesLimit.
+	NamesMax int
 }
+
+// NamesLimit is the most tenants a ledger tells apart (see
+// LedgerConfig.NamesMax): the per-tenant report is read by people, and a
+// run with more tenants than this is a load test of the tenant table.
+const NamesLimit = 1024
+
+// OtherName is the name the per-tenant and per-model figures use for the
+// tenants past LedgerConfig.NamesMax.
+const OtherName = "(other)"
 
 // record is the ledger's line for one request. It holds string headers that
 // share the request's own bytes, never copies, and only what a check needs
 // after the request's submit: it is touched once per request, and its size
 // is most of the ledger's memory traffic (80 bytes).
 type record struct {
-	// key indexes Ledger.keys, and inputHash is actors.InputHash of the
-	// input: with no string kept, a record holds no pointer, so the garbage
-	// collector never scans the ledger.
+	// key indexes Ledger.keys, tenant Ledger.tenants, and inputHash is
+	// actors.InputHash of the input: with no string kept, a record holds
+	// no pointer, so the garbage collector never scans the ledger.
 	key       uint32
+	tenant    uint32
 	inputHash uint64
 	// arrival and deadline are the request's; reply is when its first
 	// reply was delivered.
 	arrival, deadline, reply time.Duration
-	// runs counts the RunBatch messages that carried this request.
-	runs      uint16
-	replies   uint16
-	outcome   actors.Outcome
+	// runs counts the RunBatch messages that carried this request;
+	// replies its replies, saturating (only 0, 1 and more matter).
+	runs    uint16
+	replies uint8
+	outcome actors.Outcome
+	// reason is the first reply's Reason, for the per-tenant rejections.
+	reason    actors.Reason
 	submitted bool
 	cancelled bool
 	// resolved: version was empty on the request and was taken from the
@@ -78,6 +103,11 @@ type devState struct {
 	busy        bool
 	batchID     uint64
 	since       time.Duration
+	// models are the warm models of its last DeviceReady; empty: any.
+	models []string
+	// registered is when its first DeviceReady was delivered: when the
+	// batcher starts counting its busy fraction.
+	registered time.Duration
 }
 
 // Ledger is the simulator's checker: an Observer that sees every delivery
@@ -89,8 +119,20 @@ type Ledger struct {
 	cfg  LedgerConfig
 	recs []record     // indexed by request ID; recs[0] is unused
 	keys []actors.Key // interned (model, version) of the records
-	devs map[actors.Address]*devState
-	last time.Duration
+	// tenants are the interned tenant names of the records (tenantIndex
+	// maps them back), lastTenant a one-entry cache: most runs repeat one.
+	tenants     []string
+	tenantIndex map[string]uint32
+	lastTenant  uint32
+	// models holds the registry's bucket edges by model name.
+	models map[string][]int
+	devs   map[actors.Address]*devState
+	// sampler, when set, reads the batcher's Signals on a clock of its
+	// own; sampleAt is its next reading (never, without a sampler), so
+	// that the hot path pays one comparison for it.
+	sampler  *signalSampler
+	sampleAt time.Duration
+	last     time.Duration
 
 	submitted  int64
 	replied    int64
@@ -120,6 +162,9 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 	if cfg.RequestsMax == 0 || cfg.RequestsMax > LedgerRequestsLimit {
 		cfg.RequestsMax = LedgerRequestsLimit
 	}
+	if cfg.NamesMax <= 0 || cfg.NamesMax > NamesLimit {
+		cfg.NamesMax = NamesLimit
+	}
 	switch {
 	case cfg.BatchMax < 1 || cfg.AttemptMax < 1 || cfg.QueueTotalMax < 1:
 		return nil, errors.New("ledger config: BatchMax, AttemptMax and QueueTotalMax must be at least 1")
@@ -129,14 +174,22 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 		return nil, errors.New("ledger config: Batcher must be set")
 	}
 	hint := min(cfg.RequestsHint, cfg.RequestsMax) + 1
+	models := make(map[string][]int, len(cfg.Models))
+	for _, m := range cfg.Models {
+		models[m.Name] = m.BucketEdges
+	}
 	return &Ledger{
-		cfg:        cfg,
-		recs:       make([]record, 1, hint),
-		devs:       make(map[actors.Address]*devState),
-		batchSizes: make([]int64, cfg.BatchMax+2),
-		latency:    newHist(),
-		queueWait:  newHist(),
-		compute:    newHist(),
+		cfg:         cfg,
+		recs:        make([]record, 1, hint),
+		tenantIndex: make(map[string]uint32),
+		lastTenant:  math.MaxUint32,
+		models:      models,
+		devs:        make(map[actors.Address]*devState),
+		sampleAt:    math.MaxInt64,
+		batchSizes:  make([]int64, cfg.BatchMax+2),
+		latency:     newHist(),
+		queueWait:   newHist(),
+		compute:     newHist(),
 	}, nil
 }
 
@@ -169,12 +222,15 @@ const (
 	ViolationQueue
 	// ViolationDrain: a run that did not drain in its liveness phase.
 	ViolationDrain
+	// ViolationWarm: a device given a batch of a model it did not
+	// announce as warm in its DeviceReady (issue 3's placement rule).
+	ViolationWarm
 	// ViolationKinds is the number of kinds.
 	ViolationKinds
 )
 
 var violationKindNames = [ViolationKinds]string{
-	"other", "lost", "duplicate", "output", "batch", "causality", "attempts", "queue", "drain",
+	"other", "lost", "duplicate", "output", "batch", "causality", "attempts", "queue", "drain", "warm",
 }
 
 func (k ViolationKind) String() string {
@@ -218,6 +274,9 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 		l.violate(ViolationCausality, "clock went back: delivery at %v after one at %v", at, l.last)
 	}
 	l.last = at
+	if at > l.sampleAt {
+		l.sampleAt = l.sampler.advance(at)
+	}
 	if to == l.cfg.Batcher && l.cfg.Probe != nil {
 		l.checkQueue(at)
 	}
@@ -240,7 +299,12 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 			// A new incarnation has lost whatever the old one held.
 			d.busy = false
 		}
+		if !d.known {
+			d.registered = at
+		}
 		d.known, d.incarnation = true, m.Incarnation
+		// The device's own list, which it does not change once sent.
+		d.models = m.Models
 	}
 }
 
@@ -274,8 +338,8 @@ func (l *Ledger) submit(at time.Duration, q actors.Request) {
 		return
 	}
 	*r = record{
-		key: l.intern(actors.Key{Model: q.Model, Version: q.Version}), inputHash: actors.InputHash(q.Input),
-		arrival: q.Arrival, deadline: q.Deadline, submitted: true,
+		key: l.intern(actors.Key{Model: q.Model, Version: q.Version}), tenant: l.internTenant(q.Tenant),
+		inputHash: actors.InputHash(q.Input), arrival: q.Arrival, deadline: q.Deadline, submitted: true,
 	}
 	if r.deadline == 0 {
 		r.deadline = q.Arrival + l.cfg.SLO
@@ -316,11 +380,25 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 	if b.Dispatch > at {
 		l.violate(ViolationCausality, "batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
 	}
+	if len(d.models) > 0 && !slices.Contains(d.models, b.Key.Model) {
+		l.violate(ViolationWarm, "batch %d of model %q sent to device %v, which holds %q", b.ID, b.Key.Model, to, d.models)
+	}
+	edges := l.models[b.Key.Model]
+	ownBucket := false
 	for i := range b.Items {
 		it := &b.Items[i]
 		q := &it.Req
-		if q.Model != b.Key.Model || (q.Version != "" && q.Version != b.Key.Version) {
-			l.violate(ViolationBatch, "batch %d: request %d (%s@%s) under key %s@%s", b.ID, q.ID, q.Model, q.Version, b.Key.Model, b.Key.Version)
+		if q.Model != b.Key.Model || (q.Version != "" && q.Version != b.Key.Version) || q.Params != b.Key.Params {
+			l.violate(ViolationBatch, "batch %d: request %d (%s@%s %q) under key %s@%s %q", b.ID, q.ID, q.Model, q.Version, q.Params, b.Key.Model, b.Key.Version, b.Key.Params)
+		}
+		// An item is in its key's bucket, or, under BucketMerge, in a
+		// shorter one of the same model version and parameters (checked
+		// above): a longer input would make the batch pay its padding.
+		switch bk := bucketOf(edges, len(q.Input)); {
+		case bk == b.Key.Bucket:
+			ownBucket = true
+		case bk > b.Key.Bucket || !l.cfg.BucketMerge:
+			l.violate(ViolationBatch, "batch %d (bucket %d, merge %v): request %d of %d bytes is in bucket %d", b.ID, b.Key.Bucket, l.cfg.BucketMerge, q.ID, len(q.Input), bk)
 		}
 		if it.Attempt > l.cfg.AttemptMax {
 			l.violate(ViolationAttempts, "request %d: attempt %d > AttemptMax %d", q.ID, it.Attempt, l.cfg.AttemptMax)
@@ -351,6 +429,21 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 			l.violate(ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v out of order", q.ID, r.arrival, it.Enqueue, b.Dispatch)
 		}
 	}
+	if n > 0 && !ownBucket {
+		// A batch leaves for its own key's sake: merging only tops it up.
+		l.violate(ViolationBatch, "batch %d: no item in its key's bucket %d", b.ID, b.Key.Bucket)
+	}
+}
+
+// bucketOf is the length bucket of an input of n bytes under edges, the
+// way actors.ModelConfig.BucketEdges defines it.
+func bucketOf(edges []int, n int) int {
+	for i, e := range edges {
+		if n <= e {
+			return i
+		}
+	}
+	return len(edges)
 }
 
 // Receive implements actors.Actor: the ledger is where every Reply goes.
@@ -366,14 +459,16 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 		l.violate(ViolationOther, "reply for request %d that was never submitted", m.ID)
 		return
 	}
-	r.replies++
+	if r.replies < math.MaxUint8 {
+		r.replies++
+	}
 	if r.replies > 1 {
 		l.duplicated++
 		l.violate(ViolationDuplicate, "request %d: reply %d (%v at %v) after %v at %v", m.ID, r.replies, m.Outcome, at, r.outcome, r.reply)
 		return
 	}
 	l.replied++
-	r.outcome, r.reply = m.Outcome, at
+	r.outcome, r.reply, r.reason = m.Outcome, at, m.Reason
 	if m.Outcome >= actors.Completed && m.Outcome <= actors.Cancelled {
 		l.outcomes[m.Outcome]++
 	} else {
@@ -493,6 +588,27 @@ func (l *Ledger) intern(k actors.Key) uint32 {
 	return uint32(len(l.keys) - 1)
 }
 
+// internTenant returns the index of tenant name in l.tenants, adding it
+// if new; past NamesMax, tenants share the index of OtherName.
+func (l *Ledger) internTenant(name string) uint32 {
+	if l.lastTenant < uint32(len(l.tenants)) && l.tenants[l.lastTenant] == name {
+		return l.lastTenant
+	}
+	i, ok := l.tenantIndex[name]
+	if !ok {
+		if len(l.tenants) >= l.cfg.NamesMax {
+			name = OtherName
+		}
+		if i, ok = l.tenantIndex[name]; !ok {
+			i = uint32(len(l.tenants))
+			l.tenants = append(l.tenants, name)
+			l.tenantIndex[name] = i
+		}
+	}
+	l.lastTenant = i
+	return i
+}
+
 // hist is a latency histogram at microsecond resolution, 3 significant
 // digits, with the exact maximum kept aside (HdrHistogram reports the top of
 // the maximum's bucket).
@@ -536,4 +652,83 @@ func (h *hist) percentiles() Percentiles {
 	// exact maximum by the 3-digit resolution; no percentile exceeds max.
 	ms := func(q float64) float64 { return min(float64(h.h.ValueAtQuantile(q))/1e3, maxMs) }
 	return Percentiles{P50: ms(50), P95: ms(95), P99: ms(99), Max: maxMs}
+}
+
+// reasonSlots is the size of per-reason tables: every actors.Reason fits,
+// and an unknown one is counted in the last slot.
+const reasonSlots = 16
+
+// groupTally is the outcome of a group of requests (one tenant's, one model's,
+// or one tenant's in a window of arrival times).
+type groupTally struct {
+	offered, completed, sloMet, expired, failed, cancelled, rejected int64
+	// completedBy counts completions replied by the groupTally's cutoff (the
+	// end of the safety phase), for throughput.
+	completedBy int64
+	rejectedBy  [reasonSlots]int64
+	// latency holds the completed requests' latencies, unsorted.
+	latency []time.Duration
+}
+
+// Tenants returns the tenant names, in order of first submission; a
+// record's tenant field indexes it.
+func (l *Ledger) Tenants() []string { return l.tenants }
+
+// tallies groups the requests that arrived in [from, to) into n groups by
+// group (which returns -1 to leave a request out), in one pass over the
+// ledger. A completion replied at or before cutoff also counts in
+// completedBy.
+func (l *Ledger) tallies(n int, group func(r *record) int, from, to, cutoff time.Duration) []groupTally {
+	out := make([]groupTally, n)
+	for id := 1; id < len(l.recs); id++ {
+		r := &l.recs[id]
+		if !r.submitted || r.arrival < from || r.arrival >= to {
+			continue
+		}
+		g := group(r)
+		if g < 0 || g >= n {
+			continue
+		}
+		t := &out[g]
+		t.offered++
+		if r.replies == 0 {
+			continue // lost: a violation of its own
+		}
+		switch r.outcome {
+		case actors.Completed:
+			t.completed++
+			t.latency = append(t.latency, r.reply-r.arrival)
+			if r.reply <= r.deadline {
+				t.sloMet++
+			}
+			if r.reply <= cutoff {
+				t.completedBy++
+			}
+		case actors.Rejected:
+			t.rejected++
+			t.rejectedBy[min(int(r.reason), reasonSlots-1)]++
+		case actors.Expired:
+			t.expired++
+		case actors.Failed:
+			t.failed++
+		case actors.Cancelled:
+			t.cancelled++
+		}
+	}
+	return out
+}
+
+// modelGroups maps each interned key to the index of its model in the
+// returned names (models in order of first submission).
+func (l *Ledger) modelGroups() (names []string, ofKey []int) {
+	ofKey = make([]int, len(l.keys))
+	for i, k := range l.keys {
+		j := slices.Index(names, k.Model)
+		if j < 0 {
+			j = len(names)
+			names = append(names, k.Model)
+		}
+		ofKey[i] = j
+	}
+	return names, ofKey
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,6 +51,79 @@ type Report struct {
 	WallSeconds      float64          `json:"wall_seconds"`
 	Events           int64            `json:"events"`
 	Violations       ViolationSummary `json:"violations"`
+
+	// Tenants and Models break the requests down by tenant and by model
+	// name (tenants past LedgerConfig.NamesMax under OtherName).
+	Tenants map[string]NameStats `json:"tenants"`
+	Models  map[string]NameStats `json:"models"`
+	// Fairness measures how evenly the tenants were served.
+	Fairness Fairness `json:"fairness"`
+	// Rejections counts the rejected requests by Reply.Reason.
+	Rejections map[string]int64 `json:"rejections"`
+	// Autoscale samples the batcher's Signals every Config.SignalsEvery of
+	// virtual time: the recommendation over the run, next to the queue
+	// and the devices' busy fraction it is meant to lead.
+	Autoscale []AutoscaleSample `json:"autoscale"`
+	// Windows break the tenants down by arrival time, one entry per pair
+	// of neighbouring Config.Windows boundaries; absent without them.
+	Windows []WindowStats `json:"windows,omitempty"`
+}
+
+// NameStats are the figures of one tenant's or one model's requests.
+type NameStats struct {
+	Offered   int64 `json:"offered"`
+	Completed int64 `json:"completed"`
+	Rejected  int64 `json:"rejected"`
+	// RejectedBy splits Rejected by Reply.Reason (rate_limited, quota,
+	// overloaded, ...).
+	RejectedBy map[string]int64 `json:"rejected_by"`
+	Expired    int64            `json:"expired"`
+	Failed     int64            `json:"failed"`
+	Cancelled  int64            `json:"cancelled"`
+	// LatencyMs is over the completed requests, exact (nearest rank), where
+	// the run-wide LatencyMs comes from a 3-digit histogram.
+	LatencyMs Percentiles `json:"latency_ms"`
+	// SLOAttainment is as the report's: completed by the deadline over
+	// accepted and not cancelled.
+	SLOAttainment float64 `json:"slo_attainment"`
+	// ThroughputRPS is completions per second of the safety phase (of the
+	// window, for Report.Windows: completions of the requests that arrived
+	// in it, per second of it).
+	ThroughputRPS float64 `json:"throughput_rps"`
+}
+
+// Fairness is Jain's index, (Σx)² / (n·Σx²), of the tenants' throughputs
+// x (completions per second of the safety phase): 1 when all are equal, 1/n
+// when one tenant has everything. JainWeighted divides each throughput by
+// the tenant's weight first, so it is 1 when service follows the weights.
+// Both only measure fairness when every tenant is backlogged (offers more
+// than its share): a tenant that asks for little gets little, fairly.
+type Fairness struct {
+	Tenants        int     `json:"tenants"`
+	JainThroughput float64 `json:"jain_throughput"`
+	JainWeighted   float64 `json:"jain_weighted"`
+}
+
+// AutoscaleSample is one reading of actors.Batcher.Signals.
+type AutoscaleSample struct {
+	// T is the virtual time of the reading, in seconds.
+	T              float64 `json:"t"`
+	DevicesNeeded  int     `json:"devices_needed"`
+	DevicesHealthy int     `json:"devices_healthy"`
+	// QueueDepth is the requests queued under all keys.
+	QueueDepth int `json:"queue_depth"`
+	// BusyFractionMean is the devices' mean busy fraction over the
+	// interval since the previous reading (the batcher's own figure is
+	// since each device registered, which hides a change).
+	BusyFractionMean float64 `json:"busy_fraction_mean"`
+}
+
+// WindowStats is the per-tenant breakdown of the requests that arrived in
+// [FromS, ToS) seconds.
+type WindowStats struct {
+	FromS   float64              `json:"from_s"`
+	ToS     float64              `json:"to_s"`
+	Tenants map[string]NameStats `json:"tenants"`
 }
 
 // Workload echoes the run's main parameters, so a report reads on its own.
@@ -118,6 +194,12 @@ type reportInput struct {
 	// undelivered submits), and extraKinds their kinds, one per extra.
 	extra      []string
 	extraKinds []ViolationKind
+	// weight is a tenant's weight, for Fairness.JainWeighted; nil: 1.
+	weight func(tenant string) float64
+	// sampler holds the Signals readings; nil when sampling was off.
+	sampler *signalSampler
+	// windows are Config.Windows.
+	windows []time.Duration
 }
 
 // batchBuckets is how many buckets the batch size distribution has.
@@ -177,7 +259,247 @@ func newReport(in reportInput) Report {
 		}
 		rep.Violations.ByKind[k]++
 	}
+	addBreakdown(&rep, in)
 	return rep
+}
+
+// addBreakdown fills the per-tenant and per-model figures, the fairness
+// indexes, the rejections by reason, the windows and the autoscaling
+// readings.
+func addBreakdown(rep *Report, in reportInput) {
+	l := in.ledger
+	all := time.Duration(math.MaxInt64)
+	tenants := l.Tenants()
+	byTenant := l.tallies(len(tenants), func(r *record) int { return int(r.tenant) }, 0, all, in.safety)
+	models, ofKey := l.modelGroups()
+	byModel := l.tallies(len(models), func(r *record) int { return ofKey[r.key] }, 0, all, in.safety)
+
+	rep.Tenants = make(map[string]NameStats, len(tenants))
+	rep.Rejections = map[string]int64{}
+	var xs, ws []float64
+	for i, name := range tenants {
+		t := &byTenant[i]
+		rep.Tenants[name] = t.stats(in.safety)
+		for r, n := range t.rejectedBy {
+			if n > 0 {
+				rep.Rejections[actors.Reason(r).String()] += n
+			}
+		}
+		x := float64(t.completedBy) / max(in.safety.Seconds(), 1e-9)
+		w := 1.0
+		if in.weight != nil {
+			w = in.weight(name)
+		}
+		xs, ws = append(xs, x), append(ws, x/w)
+	}
+	rep.Models = make(map[string]NameStats, len(models))
+	for i, name := range models {
+		rep.Models[name] = byModel[i].stats(in.safety)
+	}
+	rep.Fairness = Fairness{Tenants: len(tenants), JainThroughput: round(jain(xs), 6), JainWeighted: round(jain(ws), 6)}
+
+	for i := 1; i < len(in.windows); i++ {
+		from, to := in.windows[i-1], in.windows[i]
+		ts := l.tallies(len(tenants), func(r *record) int { return int(r.tenant) }, from, to, all)
+		ws := WindowStats{FromS: round(from.Seconds(), 6), ToS: round(to.Seconds(), 6), Tenants: make(map[string]NameStats, len(tenants))}
+		for j, name := range tenants {
+			if ts[j].offered > 0 {
+				ws.Tenants[name] = ts[j].stats(to - from)
+			}
+		}
+		rep.Windows = append(rep.Windows, ws)
+	}
+	if in.sampler != nil {
+		rep.Autoscale = in.sampler.samples
+	}
+}
+
+// stats turns a groupTally into a NameStats, with throughput per second of
+// span.
+func (t *groupTally) stats(span time.Duration) NameStats {
+	s := NameStats{
+		Offered: t.offered, Completed: t.completed, Rejected: t.rejected,
+		Expired: t.expired, Failed: t.failed, Cancelled: t.cancelled,
+		RejectedBy: map[string]int64{},
+		LatencyMs:  exactPercentiles(t.latency),
+	}
+	for r, n := range t.rejectedBy {
+		if n > 0 {
+			s.RejectedBy[actors.Reason(r).String()] = n
+		}
+	}
+	if wanted := t.offered - t.rejected - t.cancelled; wanted > 0 {
+		s.SLOAttainment = round(float64(t.sloMet)/float64(wanted), 6)
+	}
+	if span > 0 {
+		s.ThroughputRPS = round(float64(t.completedBy)/span.Seconds(), 3)
+	}
+	return s
+}
+
+// exactPercentiles returns the nearest-rank percentiles of ds in
+// milliseconds at microsecond resolution, reordering ds. It selects the
+// four ranks rather than sorting: a report breaks a run down per tenant
+// and per model, and sorting every group cost a tenth of a reference run.
+func exactPercentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	rank := func(q float64) int { return min(max(int(math.Ceil(q*float64(len(ds))))-1, 0), len(ds)-1) }
+	msAt := func(i int) float64 { return float64(ds[i]/time.Microsecond) / 1e3 }
+	// Largest rank first: each selection leaves the smaller ranks to its
+	// left, so the next one searches only that part.
+	hi := len(ds)
+	var p Percentiles
+	for _, r := range []struct {
+		q   float64
+		dst *float64
+	}{{1, &p.Max}, {0.99, &p.P99}, {0.95, &p.P95}, {0.50, &p.P50}} {
+		k := rank(r.q)
+		selectKth(ds[:hi], k)
+		*r.dst = msAt(k)
+		hi = k + 1
+	}
+	return p
+}
+
+// selectKth reorders ds so that ds[k] is the value a sort would put there,
+// with no larger value before it and no smaller one after. Quickselect on
+// the median of three, falling back to a sort of what is left after
+// 2·log2(n)+8 rounds, so its worst case is a sort's.
+func selectKth(ds []time.Duration, k int) {
+	lo, hi := 0, len(ds)-1
+	for rounds := 2*bits.Len(uint(len(ds))) + 8; lo < hi; rounds-- {
+		if rounds == 0 {
+			slices.Sort(ds[lo : hi+1])
+			return
+		}
+		mid := lo + (hi-lo)/2
+		// Median of three into ds[mid].
+		if ds[mid] < ds[lo] {
+			ds[mid], ds[lo] = ds[lo], ds[mid]
+		}
+		if ds[hi] < ds[lo] {
+			ds[hi], ds[lo] = ds[lo], ds[hi]
+		}
+		if ds[hi] < ds[mid] {
+			ds[hi], ds[mid] = ds[mid], ds[hi]
+		}
+		pivot := ds[mid]
+		i, j := lo, hi
+		for i <= j {
+			for ds[i] < pivot {
+				i++
+			}
+			for ds[j] > pivot {
+				j--
+			}
+			if i <= j {
+				ds[i], ds[j] = ds[j], ds[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return // j < k < i: ds[k] equals the pivot
+		}
+	}
+}
+
+// jain is Jain's fairness index of xs: 1 for no value or all zeros (no one
+// was served less than another).
+func jain(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 1
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
+
+// signalSampler reads the batcher's Signals every interval of virtual
+// time, for Report.Autoscale. The ledger drives it (it sees every delivery
+// already, and one comparison there is cheaper than an observer of its
+// own). It reads, never sends: Signals only rolls the batcher's
+// arrival-rate windows forward, which the batcher's own next arrival would
+// do the same way, and no decision of the batcher reads them, so the run
+// and its trace hash are unchanged.
+type signalSampler struct {
+	b      *actors.Batcher
+	ledger *Ledger
+	every  time.Duration
+	next   time.Duration
+	// busy is each device's busy time at the last reading.
+	busy    map[actors.Address]time.Duration
+	last    time.Duration
+	samples []AutoscaleSample
+}
+
+// autoscaleSamplesMax bounds the readings kept: a day of virtual time at
+// one a second.
+const autoscaleSamplesMax = 100_000
+
+// newSignalSampler returns a sampler that l drives.
+func newSignalSampler(b *actors.Batcher, l *Ledger, every time.Duration) *signalSampler {
+	s := &signalSampler{b: b, ledger: l, every: every, next: every, busy: make(map[actors.Address]time.Duration)}
+	l.sampler, l.sampleAt = s, every
+	return s
+}
+
+// advance takes the readings due before at, the time of a delivery about
+// to happen, so each sees every delivery at or before its time and none
+// after; it returns the time of the next reading.
+func (s *signalSampler) advance(at time.Duration) time.Duration {
+	for s.next < at && len(s.samples) < autoscaleSamplesMax {
+		s.sample(s.next)
+		s.next += s.every
+	}
+	if len(s.samples) >= autoscaleSamplesMax {
+		return math.MaxInt64
+	}
+	return s.next
+}
+
+// finish takes the readings due up to end, the end of the run.
+func (s *signalSampler) finish(end time.Duration) {
+	s.advance(end + 1)
+}
+
+func (s *signalSampler) sample(now time.Duration) {
+	sig := s.b.Signals(now)
+	smp := AutoscaleSample{T: round(now.Seconds(), 6), DevicesNeeded: sig.DevicesNeeded, DevicesHealthy: sig.DevicesHealthy}
+	for _, k := range sig.Keys {
+		smp.QueueDepth += k.Depth
+	}
+	var busy float64
+	n := 0
+	for _, d := range sig.Devices {
+		ld := s.ledger.devs[d.Device]
+		if ld == nil || !ld.known || now <= ld.registered {
+			continue
+		}
+		reg := ld.registered
+		total := time.Duration(d.BusyFraction * float64(now-reg))
+		since := max(s.last, reg)
+		if now > since {
+			busy += min(max(float64(total-s.busy[d.Device])/float64(now-since), 0), 1)
+			n++
+		}
+		s.busy[d.Device] = total
+	}
+	if n > 0 {
+		smp.BusyFractionMean = round(busy/float64(n), 6)
+	}
+	s.last = now
+	s.samples = append(s.samples, smp)
 }
 
 // bucketBatchSizes folds per-size counts (index = size, last index =
@@ -242,7 +564,76 @@ func (r Report) WriteTable(w io.Writer) error {
 	for _, v := range r.Violations.First {
 		p("\t%s", v)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return r.writeBreakdown(w)
+}
+
+// writeBreakdown prints the per-tenant and per-model tables, the fairness
+// indexes, the rejections, the windows and the autoscaling readings.
+func (r Report) writeBreakdown(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	table := func(title string, m map[string]NameStats) {
+		if len(m) == 0 {
+			return
+		}
+		p("")
+		p("%s\toffered\tcompleted\trejected\texpired\tfailed\tp50 ms\tp95 ms\tp99 ms\tSLO\treq/s\trejected by", title)
+		for _, name := range sortedKeys(m) {
+			s := m[name]
+			p("%s\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.4f\t%.1f\t%s", name, s.Offered, s.Completed, s.Rejected, s.Expired, s.Failed,
+				s.LatencyMs.P50, s.LatencyMs.P95, s.LatencyMs.P99, s.SLOAttainment, s.ThroughputRPS, countList(s.RejectedBy))
+		}
+	}
+	table("tenant", r.Tenants)
+	table("model", r.Models)
+	if r.Fairness.Tenants > 0 {
+		p("")
+		p("fairness\tJain %.4f, weighted %.4f over %d tenants", r.Fairness.JainThroughput, r.Fairness.JainWeighted, r.Fairness.Tenants)
+	}
+	if len(r.Rejections) > 0 {
+		p("rejections\t%s", countList(r.Rejections))
+	}
+	for _, win := range r.Windows {
+		table(fmt.Sprintf("%g-%g s", win.FromS, win.ToS), win.Tenants)
+	}
+	if len(r.Autoscale) > 0 {
+		p("")
+		p("autoscale\tt s\tdevices needed\tqueue depth\tbusy")
+		// A long run is summed up by at most autoscaleRows readings.
+		step := (len(r.Autoscale) + autoscaleRows - 1) / autoscaleRows
+		for i := 0; i < len(r.Autoscale); i += step {
+			a := r.Autoscale[i]
+			p("\t%g\t%d\t%d\t%.3f", a.T, a.DevicesNeeded, a.QueueDepth, a.BusyFractionMean)
+		}
+	}
 	return tw.Flush()
+}
+
+// autoscaleRows bounds the autoscaling readings the table prints.
+const autoscaleRows = 20
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// countList prints counts by name as "a:1 b:2", sorted by name.
+func countList(m map[string]int64) string {
+	var b strings.Builder
+	for i, k := range sortedKeys(m) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s:%d", k, m[k])
+	}
+	return b.String()
 }
 
 // round keeps digits decimals: the report's figures are measurements, and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/batchd/batchd/actors"
@@ -19,12 +20,33 @@ var (
 // DeviceAddrBase is the ID of the first device's address.
 const DeviceAddrBase = 100
 
+// SourceAddrBase + k is the address ID of Config.Sources[k] for k >= 1;
+// Sources[0] is at TrafficAddr, so that a run with one source is the run
+// with Traffic (same addresses, same random streams, same trace hash). It is
+// past the last device's ID.
+const SourceAddrBase = DeviceAddrBase + DevicesLimit + 1000
+
+// SourceAddr is the address of Config.Sources[k].
+func SourceAddr(k int) actors.Address {
+	if k == 0 {
+		return TrafficAddr
+	}
+	return actors.Address{ID: SourceAddrBase + uint64(k)}
+}
+
 // Bounds on a Run's configuration.
 const (
 	// DevicesLimit bounds the devices of one run.
 	DevicesLimit = 4096
 	// DurationLimit bounds the safety phase: a day of virtual time.
 	DurationLimit = 24 * time.Hour
+	// SourcesLimit bounds Config.Sources: each is an actor with an input
+	// pool of its own, and request IDs interleave over all of them.
+	SourcesLimit = 256
+	// WindowsLimit bounds Config.Windows.
+	WindowsLimit = 64
+	// DeviceModelsLimit bounds the warm models of one device.
+	DeviceModelsLimit = 1024
 )
 
 // GCPercent is the garbage collector setting `batchd sim` runs with. A
@@ -41,7 +63,8 @@ type Config struct {
 	// the configuration.
 	Seed uint64
 	// Rate is the offered load in requests per simulated second; it
-	// replaces Traffic.Rate.
+	// replaces Traffic.Rate. With Sources, each has its own rate and Run
+	// sets Rate to their sum.
 	Rate float64
 	// Devices is the number of emulated GPUs.
 	Devices int
@@ -51,6 +74,16 @@ type Config struct {
 	// Traffic shapes the requests. Rate, Target and ReplyTo are set by
 	// Run; Stop defaults to Duration.
 	Traffic TrafficConfig
+	// Sources, when not empty, replace Traffic and Rate: each is a traffic
+	// source actor of its own, with its own tenants, rate, Start and Stop,
+	// priority, parameters, input lengths and model mix, so that one run
+	// can hold a steady tenant and another's burst. Run sets each one's
+	// Target and ReplyTo; a Stop of zero means Duration (a later one is
+	// refused: the liveness phase has no arrivals); IDFirst and IDStep
+	// left zero become k+1 and len(Sources), so that IDs interleave,
+	// unique and dense; RequestsMax left zero keeps the IDs within the
+	// ledger. Rate becomes the sum of the sources' rates.
+	Sources []TrafficConfig
 	// Batcher configures the batcher actor. A zero Latency means Latency.
 	Batcher actors.BatcherConfig
 	// Device configures every device actor. A zero Latency means Latency.
@@ -78,6 +111,19 @@ type Config struct {
 	// as they are a property of the input, not of a device. Zero (the
 	// default) puts the faults on every device.
 	HealthyDevices int
+	// DeviceModels, when set, gives device i the warm models
+	// DeviceModels[i] (an empty list: any model); devices past its length
+	// keep Device.Models. None by default.
+	DeviceModels [][]string
+	// SignalsEvery is how often, in virtual time, the report samples the
+	// batcher's Signals (Report.Autoscale). Zero means every second; a
+	// negative value switches the sampling off. Sampling only reads the
+	// batcher, so it does not change the run.
+	SignalsEvery time.Duration
+	// Windows are increasing boundaries in virtual time: for each pair of
+	// neighbours the report breaks down, per tenant, the requests that
+	// arrived between them (Report.Windows). None by default.
+	Windows []time.Duration
 	// Observers see every delivery of the run, after the ledger (see
 	// World.Observe). Those with a method Finish(end time.Duration) have it
 	// called once the run is over, with the time the world stopped. None by
@@ -126,6 +172,31 @@ func (c Config) resolved() Config {
 	if c.Faults.HealAt == 0 {
 		c.Faults.HealAt = c.Duration
 	}
+	if c.SignalsEvery == 0 {
+		c.SignalsEvery = time.Second
+	}
+	if len(c.Sources) > 0 {
+		// A copy: the caller's slice is not written.
+		srcs := slices.Clone(c.Sources)
+		c.Rate = 0
+		for k := range srcs {
+			s := &srcs[k]
+			s.Target, s.ReplyTo = BatcherAddr, LedgerAddr
+			if s.Stop == 0 {
+				s.Stop = c.Duration
+			}
+			if s.IDFirst == 0 && s.IDStep == 0 {
+				s.IDFirst, s.IDStep = uint64(k+1), uint64(len(srcs))
+			}
+			if first, step := max(s.IDFirst, 1), max(s.IDStep, 1); s.RequestsMax == 0 && first < LedgerRequestsLimit {
+				// The last ID, first+(max-1)*step, stays below the limit.
+				s.RequestsMax = int64((LedgerRequestsLimit-1-first)/step + 1)
+			}
+			c.Rate += s.Rate
+		}
+		c.Sources = srcs
+		return c
+	}
 	c.Traffic.Rate = c.Rate
 	c.Traffic.Target, c.Traffic.ReplyTo = BatcherAddr, LedgerAddr
 	if c.Traffic.Stop == 0 {
@@ -137,6 +208,26 @@ func (c Config) resolved() Config {
 	return c
 }
 
+// sources returns the traffic sources of a resolved configuration: Sources,
+// or Traffic alone.
+func (c Config) sources() []TrafficConfig {
+	if len(c.Sources) > 0 {
+		return c.Sources
+	}
+	return []TrafficConfig{c.Traffic}
+}
+
+// expected is the expected number of requests of a resolved source over
+// a run of duration d, and the highest request ID that takes.
+func (s TrafficConfig) expected(d time.Duration) (n float64, lastID float64) {
+	stop := s.Stop
+	if stop == 0 || stop > d {
+		stop = d
+	}
+	n = s.Rate * max(stop-s.Start, 0).Seconds()
+	return n, float64(max(s.IDFirst, 1)) + n*float64(max(s.IDStep, 1))
+}
+
 // Validate reports the first setting that makes the run impossible.
 func (c Config) Validate() error {
 	switch {
@@ -146,8 +237,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: Duration %v: need more than 0 and at most %v", c.Duration, DurationLimit)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("sim config: Rate %v: must be a finite number >= 0", c.Rate)
-	case c.Rate*c.Duration.Seconds() > LedgerRequestsLimit/2:
+	case len(c.Sources) == 0 && c.Rate*c.Duration.Seconds() > LedgerRequestsLimit/2:
 		return fmt.Errorf("sim config: Rate %v over %v offers more than %d requests", c.Rate, c.Duration, LedgerRequestsLimit/2)
+	case len(c.Sources) > SourcesLimit:
+		return fmt.Errorf("sim config: %d Sources: at most %d", len(c.Sources), SourcesLimit)
+	case len(c.DeviceModels) > c.Devices:
+		return fmt.Errorf("sim config: DeviceModels has %d lists for %d devices", len(c.DeviceModels), c.Devices)
+	case len(c.Windows) > WindowsLimit:
+		return fmt.Errorf("sim config: %d Windows: at most %d", len(c.Windows), WindowsLimit)
 	case c.NetDelay < 0:
 		return fmt.Errorf("sim config: NetDelay %v: must not be negative", c.NetDelay)
 	case c.DrainMax <= 0 || c.DrainMax > DurationLimit:
@@ -164,8 +261,33 @@ func (c Config) Validate() error {
 	if r.Batcher.DevicesMax < c.Devices {
 		return fmt.Errorf("sim config: Devices %d exceeds Batcher.DevicesMax %d", c.Devices, r.Batcher.DevicesMax)
 	}
-	if err := r.Traffic.Validate(); err != nil {
-		return fmt.Errorf("sim config: %w", err)
+	var total, lastID float64
+	for k, s := range r.sources() {
+		if err := s.Validate(); err != nil {
+			if len(c.Sources) > 0 {
+				return fmt.Errorf("sim config: Sources[%d]: %w", k, err)
+			}
+			return fmt.Errorf("sim config: %w", err)
+		}
+		if len(c.Sources) > 0 && s.Stop > c.Duration {
+			return fmt.Errorf("sim config: Sources[%d]: Stop %v after Duration %v: arrivals end with the safety phase", k, s.Stop, c.Duration)
+		}
+		n, last := s.expected(c.Duration)
+		total += n
+		lastID = max(lastID, last)
+	}
+	if total > LedgerRequestsLimit/2 || lastID > LedgerRequestsLimit/2 {
+		return fmt.Errorf("sim config: the sources offer %.0f requests, IDs up to %.0f: more than the ledger's %d", total, lastID, LedgerRequestsLimit/2)
+	}
+	for i, ms := range c.DeviceModels {
+		if len(ms) > DeviceModelsLimit || slices.Contains(ms, "") {
+			return fmt.Errorf("sim config: DeviceModels[%d]: more than %d models, or an empty name", i, DeviceModelsLimit)
+		}
+	}
+	for i, w := range c.Windows {
+		if w < 0 || (i > 0 && w <= c.Windows[i-1]) {
+			return fmt.Errorf("sim config: Windows must be increasing and not negative")
+		}
 	}
 	if err := r.Batcher.Validate(); err != nil {
 		return fmt.Errorf("sim config: %w", err)
@@ -207,9 +329,18 @@ func Run(cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
-	traffic, err := NewTraffic(cfg.Traffic)
-	if err != nil {
-		return Report{}, fmt.Errorf("sim: %w", err)
+	srcs := cfg.sources()
+	traffic := make([]*Traffic, len(srcs))
+	var hint, lastID float64
+	for k, s := range srcs {
+		if traffic[k], err = NewTraffic(s); err != nil {
+			return Report{}, fmt.Errorf("sim: %w", err)
+		}
+		n, last := s.expected(cfg.Duration)
+		hint += n
+		// Poisson counts stay within a few standard deviations of the
+		// mean; 5% over it covers every run long enough to matter.
+		lastID = max(lastID, last+0.05*n*float64(max(s.IDStep, 1)))
 	}
 	ledger, err := NewLedger(LedgerConfig{
 		Batcher:       BatcherAddr,
@@ -219,25 +350,35 @@ func Run(cfg Config) (Report, error) {
 		SLO:           cfg.Batcher.SLO,
 		Probe:         batcher.Stats,
 		RequestsMax:   LedgerRequestsLimit,
-		// Poisson counts stay within a few standard deviations of the
-		// mean; 5% over it covers every run long enough to matter.
-		RequestsHint: int(cfg.Rate*cfg.Duration.Seconds()*1.05) + 1024,
+		RequestsHint:  int(lastID) + 1024,
+		Models:        cfg.Batcher.Models,
+		BucketMerge:   cfg.Batcher.BucketMerge,
 	})
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
 
 	w.Observe(ledger)
+	var sampler *signalSampler
+	if cfg.SignalsEvery > 0 {
+		sampler = newSignalSampler(batcher, ledger, cfg.SignalsEvery)
+	}
 	for _, o := range cfg.Observers {
 		w.Observe(o)
 	}
 	w.Spawn(BatcherAddr, batcher)
 	w.Spawn(LedgerAddr, ledger)
-	w.Spawn(TrafficAddr, traffic)
+	for k, t := range traffic {
+		w.Spawn(SourceAddr(k), t)
+	}
 	devices := make([]*Device, cfg.Devices)
 	for i := range devices {
 		addr := actors.Address{ID: DeviceAddrBase + uint64(i)}
-		a, err := actors.NewDevice(cfg.Device, BatcherAddr)
+		dc := cfg.Device
+		if i < len(cfg.DeviceModels) {
+			dc.Models = cfg.DeviceModels[i]
+		}
+		a, err := actors.NewDevice(dc, BatcherAddr)
 		if err != nil {
 			return Report{}, fmt.Errorf("sim: device %d: %w", i, err)
 		}
@@ -269,6 +410,9 @@ func Run(cfg Config) (Report, error) {
 	// last delivery.
 	end := max(ledger.last, cfg.Duration)
 	ledger.Finish(end)
+	if sampler != nil {
+		sampler.finish(end)
+	}
 	for _, o := range cfg.Observers {
 		if f, ok := o.(interface{ Finish(time.Duration) }); ok {
 			f.Finish(w.Now())
@@ -283,8 +427,14 @@ func Run(cfg Config) (Report, error) {
 			extraKinds = append(extraKinds, ViolationBatch)
 		}
 	}
-	if sub := ledger.Counts().Submitted; sub != traffic.Offered() {
-		extra = append(extra, fmt.Sprintf("traffic sent %d requests, the batcher received %d", traffic.Offered(), sub))
+	var offered int64
+	inputLenMax := 0
+	for k, t := range traffic {
+		offered += t.Offered()
+		inputLenMax = max(inputLenMax, srcs[k].InputLenMax)
+	}
+	if sub := ledger.Counts().Submitted; sub != offered {
+		extra = append(extra, fmt.Sprintf("traffic sent %d requests, the batcher received %d", offered, sub))
 		extraKinds = append(extraKinds, ViolationOther)
 	}
 	rep := newReport(reportInput{
@@ -294,13 +444,16 @@ func Run(cfg Config) (Report, error) {
 			RateRPS:   cfg.Rate,
 			Devices:   cfg.Devices,
 			BatchMax:  cfg.Batcher.BatchMax,
-			LatencyMs: ms(cfg.Latency.Predict(cfg.Batcher.BatchMax, cfg.Traffic.InputLenMax)),
+			LatencyMs: ms(cfg.Latency.Predict(cfg.Batcher.BatchMax, inputLenMax)),
 			SLOMs:     ms(cfg.Batcher.SLO),
 			DurationS: cfg.Duration.Seconds(),
 			Faults:    cfg.Faults.hasFaults(),
 		},
-		offered:    traffic.Offered(),
+		offered:    offered,
 		ledger:     ledger,
+		weight:     tenantWeights(cfg.Batcher),
+		sampler:    sampler,
+		windows:    cfg.Windows,
 		busy:       busy,
 		devices:    cfg.Devices,
 		safety:     cfg.Duration,
@@ -315,6 +468,20 @@ func Run(cfg Config) (Report, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// tenantWeights returns the weight the batcher gives a tenant, as its
+// configuration says (TenantConfig.Weight, zero meaning 1).
+func tenantWeights(b actors.BatcherConfig) func(name string) float64 {
+	return func(name string) float64 {
+		w := b.DefaultTenant.Weight
+		for _, t := range b.Tenants {
+			if t.Name == name {
+				w = t.Weight
+			}
+		}
+		return float64(max(w, 1))
+	}
+}
 
 // ErrViolations is returned by Check for a report that broke an invariant.
 var ErrViolations = errors.New("sim: invariants violated")

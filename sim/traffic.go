@@ -50,6 +50,9 @@ const (
 	inputPoolBytesMax = 64 << 20
 	// inputPoolLimit bounds the number of distinct inputs.
 	inputPoolLimit = 1 << 20
+	// idStepLimit bounds IDStep: it is the number of interleaved sources,
+	// and a larger step only spreads the IDs past what the ledger tracks.
+	idStepLimit = SourcesLimit
 )
 
 // TrafficConfig configures a Traffic source.
@@ -93,6 +96,17 @@ type TrafficConfig struct {
 	CancelRate float64
 	// CancelAfter is the delay between a request and its Cancel.
 	CancelAfter time.Duration
+	// Priority is every request's priority level (actors.PriorityLow to
+	// actors.PriorityHigh); 0, normal, by default.
+	Priority int8
+	// Params are every request's computation parameters: requests with
+	// different Params never share a batch. Empty by default.
+	Params string
+	// IDFirst and IDStep number the requests IDFirst, IDFirst+IDStep, ...:
+	// several sources in one run interleave their IDs (source k of S uses
+	// k+1 and S) so that IDs stay unique and dense, as the ledger indexes
+	// them. Zero means 1 for both (sim.Run sets them for Config.Sources).
+	IDFirst, IDStep uint64
 }
 
 // DefaultTrafficConfig returns the seeds' reference traffic: 1000 req/s,
@@ -136,6 +150,10 @@ func (c TrafficConfig) Validate() error {
 		return fmt.Errorf("traffic config: CancelRate %v: must be in [0, 1]", c.CancelRate)
 	case c.Target.IsZero() || c.ReplyTo.IsZero():
 		return errors.New("traffic config: Target and ReplyTo must be set")
+	case c.Priority < actors.PriorityLow || c.Priority > actors.PriorityHigh:
+		return fmt.Errorf("traffic config: Priority %d: need %d to %d", c.Priority, actors.PriorityLow, actors.PriorityHigh)
+	case c.IDStep > idStepLimit || c.IDFirst > LedgerRequestsLimit:
+		return fmt.Errorf("traffic config: IDFirst %d, IDStep %d: need at most %d and %d", c.IDFirst, c.IDStep, LedgerRequestsLimit, idStepLimit)
 	}
 	for i, m := range c.Mix {
 		if m.Model == "" || !(m.Weight > 0) || math.IsInf(m.Weight, 0) {
@@ -160,6 +178,7 @@ type Traffic struct {
 	// gapMean is the mean inter-arrival gap in seconds.
 	gapMean float64
 	nextID  uint64
+	idStep  uint64
 	offered int64
 	cancels int64
 	stopped bool
@@ -179,7 +198,7 @@ func NewTraffic(cfg TrafficConfig) (*Traffic, error) {
 	if cfg.InputPool == 0 {
 		cfg.InputPool = 4096
 	}
-	t := &Traffic{cfg: cfg, nextID: 1}
+	t := &Traffic{cfg: cfg, nextID: max(cfg.IDFirst, 1), idStep: max(cfg.IDStep, 1)}
 	total := 0.0
 	for _, m := range cfg.Mix {
 		total += m.Weight
@@ -306,18 +325,20 @@ func (t *Traffic) send(ctx actors.Context) {
 		tenant = t.cfg.Tenants[r.IntN(len(t.cfg.Tenants))]
 	}
 	req := actors.Request{
-		ID:      t.nextID,
-		Tenant:  tenant,
-		Model:   mix.Model,
-		Version: mix.Version,
-		Input:   t.pool[r.IntN(len(t.pool))],
-		Arrival: now,
-		ReplyTo: t.cfg.ReplyTo,
+		ID:       t.nextID,
+		Tenant:   tenant,
+		Model:    mix.Model,
+		Version:  mix.Version,
+		Params:   t.cfg.Params,
+		Priority: t.cfg.Priority,
+		Input:    t.pool[r.IntN(len(t.pool))],
+		Arrival:  now,
+		ReplyTo:  t.cfg.ReplyTo,
 	}
 	if t.cfg.Timeout > 0 {
 		req.Deadline = now + t.cfg.Timeout
 	}
-	t.nextID++
+	t.nextID += t.idStep
 	t.offered++
 	ctx.Send(t.cfg.Target, actors.Submit{Req: req})
 	if t.cfg.CancelRate > 0 && r.Float64() < t.cfg.CancelRate {

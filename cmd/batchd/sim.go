@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/sim"
@@ -17,7 +18,20 @@ import (
 // drift apart.
 func runSim(args []string, stdout, stderr io.Writer) error {
 	cfg := sim.DefaultConfig()
+	// An experiment replaces the defaults, so it is read before the flags
+	// that take their defaults from cfg; flags given explicitly still
+	// override it.
+	experiment := experimentArg(args)
+	if experiment != "" {
+		var ok bool
+		if cfg, ok = sim.Experiment(experiment); !ok {
+			return usagef("--experiment %q: want one of %s", experiment, strings.Join(sim.Experiments(), ", "))
+		}
+	}
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.String("experiment", experiment, "start from a named experiment of issue 3 instead of the reference workload: "+strings.Join(sim.Experiments(), ", "))
+	policy := fs.String("policy", policyName(cfg.Batcher.KeyPolicy), "which due key a free device serves: fair or slack")
+	fs.BoolVar(&cfg.Batcher.BucketMerge, "bucket-merge", cfg.Batcher.BucketMerge, "let a due batch take requests of shorter length buckets of its model version")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, requests per simulated second")
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of emulated GPUs")
 	fs.IntVar(&cfg.Batcher.BatchMax, "batch-max", cfg.Batcher.BatchMax, "most items in one batch")
@@ -56,7 +70,22 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (see 'batchd sim -h')", fs.Arg(0))
 	}
-	cfg.Latency = actors.FixedLatency(*latency)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["latency"] || experiment == "" {
+		cfg.Latency = actors.FixedLatency(*latency)
+	}
+	if set["rate"] && len(cfg.Sources) > 0 {
+		return usagef("--rate: experiment %q has traffic sources with rates of their own", experiment)
+	}
+	switch *policy {
+	case "fair":
+		cfg.Batcher.KeyPolicy = actors.PolicyFair
+	case "slack":
+		cfg.Batcher.KeyPolicy = actors.PolicySlack
+	default:
+		return usagef("--policy %q: want fair or slack", *policy)
+	}
 	if cfg.Faults.SlowRate > 0 {
 		cfg.Faults.SlowFactor = *slowFactor
 	}
@@ -67,6 +96,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		cfg.Traffic.Arrival = sim.Constant
 	default:
 		return usagef("--arrival %q: want poisson or constant", *arrival)
+	}
+	if set["arrival"] {
+		for i := range cfg.Sources {
+			cfg.Sources[i].Arrival = cfg.Traffic.Arrival
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
@@ -87,4 +121,32 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return rep.Check()
+}
+
+// experimentArg returns the value of --experiment in args, or "" (the
+// flag package then parses and checks it like the others).
+func experimentArg(args []string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "experiment" {
+			continue
+		}
+		if hasValue {
+			return value
+		}
+		if i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+func policyName(p actors.KeyPolicy) string {
+	if p == actors.PolicySlack {
+		return "slack"
+	}
+	return "fair"
 }
