@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // TestEmulatedOutputMatches holds EmulatedOutputMatches to EmulatedOutput
@@ -34,6 +35,26 @@ func TestEmulatedOutputMatches(t *testing.T) {
 			if got := EmulatedOutputMatches(bad.out, bad.model, bad.version, InputHash(bad.input)); got != want {
 				t.Fatalf("EmulatedOutputMatches(%q, %q, %q, %q) = %v, EmulatedOutput says %v", bad.out, bad.model, bad.version, bad.input, got, want)
 			}
+		}
+	}
+}
+
+func TestParseLatencyTable(t *testing.T) {
+	m, err := ParseLatencyTable([]byte("# size,latency\n1,100ms\n\n50, 120\n100,150ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{1, 100 * time.Millisecond}, {50, 120 * time.Millisecond}, {75, 135 * time.Millisecond}, {200, 150 * time.Millisecond}} {
+		if got := m.Predict(c.n, 0); got != c.want {
+			t.Errorf("Predict(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+	for _, bad := range []string{"", "1", "x,100ms", "1,fast", "2,100ms\n1,90ms", "0,1ms"} {
+		if _, err := ParseLatencyTable([]byte(bad)); err == nil {
+			t.Errorf("ParseLatencyTable(%q) accepted", bad)
 		}
 	}
 }

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -74,3 +76,49 @@ func (m LatencyModel) interpolate(n int) time.Duration {
 	}
 	return t[len(t)-1].Latency
 }
+
+// ParseLatencyTable reads a measured latency profile: one
+// "batch_size,latency" line per point (latency as a Go duration, e.g.
+// "100ms", or plain milliseconds), '#' comments and blank lines allowed,
+// batch sizes increasing. An error names the line.
+func ParseLatencyTable(data []byte) (LatencyModel, error) {
+	var m LatencyModel
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		size, lat, ok := strings.Cut(line, ",")
+		if !ok {
+			return LatencyModel{}, fmt.Errorf("latency table line %d: want batch_size,latency, got %q", i+1, line)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(size))
+		if err != nil {
+			return LatencyModel{}, fmt.Errorf("latency table line %d: batch size: %w", i+1, err)
+		}
+		lat = strings.TrimSpace(lat)
+		d, err := time.ParseDuration(lat)
+		if err != nil {
+			ms, err2 := strconv.ParseFloat(lat, 64)
+			if err2 != nil {
+				return LatencyModel{}, fmt.Errorf("latency table line %d: latency %q: want a duration or milliseconds", i+1, lat)
+			}
+			d = time.Duration(ms * float64(time.Millisecond))
+		}
+		m.Table = append(m.Table, LatencyPoint{BatchSize: n, Latency: d})
+		if len(m.Table) > latencyTableMax {
+			return LatencyModel{}, fmt.Errorf("latency table: more than %d points", latencyTableMax)
+		}
+	}
+	if len(m.Table) == 0 {
+		return LatencyModel{}, fmt.Errorf("latency table: no points")
+	}
+	if err := m.Validate(); err != nil {
+		return LatencyModel{}, err
+	}
+	return m, nil
+}
+
+// latencyTableMax bounds a profile: one point per batch size up to 10,000
+// is far more than any backend takes.
+const latencyTableMax = 10_000

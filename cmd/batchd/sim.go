@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 
@@ -36,6 +37,8 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of emulated GPUs")
 	fs.IntVar(&cfg.Batcher.BatchMax, "batch-max", cfg.Batcher.BatchMax, "most items in one batch")
 	latency := fs.Duration("latency", cfg.Latency.Base, "fixed device time per batch")
+	perItem := fs.Duration("latency-per-item", 0, "with --latency, an affine cost: latency + per-item time x batch size")
+	table := fs.String("latency-table", "", "a measured profile file of batch_size,latency lines (replaces --latency)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "safety phase (traffic, faults) in simulated time")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "master seed")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
@@ -74,6 +77,16 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["latency"] || experiment == "" {
 		cfg.Latency = actors.FixedLatency(*latency)
+		cfg.Latency.PerItem = *perItem
+	}
+	if *table != "" {
+		data, err := os.ReadFile(*table)
+		if err != nil {
+			return usageError{fmt.Errorf("--latency-table: %w", err)}
+		}
+		if cfg.Latency, err = actors.ParseLatencyTable(data); err != nil {
+			return usageError{fmt.Errorf("--latency-table %s: %w", *table, err)}
+		}
 	}
 	if set["rate"] && len(cfg.Sources) > 0 {
 		return usagef("--rate: experiment %q has traffic sources with rates of their own", experiment)
