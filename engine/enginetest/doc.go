@@ -1,0 +1,5 @@
+// Package enginetest holds test code shared by the runtime adapters'
+// packages (engine/protoactor, engine/hollywood). The adapters cannot be
+// linked into one test binary (both libraries register actor.proto), so
+// each runs this code in its own; it imports engine only, never an adapter.
+package enginetest
