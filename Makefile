@@ -5,12 +5,22 @@ PKGS    := ./...
 # default of 100, sized for CI).
 CHECKS  ?= 5000
 
-.PHONY: run test bench sim soak vet build
+# `make load` flags: RATE req/s for DURATION against URL (open loop).
+URL      ?= http://127.0.0.1:8080
+RATE     ?= 2000
+DURATION ?= 20s
 
-# The main job on its embedded default: the seeds' reference workload
-# (1000 req/s Poisson, 6 devices, batches of up to 100 at 100 ms) in the
-# deterministic simulator. The live HTTP server arrives with its own issue.
-run: sim
+.PHONY: run load test bench sim soak vet build
+
+# The live server on its embedded default: 4 emulated devices at 100 ms,
+# batches of up to 100, model "echo", on 127.0.0.1:8080. It prints a curl
+# line to try; Ctrl-C stops it gracefully (a second Ctrl-C at once).
+run:
+	$(GO) run ./cmd/batchd serve
+
+# Open-loop load against a running server (start one with `make run`).
+load:
+	$(GO) run ./cmd/batchd load --url $(URL) --rate $(RATE) --duration $(DURATION)
 
 sim:
 	$(GO) run ./cmd/batchd sim --rate 1000 --devices 6 --batch-max 100 --latency 100ms --duration 60s --seed 7
@@ -22,8 +32,10 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1)
 	$(GO) vet $(PKGS)
 
+# The live runtime and the HTTP adapter run again under the race detector.
 test: vet
 	$(GO) test -count=1 -timeout 8m $(PKGS)
+	$(GO) test -race -count=1 -timeout 8m ./engine/... ./cmd/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x $(PKGS)

@@ -289,6 +289,11 @@ type DeviceConfig struct {
 	// WatchdogMultiple: a run still going after this multiple of its
 	// predicted latency is declared hung. Default 3.
 	WatchdogMultiple int
+	// WatchdogMin is the least time a run gets before it is declared hung,
+	// whatever its prediction. Default 0 (the multiple alone), exact in
+	// virtual time; a live runtime sets it, since a starved CPU delays
+	// short batches by more than a few times their length.
+	WatchdogMin time.Duration
 	// RestartBackoff is the wait before the first restart after a failure;
 	// it doubles with each further consecutive failure. Default 100 ms.
 	RestartBackoff time.Duration
@@ -318,8 +323,8 @@ func DefaultDeviceConfig() DeviceConfig {
 // Validate reports the first field that makes the configuration unusable.
 func (c DeviceConfig) Validate() error {
 	switch {
-	case c.WatchdogMultiple < 1:
-		return fmt.Errorf("device config: WatchdogMultiple %d: must be at least 1", c.WatchdogMultiple)
+	case c.WatchdogMultiple < 1 || c.WatchdogMin < 0:
+		return fmt.Errorf("device config: WatchdogMultiple %d, WatchdogMin %v: need a multiple of at least 1 and no negative minimum", c.WatchdogMultiple, c.WatchdogMin)
 	case c.RestartBackoff <= 0 || c.RestartBackoffMax < c.RestartBackoff:
 		return fmt.Errorf("device config: need 0 < RestartBackoff <= RestartBackoffMax")
 	case c.QuarantineAfter < 1 || c.QuarantineFor <= 0:

@@ -91,7 +91,7 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			return
 		}
 		d.job = 0
-		d.fail(ctx, fmt.Sprintf("hung: no result within %d× the predicted latency", d.cfg.WatchdogMultiple))
+		d.fail(ctx, fmt.Sprintf("hung: no result within %d× the predicted latency (at least %v)", d.cfg.WatchdogMultiple, d.cfg.WatchdogMin))
 	case restartDue:
 		if m.gen == d.restartGen && d.phase == deviceRestarting {
 			d.announce(ctx)
@@ -142,7 +142,7 @@ func (d *Device) next(ctx Context) {
 	d.jobSeq++
 	d.job = d.jobSeq
 	ctx.Exec(Job{ID: d.job, Model: d.batch.Key.Model, Version: d.batch.Key.Version, Inputs: inputs})
-	limit := time.Duration(d.cfg.WatchdogMultiple) * d.cfg.Latency.Predict(len(inputs), longest)
+	limit := max(time.Duration(d.cfg.WatchdogMultiple)*d.cfg.Latency.Predict(len(inputs), longest), d.cfg.WatchdogMin)
 	d.watchdog = ctx.After(limit, watchdogFired{job: d.job})
 }
 

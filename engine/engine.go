@@ -104,9 +104,13 @@ type Config struct {
 // DefaultConfig returns the seeds' service: 4 emulated devices at 100 ms
 // per batch of up to 100. Runtime must still be set.
 func DefaultConfig() Config {
+	dev := actors.DefaultDeviceConfig()
+	// Real time is not exact: on a starved CPU a 5 ms batch can take well
+	// over 3x5 ms without being hung, and a false watchdog costs a restart.
+	dev.WatchdogMin = 250 * time.Millisecond
 	return Config{
 		Batcher:            actors.DefaultBatcherConfig(),
-		Device:             actors.DefaultDeviceConfig(),
+		Device:             dev,
 		Devices:            4,
 		InFlightMax:        200_000,
 		JobTimeoutMultiple: 10,

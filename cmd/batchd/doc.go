@@ -1,8 +1,10 @@
 // Command batchd is batchd's one binary. Each mode is a subcommand:
 //
-//	batchd sim [flags]   run the deterministic simulator and print its report
+//	batchd serve [flags]  serve inference over HTTP on the live engine
+//	batchd load [flags]   send load to a server and report latency percentiles
+//	batchd sim [flags]    run the deterministic simulator and print its report
 //
-// Later issues add serve, load and plan. main stays thin: it parses flags
+// Later issues add plan. main stays thin: it parses flags
 // into a package's Config, validates it there, runs, and maps the outcome
 // to an exit status (0 success, 1 a failed run or broken invariant, 2 a
 // usage error).

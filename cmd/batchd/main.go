@@ -36,6 +36,8 @@ type command struct {
 }
 
 var commands = []command{
+	{"serve", "serve inference over HTTP on the live engine (make run)", runServe},
+	{"load", "send open- or closed-loop load to a server and report latency", runLoad},
 	{"sim", "run the deterministic simulator on a workload and print its report", runSim},
 }
 

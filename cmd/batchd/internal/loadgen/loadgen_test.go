@@ -1,0 +1,389 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/batchd/batchd/actors"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echoServer answers like the engine's emulated backend after delay.
+func echoServer(t *testing.T, delay time.Duration, check func(r *http.Request, body map[string]any) int) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if check != nil {
+			if code := check(r, body); code != http.StatusOK {
+				w.WriteHeader(code)
+				_, _ = io.WriteString(w, `{"error":{"code":"x","message":"no"}}`)
+				return
+			}
+		}
+		time.Sleep(delay)
+		model := strings.Split(r.URL.Path, "/")[3]
+		in, _ := body["input"].(string)
+		_ = json.NewEncoder(w).Encode(map[string]any{"output": actors.EmulatedOutput(model, "v7", in), "model": model, "version": "v7",
+			"latency_ms": 3.5, "queue_ms": 1.25, "compute_ms": 2, "batch_size": 4})
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func cfgFor(url string) Config {
+	c := DefaultConfig()
+	c.URL = url
+	c.Duration = time.Second
+	c.Interval = 100 * time.Millisecond
+	return c
+}
+
+// TestOpenLoopFixed: a fixed rate sends exactly rate × duration requests,
+// all answered and checked, with latencies at least the server's delay.
+func TestOpenLoopFixed(t *testing.T) {
+	var bodies atomic.Int64
+	s := echoServer(t, 20*time.Millisecond, func(r *http.Request, body map[string]any) int {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/models/m1/infer" || r.Header.Get("Authorization") != "Bearer k-123" ||
+			body["version"] != "v7" || body["timeout_ms"] != float64(250) || len(body["input"].(string)) != 24 {
+			return http.StatusBadRequest
+		}
+		bodies.Add(1)
+		return http.StatusOK
+	})
+	c := cfgFor(s.URL)
+	c.Model, c.Version, c.APIKey, c.TimeoutMs, c.InputLen = "m1", "v7", "k-123", 250, 24
+	c.Rate, c.Arrival = 200, Fixed
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Requests
+	if r.Sent != 200 || r.OK != 200 || r.Rejected+r.Other+r.Dropped+r.WrongOutput != 0 || rep.Status["200"] != 200 || bodies.Load() != 200 {
+		t.Fatalf("counts %+v status %v (server saw %d)", r, rep.Status, bodies.Load())
+	}
+	l := rep.Latency["ok"]
+	if l.P50 < 20 || l.Max > 1000 || rep.Service["ok"].P50 < 20 {
+		t.Errorf("latency %+v", l)
+	}
+	if sv := rep.Server; sv == nil || math.Abs(sv.Latency.P50-3.5) > 0.01 || math.Abs(sv.Queue.Max-1.25) > 0.01 || sv.Compute.Count != 200 || sv.BatchSizeMean != 4 {
+		t.Errorf("server times %+v", rep.Server)
+	}
+	if rep.Mode != "open" || rep.Arrival != "fixed" || rep.Throughput.OfferedPerS < 199 || rep.Throughput.OfferedPerS > 201 {
+		t.Errorf("report %+v", rep)
+	}
+	var total int64
+	for _, iv := range rep.Intervals {
+		total += iv.OK
+	}
+	if total != 200 {
+		t.Errorf("time series counts %d ok, want 200", total)
+	}
+}
+
+// TestOpenLoopPoisson: Poisson gaps average to the rate.
+func TestOpenLoopPoisson(t *testing.T) {
+	s := echoServer(t, 0, nil)
+	c := cfgFor(s.URL)
+	c.Rate, c.Duration, c.Seed = 1000, 2*time.Second, 3
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Requests.Sent; n < 1800 || n > 2200 || rep.Requests.OK != n {
+		t.Errorf("sent %d (ok %d), want about 2000", n, rep.Requests.OK)
+	}
+}
+
+// TestCoordinatedOmission: with one request in flight against a server
+// that takes 20 ms, 100 req/s cannot be sent on time. Latency from the
+// intended time shows the queue; time from the actual send does not.
+func TestCoordinatedOmission(t *testing.T) {
+	s := echoServer(t, 20*time.Millisecond, nil)
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival, c.InFlightMax = 100, Fixed, 1
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lat, svc := rep.Latency["ok"], rep.Service["ok"]
+	if rep.Requests.OK != 100 || svc.P50 > 100 || lat.P99 < 500 || rep.SendLag.P99 < 400 {
+		t.Errorf("ok %d; from intended %+v; from send %+v; lag %+v", rep.Requests.OK, lat, svc, rep.SendLag)
+	}
+}
+
+// TestDropped: what is due while the backlog is full is counted, not sent.
+func TestDropped(t *testing.T) {
+	s := echoServer(t, 300*time.Millisecond, nil)
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival, c.InFlightMax, c.backlog = 100, Fixed, 1, 2
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Requests
+	if r.Dropped < 80 || r.Sent+r.Dropped != 100 || r.OK != r.Sent {
+		t.Errorf("counts %+v", r)
+	}
+}
+
+// TestOutcomes: rejections, other statuses, transport errors and wrong
+// outputs are each counted where they belong.
+func TestOutcomes(t *testing.T) {
+	var n atomic.Int64
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) % 5 {
+		case 0:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 1:
+			w.WriteHeader(http.StatusTooManyRequests)
+		case 2:
+			w.WriteHeader(http.StatusInternalServerError)
+		case 3:
+			_, _ = io.WriteString(w, `{"output":"not yours","model":"echo","version":"v1"}`)
+		case 4:
+			hj, ok := w.(http.Hijacker)
+			if !ok {
+				t.Error("no hijacker")
+				return
+			}
+			conn, _, err := hj.Hijack()
+			if err == nil {
+				conn.Close() // no response at all
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival = 100, Fixed
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Requests
+	if r.Sent != 100 || r.OK != 20 || r.WrongOutput != 20 || r.Rejected != 40 || r.Other != 40 ||
+		rep.Status["503"] != 20 || rep.Status["429"] != 20 || rep.Status["500"] != 20 || rep.Errors["connection reset"] != 20 {
+		t.Errorf("counts %+v status %v errors %v %v", r, rep.Status, rep.Errors, rep.ErrorSamples)
+	}
+}
+
+// TestTimeout: a server that never answers costs a run no more than its
+// duration and one Timeout, and its requests count as timeouts.
+func TestTimeout(t *testing.T) {
+	release := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); s.Close() })
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival, c.Duration, c.Timeout = 50, Fixed, 200*time.Millisecond, 300*time.Millisecond
+	begin := time.Now()
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("run took %v", took)
+	}
+	if rep.Requests.Sent != 10 || rep.Errors["timeout"] != 10 {
+		t.Errorf("counts %+v errors %v", rep.Requests, rep.Errors)
+	}
+}
+
+// TestClosedLoop: N connections against a 10 ms server give about N × 100
+// req/s, and the warmup is not counted.
+func TestClosedLoop(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[string]bool{}
+	s := echoServer(t, 10*time.Millisecond, func(r *http.Request, _ map[string]any) int {
+		mu.Lock()
+		conns[r.RemoteAddr] = true
+		mu.Unlock()
+		return http.StatusOK
+	})
+	c := cfgFor(s.URL)
+	c.Connections, c.Warmup, c.Duration = 4, 200*time.Millisecond, 1200*time.Millisecond
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Mode != "closed" || rep.Throughput.OKPerS < 100 || rep.Throughput.OKPerS > 410 || rep.Requests.WrongOutput != 0 {
+		t.Errorf("closed loop: %+v %+v", rep.Throughput, rep.Requests)
+	}
+	if rep.Requests.OK > 4*110 {
+		t.Errorf("warmup counted: %d ok in 1 s on 4 connections of 10 ms", rep.Requests.OK)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) > 4 {
+		t.Errorf("%d connections for 4 senders: the pool does not keep them", len(conns))
+	}
+}
+
+// TestBaseline: the yardstick handler answers what the checker expects.
+func TestBaseline(t *testing.T) {
+	s := httptest.NewServer(Baseline())
+	t.Cleanup(s.Close)
+	c := cfgFor(s.URL)
+	c.Connections, c.Duration = 2, 300*time.Millisecond
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests.OK == 0 || rep.Requests.OK != rep.Requests.Sent || rep.Requests.WrongOutput != 0 {
+		t.Errorf("baseline: %+v %v", rep.Requests, rep.Status)
+	}
+	resp, err := http.Post(s.URL+"/v1/models/m/infer", "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("bad JSON: %d", resp.StatusCode)
+	}
+}
+
+// TestCancel: ending ctx stops the sending early.
+func TestCancel(t *testing.T) {
+	s := echoServer(t, 0, nil)
+	c := cfgFor(s.URL)
+	c.Duration = 30 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	rep, err := Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(begin) > 3*time.Second || rep.Requests.Sent == 0 || rep.Requests.Sent > 1000 {
+		t.Errorf("cancelled run: %v, %+v", time.Since(begin), rep.Requests)
+	}
+}
+
+// TestRSS samples a process's resident memory (this one's).
+func TestRSS(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc")
+	}
+	s := echoServer(t, 0, nil)
+	c := cfgFor(s.URL)
+	c.Rate, c.Duration, c.RSSPID = 100, 300*time.Millisecond, os.Getpid()
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RSS == nil || rep.RSS.First <= 0 || rep.RSS.Max < rep.RSS.First || rep.RSS.Err != "" || rep.RSS.CPUS < 0 {
+		t.Errorf("rss %+v", rep.RSS)
+	}
+	if rep.GeneratorCPUS <= 0 {
+		t.Errorf("generator cpu %v", rep.GeneratorCPUS)
+	}
+	if _, err := readCPU("/proc/self/stat"); err != nil {
+		t.Errorf("readCPU: %v", err)
+	}
+	c.RSSPID = 1 << 30 // no such process: reported, not fatal
+	rep, err = Run(context.Background(), c)
+	if err != nil || rep.RSS == nil || rep.RSS.Err == "" {
+		t.Errorf("missing process: %+v, %v", rep.RSS, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.URL = "http://10.1.2.3:8080" }, "not a loopback address"},
+		{func(c *Config) { c.URL = "http://example.com" }, "not a loopback address"},
+		{func(c *Config) { c.URL = "ftp://127.0.0.1" }, "want http"},
+		{func(c *Config) { c.URL = "http://" }, "no host"},
+		{func(c *Config) { c.Duration = 11 * time.Minute }, "Duration"},
+		{func(c *Config) { c.Rate = 0 }, "Rate"},
+		{func(c *Config) { c.InFlightMax = InFlightMaxMax + 1 }, "InFlightMax"},
+		{func(c *Config) { c.Connections = ConnectionsMax + 1 }, "Connections"},
+		{func(c *Config) { c.Warmup = c.Duration }, "Warmup"},
+		{func(c *Config) { c.Model = "a/b" }, "Model"},
+		{func(c *Config) { c.InputLen = 0 }, "InputLen"},
+	} {
+		cfg := DefaultConfig()
+		c.mut(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:8080", "http://127.9.9.9", "http://[::1]:80", "http://localhost:1", "https://LOCALHOST"} {
+		cfg := DefaultConfig()
+		cfg.URL = u
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.URL, cfg.AllowRemote = "http://10.1.2.3:8080", true
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("allowed remote: %v", err)
+	}
+	cfg.AllowRemote = false
+	if err := cfg.Validate(); !errors.Is(err, ErrRemote) {
+		t.Errorf("remote: %v does not wrap ErrRemote", err)
+	}
+	cfg = DefaultConfig()
+	cfg.Connections, cfg.Rate = 3, 0 // a closed loop has no rate
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("closed loop: %v", err)
+	}
+}
+
+func TestMakeInput(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		size int
+		want string
+	}{{7, 4, "7xxx"}, {12345, 3, "345"}, {12, 2, "12"}} {
+		if got := makeInput(c.n, c.size); got != c.want {
+			t.Errorf("makeInput(%d, %d) = %q, want %q", c.n, c.size, got, c.want)
+		}
+	}
+}
+
+func TestReportTable(t *testing.T) {
+	s := echoServer(t, 0, nil)
+	c := cfgFor(s.URL)
+	c.Rate, c.Duration = 50, 200*time.Millisecond
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"open loop", "poisson arrivals at 50 req/s", "status", "200: ", "p99", "ok (from send)", "send lag"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,426 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// responseMaxBytes bounds how much of a response body is read.
+const responseMaxBytes = 1 << 20
+
+// generator is one run.
+type generator struct {
+	cfg      Config
+	client   *http.Client
+	endpoint string
+	// The request body is prefix + input + suffix.
+	prefix, suffix []byte
+
+	start, measureFrom, end time.Time
+
+	seq atomic.Uint64
+	rec *recorder
+}
+
+// Run sends the load cfg describes and returns its report. Sending stops at
+// cfg.Duration or when ctx ends; requests in flight then are still awaited,
+// up to cfg.Timeout. Every goroutine Run starts has ended when it returns.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g, err := newGenerator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer g.client.CloseIdleConnections()
+
+	cpu0 := selfCPU()
+	g.start = time.Now()
+	g.measureFrom = g.start.Add(cfg.Warmup)
+	g.end = g.start.Add(cfg.Duration)
+	g.rec = newRecorder(cfg, g.start, g.measureFrom, g.end)
+
+	// Requests get their own context: it outlives the sending (answers
+	// are awaited), and a Ctrl-C (ctx) cuts the wait short only after
+	// the grace of one Timeout.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	stopRSS := g.sampleRSS()
+
+	var wg sync.WaitGroup
+	if cfg.Connections > 0 {
+		g.closedLoop(ctx, reqCtx, &wg)
+	} else {
+		g.openLoop(ctx, reqCtx, &wg)
+	}
+	sendingEnded := time.Now()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	grace := time.NewTimer(cfg.Timeout)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		cancelReqs()
+		<-done
+	}
+	stopRSS()
+	rep := g.rec.report(sendingEnded, time.Now())
+	rep.GeneratorCPUS = (selfCPU() - cpu0).Seconds()
+	return rep, nil
+}
+
+func newGenerator(cfg Config) (*generator, error) {
+	base, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("load: URL: %w", err)
+	}
+	endpoint := base.JoinPath("v1", "models", cfg.Model, "infer").String()
+	conns := cfg.InFlightMax
+	if cfg.Connections > 0 {
+		conns = cfg.Connections
+	}
+	tr := &http.Transport{
+		Proxy: nil, // never through a proxy: the load is for this server
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		// Every request in flight holds a connection (HTTP/1.1), and each
+		// must go back to the pool afterwards, or the run measures
+		// connection setup instead of the server.
+		MaxIdleConns:          conns,
+		MaxIdleConnsPerHost:   conns,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ResponseHeaderTimeout: cfg.Timeout,
+		ExpectContinueTimeout: 0,
+	}
+	suffix := []byte(`"`)
+	if cfg.Version != "" {
+		v, _ := json.Marshal(cfg.Version)
+		suffix = append(append(suffix, `,"version":`...), v...)
+	}
+	if cfg.TimeoutMs > 0 {
+		suffix = append(append(suffix, `,"timeout_ms":`...), strconv.Itoa(cfg.TimeoutMs)...)
+	}
+	suffix = append(suffix, '}')
+	return &generator{
+		cfg:      cfg,
+		client:   &http.Client{Transport: tr, Timeout: cfg.Timeout},
+		endpoint: endpoint,
+		prefix:   []byte(`{"input":"`),
+		suffix:   suffix,
+	}, nil
+}
+
+// openLoop sends requests at their intended times until the end or ctx.
+// Workers (at most InFlightMax) are started as the load needs them and take
+// intended times from a bounded backlog; a time due when the backlog is
+// full is dropped and counted. It returns when sending has stopped; wg
+// tracks the workers still answering.
+func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
+	cfg := g.cfg
+	backlog := int(min(float64(backlogMax), max(1024, cfg.Rate*cfg.Duration.Seconds()+1)))
+	if cfg.backlog > 0 {
+		backlog = cfg.backlog
+	}
+	due := make(chan time.Time, backlog)
+	var idle atomic.Int64
+	workers := 0
+	startWorker := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				idle.Add(1)
+				t, ok := <-due
+				idle.Add(-1)
+				if !ok {
+					return
+				}
+				g.one(reqCtx, t)
+			}
+		}()
+	}
+	defer close(due)
+
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c6f6164))
+	mean := float64(time.Second) / cfg.Rate
+	gap := func() time.Duration {
+		if cfg.Arrival == Fixed {
+			return time.Duration(mean)
+		}
+		return time.Duration(rng.ExpFloat64() * mean)
+	}
+	// Fixed arrivals are placed by index, so rounding does not drift.
+	next, i := g.start, int64(0)
+	advance := func() {
+		i++
+		if cfg.Arrival == Fixed {
+			next = g.start.Add(time.Duration(float64(i) * mean))
+			return
+		}
+		next = next.Add(gap())
+	}
+	if cfg.Arrival == Poisson {
+		next = next.Add(gap())
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for next.Before(g.end) {
+		// Everything due is handed out at once: the timer wakes late by
+		// up to a millisecond, and a late send still counts its latency
+		// from its intended time.
+		now := time.Now()
+		for !next.After(now) && next.Before(g.end) {
+			if idle.Load() <= int64(len(due)) && workers < cfg.InFlightMax {
+				startWorker()
+				workers++
+			}
+			select {
+			case due <- next:
+			default:
+				g.rec.drop(next)
+			}
+			advance()
+		}
+		if !next.Before(g.end) {
+			return
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// closedLoop runs Connections senders, each sending its next request as
+// soon as the last is answered, until the end or ctx.
+func (g *generator) closedLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
+	for c := 0; c < g.cfg.Connections; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				now := time.Now()
+				if !now.Before(g.end) {
+					return
+				}
+				g.one(reqCtx, now)
+			}
+		}()
+	}
+	select {
+	case <-time.After(time.Until(g.end)):
+	case <-ctx.Done():
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// one sends one request intended for time intended, and records it.
+func (g *generator) one(ctx context.Context, intended time.Time) {
+	n := g.seq.Add(1)
+	input := makeInput(n, g.cfg.InputLen)
+	body := make([]byte, 0, len(g.prefix)+len(input)+len(g.suffix))
+	body = append(append(append(body, g.prefix...), input...), g.suffix...)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.endpoint, bytes.NewReader(body))
+	if err != nil {
+		g.rec.record(result{intended: intended, sent: time.Now(), done: time.Now(), errClass: "request", err: err})
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if g.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
+	}
+	r := result{intended: intended, sent: time.Now()}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		r.done = time.Now()
+		r.errClass, r.err = classify(err), err
+		g.rec.record(r)
+		return
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, err = buf.ReadFrom(io.LimitReader(resp.Body, responseMaxBytes))
+	// Drain what is left, so the connection goes back to the pool.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, responseMaxBytes))
+	resp.Body.Close()
+	r.done = time.Now()
+	r.status = resp.StatusCode
+	if err != nil {
+		r.errClass, r.err = classify(err), err
+	} else if r.status == http.StatusOK && g.cfg.Check {
+		r.wrong, r.server = g.checkOutput(buf.Bytes(), input)
+	}
+	bufPool.Put(buf)
+	g.rec.record(r)
+}
+
+// serverTimes is what a 200 says of its own timeline, in milliseconds.
+type serverTimes struct {
+	LatencyMs float64 `json:"latency_ms"`
+	QueueMs   float64 `json:"queue_ms"`
+	ComputeMs float64 `json:"compute_ms"`
+	BatchSize int     `json:"batch_size"`
+}
+
+// checkOutput reports whether a 200's body does not carry the emulated
+// backend's output for this input on the model and version it says served
+// it, and returns the timeline the body reports.
+func (g *generator) checkOutput(body []byte, input string) (wrong bool, t serverTimes) {
+	var out struct {
+		Output  string `json:"output"`
+		Model   string `json:"model"`
+		Version string `json:"version"`
+		serverTimes
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return true, serverTimes{}
+	}
+	model := out.Model
+	if model == "" {
+		model = g.cfg.Model
+	}
+	return out.Output != actors.EmulatedOutput(model, out.Version, input), out.serverTimes
+}
+
+// makeInput is request n's input: n in decimal, padded with 'x' to size
+// bytes (its last size digits when longer), so each input is distinct and
+// needs no JSON escaping.
+func makeInput(n uint64, size int) string {
+	b := make([]byte, 0, max(size, 20))
+	b = strconv.AppendUint(b, n, 10)
+	if len(b) > size {
+		return string(b[len(b)-size:])
+	}
+	for len(b) < size {
+		b = append(b, 'x')
+	}
+	return string(b)
+}
+
+// classify names a transport error's kind for the report.
+func classify(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "connection reset"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no local port"
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return "too many open files"
+	}
+	return "other"
+}
+
+// sampleRSS samples RSSPID's VmRSS every Interval until the returned stop
+// is called; stop waits for the sampler to end.
+func (g *generator) sampleRSS() (stop func()) {
+	if g.cfg.RSSPID <= 0 {
+		return func() {}
+	}
+	path := "/proc/" + strconv.Itoa(g.cfg.RSSPID) + "/status"
+	statPath := "/proc/" + strconv.Itoa(g.cfg.RSSPID) + "/stat"
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(g.cfg.Interval)
+		defer t.Stop()
+		for {
+			kib, err := readRSS(path)
+			g.rec.rss(time.Now(), kib, err)
+			if cpu, err := readCPU(statPath); err == nil {
+				g.rec.cpu(cpu)
+			}
+			select {
+			case <-t.C:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// readRSS reads VmRSS, in KiB, from a /proc/PID/status file.
+func readRSS(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("rss: %w", err)
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			f := bytes.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			kib, err := strconv.ParseInt(string(f[0]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("rss: %s: %w", path, err)
+			}
+			return kib, nil
+		}
+	}
+	return 0, fmt.Errorf("rss: %s: no VmRSS line", path)
+}
+
+// clockTick is the unit of utime and stime in /proc/PID/stat: USER_HZ,
+// 100 on every Linux platform Go supports.
+const clockTick = 10 * time.Millisecond
+
+// readCPU reads a process's CPU time, user and system, from
+// /proc/PID/stat.
+func readCPU(path string) (time.Duration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("cpu: %w", err)
+	}
+	// The command name (field 2) may hold spaces; fields after its
+	// closing parenthesis are plain. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("cpu: %s: no command field", path)
+	}
+	f := bytes.Fields(data[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu: %s: short", path)
+	}
+	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
+	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("cpu: %s: bad utime or stime", path)
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// ms converts microseconds to milliseconds, rounded to the microsecond.
+func ms(us int64) float64 { return math.Round(float64(us)) / 1000 }

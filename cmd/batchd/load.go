@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/batchd/batchd/cmd/batchd/internal/loadgen"
+)
+
+// runLoad is `batchd load`: flags map onto loadgen.Config, whose defaults
+// are the flags' defaults.
+func runLoad(args []string, stdout, stderr io.Writer) error {
+	cfg := loadgen.DefaultConfig()
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.StringVar(&cfg.URL, "url", cfg.URL, "server base URL (loopback only, unless --allow-remote)")
+	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a URL that is not a loopback address")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model to call: POST URL/v1/models/MODEL/infer")
+	fs.StringVar(&cfg.Version, "version", "", "model version to pin (default: the server routes)")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "bearer token (default: $BATCHD_KEY)")
+	fs.IntVar(&cfg.TimeoutMs, "timeout-ms", 0, "the requests' own timeout_ms (0: the server's SLO)")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "open loop: requests per second")
+	arrival := fs.String("arrival", cfg.Arrival.String(), "open loop: arrival process, poisson or fixed")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, fmt.Sprintf("how long to send (at most %v)", loadgen.DurationMax))
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "first part of --duration that is sent but not counted")
+	fs.IntVar(&cfg.InFlightMax, "in-flight-max", cfg.InFlightMax, fmt.Sprintf("open loop: most requests in flight (at most %d); later ones wait, and their wait counts", loadgen.InFlightMaxMax))
+	fs.IntVar(&cfg.Connections, "connections", 0, fmt.Sprintf("closed loop: this many connections send as fast as answered (at most %d); 0: open loop", loadgen.ConnectionsMax))
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "client-side bound on one request")
+	fs.IntVar(&cfg.InputLen, "input-len", cfg.InputLen, "bytes per input")
+	fs.BoolVar(&cfg.Check, "check", cfg.Check, "check each output against the emulated backend's function of its input")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the Poisson arrivals")
+	fs.DurationVar(&cfg.Interval, "interval", cfg.Interval, "width of the time series in --json")
+	fs.IntVar(&cfg.RSSPID, "rss-pid", 0, "sample this process's resident memory and CPU time (/proc/PID) every --interval")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
+	// Hidden: the engine-overhead yardstick (see loadgen.Baseline).
+	baseline := fs.String("baseline-server", "", "")
+
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			loadUsage(stdout, fs)
+			return err
+		}
+		return usagef("%v (see 'batchd load -h')", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (see 'batchd load -h')", fs.Arg(0))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if *baseline != "" {
+		return serveBaseline(ctx, *baseline, stdout)
+	}
+	a, err := loadgen.ParseArrival(*arrival)
+	if err != nil {
+		return usagef("--arrival: %v", err)
+	}
+	cfg.Arrival = a
+	if cfg.APIKey == "" {
+		cfg.APIKey = os.Getenv("BATCHD_KEY")
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	// A Ctrl-C stops the sending and still prints what was measured; a
+	// second one ends the process.
+	context.AfterFunc(ctx, stop)
+	rep, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		return nil
+	}
+	return rep.WriteTable(stdout)
+}
+
+func loadUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "usage: batchd load [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Sends POST /v1/models/MODEL/infer to a batchd server and reports latency")
+	fmt.Fprintln(w, "percentiles (HdrHistogram), status codes and throughput.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Open loop (default): requests are due at --rate per second, fixed or Poisson,")
+	fmt.Fprintln(w, "whether or not earlier ones were answered, and each one's latency is measured")
+	fmt.Fprintln(w, "from when it was due, so a queue cannot hide (no coordinated omission).")
+	fmt.Fprintln(w, "Closed loop (--connections N): N connections send as fast as they are")
+	fmt.Fprintln(w, "answered, to find the saturation throughput.")
+	fmt.Fprintln(w)
+	printVisible(w, fs)
+}
+
+// printVisible is fs.PrintDefaults without the flags that have no usage.
+func printVisible(w io.Writer, fs *flag.FlagSet) {
+	vis := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage != "" {
+			vis.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	vis.SetOutput(w)
+	vis.PrintDefaults()
+}
+
+// serveBaseline serves loadgen.Baseline on addr until ctx ends: the plain
+// net/http handler that batchd's throughput is compared with.
+func serveBaseline(ctx context.Context, addr string, stdout io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	srv := &http.Server{Handler: loadgen.Baseline(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "baseline server on http://%s\n", ln.Addr())
+	select {
+	case err := <-served:
+		return fmt.Errorf("baseline: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	return nil
+}

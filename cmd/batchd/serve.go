@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/httpapi"
+)
+
+// engineStartMax bounds the wait for the devices to register at start.
+const engineStartMax = 30 * time.Second
+
+// serveOptions is `batchd serve`'s command line: the configuration (file,
+// then flags over it) and what the command itself does.
+type serveOptions struct {
+	file        *config.File
+	printConfig bool
+	logLevel    slog.Level
+}
+
+// serveFlag is a flag that overrides one key of the configuration file.
+type serveFlag struct {
+	name, path, usage string
+	// bind registers the flag on fs with the file's default as its
+	// default; set copies the parsed value into f.
+	bind func(fs *flag.FlagSet, name, usage string, f *config.File) (set func(f *config.File))
+}
+
+func intFlag(get func(*config.File) *int) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
+	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+		v := fs.Int(name, *get(d), usage)
+		return func(f *config.File) { *get(f) = *v }
+	}
+}
+
+func durFlag(get func(*config.File) *time.Duration) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
+	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+		v := fs.Duration(name, *get(d), usage)
+		return func(f *config.File) { *get(f) = *v }
+	}
+}
+
+func floatFlag(get func(*config.File) *float64) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
+	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+		v := fs.Float64(name, *get(d), usage)
+		return func(f *config.File) { *get(f) = *v }
+	}
+}
+
+func stringFlag(get func(*config.File) *string) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
+	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+		v := fs.String(name, *get(d), usage)
+		return func(f *config.File) { *get(f) = *v }
+	}
+}
+
+// serveFlags are the common settings; everything else is in the file.
+// Their defaults shown by --help are the embedded file's.
+var serveFlags = []serveFlag{
+	{"addr", "http.addr", "listen address (host:port; port 0 picks a free one)",
+		stringFlag(func(f *config.File) *string { return &f.HTTP.Addr })},
+	{"devices", "devices.count", "number of emulated GPUs",
+		intFlag(func(f *config.File) *int { return &f.Devices.Count })},
+	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",
+		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+			v := fs.Duration(name, d.Devices.Latency, usage)
+			return func(f *config.File) { f.Devices.Latency, f.Devices.LatencyModel = *v, nil }
+		}},
+	{"batch-max", "policy.batch_max", "most items in one batch",
+		intFlag(func(f *config.File) *int { return &f.Policy.BatchMax })},
+	{"slo", "policy.slo", "latency target of requests without their own timeout_ms",
+		durFlag(func(f *config.File) *time.Duration { return &f.Policy.SLO })},
+	{"queue-max", "policy.queue_max", "items queued under one key (model, version, bucket)",
+		intFlag(func(f *config.File) *int { return &f.Policy.QueueMax })},
+	{"key-policy", "policy.key_policy", "which due queue a free device serves: fair or slack",
+		stringFlag(func(f *config.File) *string { return &f.Policy.KeyPolicy })},
+	{"crash-rate", "devices.faults.crash_rate", "probability that a batch crashes its device (demos)",
+		floatFlag(func(f *config.File) *float64 { return &f.Devices.Faults.CrashRate })},
+	{"hang-rate", "devices.faults.hang_rate", "probability that a batch hangs its device (demos)",
+		floatFlag(func(f *config.File) *float64 { return &f.Devices.Faults.HangRate })},
+	{"shutdown-timeout", "http.shutdown_timeout", "bound on the graceful stop after SIGTERM or SIGINT",
+		durFlag(func(f *config.File) *time.Duration { return &f.HTTP.ShutdownTimeout })},
+	{"seed", "engine.seed", "seed of the actors' and emulated backends' random streams",
+		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+			v := fs.Uint64(name, d.Engine.Seed, usage)
+			return func(f *config.File) { f.Engine.Seed = *v }
+		}},
+}
+
+// parseServe reads the command line: the file (--config, or the embedded
+// default), then the flags the user set over it, then validates.
+func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
+	// Defaults shown in --help are the embedded file's; a --config file's
+	// own values win over them unless the flag is given.
+	embedded, err := config.LoadEmbedded()
+	if err != nil {
+		return serveOptions{}, fmt.Errorf("embedded config: %w", err)
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	path := fs.String("config", "", "YAML configuration file (default: the embedded one, see --print-config)")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration (file and flags) as YAML and exit")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	setters := map[string]func(*config.File){}
+	for _, sf := range serveFlags {
+		setters[sf.name] = sf.bind(fs, sf.name, sf.usage+" ["+sf.path+"]", embedded)
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			serveUsage(stdout, fs)
+			return serveOptions{}, err
+		}
+		return serveOptions{}, usagef("%v (see 'batchd serve -h')", err)
+	}
+	if fs.NArg() > 0 {
+		return serveOptions{}, usagef("unexpected argument %q (see 'batchd serve -h')", fs.Arg(0))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return serveOptions{}, usagef("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+
+	f := embedded
+	if *path != "" {
+		data, err := os.ReadFile(*path)
+		if err != nil {
+			return serveOptions{}, usagef("--config: %w", err)
+		}
+		if f, err = config.Decode(*path, data); err != nil {
+			return serveOptions{}, usageError{err}
+		}
+	}
+	byPath := map[string]string{}
+	for _, sf := range serveFlags {
+		byPath[sf.name] = sf.path
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		if set := setters[fl.Name]; set != nil {
+			set(f)
+			f.SetBy(byPath[fl.Name], "--"+fl.Name)
+		}
+	})
+	if err := f.Validate(); err != nil {
+		return serveOptions{}, usageError{err}
+	}
+	return serveOptions{file: f, printConfig: *printConfig, logLevel: lvl}, nil
+}
+
+func serveUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "usage: batchd serve [--config FILE] [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Serves inference over HTTP: requests are batched by the actors, run on")
+	fmt.Fprintln(w, "emulated GPUs, and answered one by one. Without --config it serves the")
+	fmt.Fprintln(w, "embedded default (4 devices at 100 ms, batches of up to 100, model \"echo\",")
+	fmt.Fprintln(w, "127.0.0.1:8080). Flags override the file; the key each sets is in brackets.")
+	fmt.Fprintln(w, "SIGTERM or SIGINT stops it gracefully: no new work is admitted, queued work")
+	fmt.Fprintln(w, "is flushed and every request in flight is answered, within --shutdown-timeout;")
+	fmt.Fprintln(w, "a second signal exits at once.")
+	fmt.Fprintln(w)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// runServe is `batchd serve`.
+func runServe(args []string, stdout, stderr io.Writer) error {
+	opts, err := parseServe(args, stdout)
+	if err != nil {
+		return err
+	}
+	if opts.printConfig {
+		out, err := opts.file.Marshal()
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(out)
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opts.logLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	// After the first signal the default action is back, so a second one
+	// ends the process at once.
+	context.AfterFunc(ctx, stop)
+	return serve(ctx, opts.file, stdout, log, nil)
+}
+
+// serve runs the server until ctx ends, then stops it gracefully. listening,
+// when not nil, is told the bound address once requests can be sent.
+func serve(ctx context.Context, f *config.File, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
+	ecfg, err := f.EngineConfig(newRuntime)
+	if err != nil {
+		return err
+	}
+	// The actor libraries log at info about every actor; only their
+	// warnings are worth a server's log.
+	ecfg.Logger = slog.New(warnOnly{log.Handler()})
+	hcfg, err := f.HTTPConfig()
+	if err != nil {
+		return err
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, engineStartMax)
+	eng, err := engine.New(startCtx, ecfg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start engine: %w", err)
+	}
+	closeEngine := func() error {
+		cctx, cancel := context.WithTimeout(context.Background(), f.HTTP.ShutdownTimeout)
+		defer cancel()
+		return eng.Shutdown(cctx)
+	}
+
+	hcfg.Logger = log
+	hcfg.Ready = func(ctx context.Context) bool {
+		s, err := eng.Stats(ctx)
+		return err == nil && s.Batcher.Devices > 0
+	}
+	// The load signals come from the engine when it offers them.
+	if sig, ok := any(eng).(interface {
+		Signals(context.Context) (actors.Signals, error)
+	}); ok {
+		hcfg.Signals = sig.Signals
+	}
+	h, err := httpapi.New(eng, hcfg)
+	if err != nil {
+		return errors.Join(fmt.Errorf("http handler: %w", err), closeEngine())
+	}
+	ln, err := net.Listen("tcp", f.HTTP.Addr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("listen: %w", err), closeEngine())
+	}
+	srv := httpapi.NewServer(ln.Addr().String(), h)
+	srv.ReadHeaderTimeout = f.HTTP.ReadHeaderTimeout
+	srv.IdleTimeout = f.HTTP.IdleTimeout
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	printReady(stdout, f, ln.Addr())
+	log.Info("serving", "addr", ln.Addr().String(), "runtime", runtimeName, "devices", f.Devices.Count,
+		"latency", ecfg.Device.Latency.Predict(1, 0), "batch_max", f.Policy.BatchMax, "slo", f.Policy.SLO)
+	if listening != nil {
+		listening(ln.Addr())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: admitting nothing new, draining queued work", "bound", f.HTTP.ShutdownTimeout)
+	case serveErr = <-served:
+		serveErr = fmt.Errorf("serve: %w", serveErr)
+		log.Error("server failed; stopping", "err", serveErr)
+	}
+	err = shutdown(f.HTTP.ShutdownTimeout, h, eng, srv, served, serveErr == nil)
+	if err == nil {
+		log.Info("stopped: every request answered")
+	}
+	return errors.Join(serveErr, err)
+}
+
+// shutdown is the graceful stop, in the order the HTTP adapter documents,
+// all within bound: the handler stops taking async work and turns not
+// ready, and waits for the async requests; the engine stops admitting
+// (new requests get 503 at once), flushes its queues without lingering and
+// answers every request in flight; the server closes its listener and
+// waits for the synchronous handlers to finish writing; then the engine's
+// actors and goroutines stop.
+func shutdown(bound time.Duration, h *httpapi.Handler, eng *engine.Engine, srv *http.Server, served <-chan error, serving bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var errs []error
+	if err := h.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("async requests: %w", err))
+	}
+	if err := eng.Drain(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("drain: %w", err))
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("http server: %w", err))
+		_ = srv.Close() // cut off what did not finish in time
+	}
+	if serving {
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("serve: %w", err))
+		}
+	}
+	// The engine gets a bound of its own: stopping its goroutines matters
+	// even when the drain used up the first.
+	cctx, ccancel := context.WithTimeout(context.Background(), closeEngineMax)
+	defer ccancel()
+	if err := eng.Shutdown(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// closeEngineMax bounds stopping the engine's actors after the drain.
+const closeEngineMax = 10 * time.Second
+
+// printReady tells a person where the server is and how to call it.
+func printReady(w io.Writer, f *config.File, addr net.Addr) {
+	base := "http://" + dialable(addr)
+	model := "echo"
+	if len(f.Models) > 0 {
+		model = f.Models[0].Name
+	}
+	auth := ""
+	if len(f.Tenants) > 0 {
+		auth = ` -H "Authorization: Bearer $BATCHD_KEY"`
+	}
+	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d emulated devices, batches of up to %d)\n",
+		base, runtimeName, f.Devices.Count, f.Policy.BatchMax)
+	fmt.Fprintf(w, "try:\n  curl -s%s %s/v1/models/%s/infer -d '{\"input\": \"hello\"}'\n", auth, base, model)
+}
+
+// dialable turns a listen address into one a client can dial: an
+// unspecified host (":8080", "0.0.0.0:8080") becomes loopback.
+func dialable(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + port
+	}
+	return host + ":" + port
+}
+
+// warnOnly passes on records at warn level and above.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(as)} }
+func (w warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{w.Handler.WithGroup(g)} }

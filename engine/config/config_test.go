@@ -1,0 +1,305 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/httpapi"
+)
+
+// TestEmbeddedDefault: the embedded file parses, validates, describes the
+// seeds' setup, and otherwise says exactly what Default says (so its
+// comments cannot drift from the owners' defaults).
+func TestEmbeddedDefault(t *testing.T) {
+	f, err := LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Models = []Model{{Name: "echo", Versions: []Version{{Name: "v1", Weight: 1}}}}
+	want.Devices.WarmModels = []string{}
+	want.Tenants = []Tenant{}
+	want.src = f.src
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("embedded file differs from Default:\n got %+v\nwant %+v", f, want)
+	}
+	c, err := f.EngineConfig(func(engine.RuntimeOptions) (engine.Runtime, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Devices != 4 || c.Device.Latency.Base != 100*time.Millisecond ||
+		c.Batcher.BatchMax != 100 || len(c.Batcher.Models) != 1 || c.Batcher.Models[0].Name != "echo" ||
+		c.Batcher.Latency.Base != 100*time.Millisecond || f.HTTP.Addr != "127.0.0.1:8080" || len(f.Tenants) != 0 {
+		t.Errorf("not the seeds' setup: %+v / %+v", c, f.HTTP)
+	}
+	if c.Backend == nil {
+		t.Fatal("no backend factory")
+	}
+	if b, ok := c.Backend(0).(*engine.Emulated); !ok || b == nil {
+		t.Errorf("device 0 backend %T, want *engine.Emulated", c.Backend(0))
+	}
+}
+
+// TestEmbeddedDocumentsEveryKey: every key of the schema appears in the
+// embedded file, set or in a comment, so the file is the reference.
+func TestEmbeddedDocumentsEveryKey(t *testing.T) {
+	text := string(Embedded)
+	for _, k := range schemaKeys(fileType) {
+		if !regexp.MustCompile(`(?m)^[ #\-]*`+regexp.QuoteMeta(k)+`:`).MatchString(text) &&
+			!strings.Contains(text, "{"+k+":") && !strings.Contains(text, " "+k+":") {
+			t.Errorf("key %q is not in default.yaml", k)
+		}
+	}
+}
+
+func schemaKeys(t reflect.Type) []string {
+	seen := map[string]bool{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t.PkgPath() != fileType.PkgPath() {
+			return
+		}
+		for k, ft := range yamlFields(t) {
+			seen[k] = true
+			walk(ft)
+		}
+	}
+	walk(t)
+	var keys []string
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func TestEmptyFileIsDefault(t *testing.T) {
+	for _, data := range []string{"", "# nothing\n", "---\n"} {
+		f, err := Load("empty.yaml", []byte(data))
+		if err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		want := Default()
+		want.src = f.src
+		if !reflect.DeepEqual(f, want) {
+			t.Errorf("%q: got %+v, want Default", data, f)
+		}
+	}
+}
+
+// TestFullFile maps every section onto the engine's structs.
+func TestFullFile(t *testing.T) {
+	t.Setenv("BOB_KEY", "bob-secret-key")
+	f, err := Load("full.yaml", []byte(`
+http: {addr: ":9090", input_max_bytes: 100}
+engine: {seed: 9, in_flight_max: 500}
+devices:
+  count: 2
+  latency_model: {base: 20ms, per_item: 1ms, table: [{batch_size: 1, latency: 20ms}, {batch_size: 50, latency: 80ms}]}
+  warm_models: [resnet]
+  faults: {crash_rate: 0.1, poison_prefix: "!!"}
+policy: {batch_max: 50, slo: 300ms, key_policy: slack, bucket_merge: true}
+models:
+  - name: resnet
+    versions: [{name: v1, weight: 95}, {name: v2, weight: 5}, {name: v3, weight: 0}, {name: v4}]
+    bucket_edges: [16, 64]
+    batch_max: 32
+tenants:
+  - {name: alice, api_key: alice-secret, weight: 3, rate: 100, burst: 10}
+  - {name: bob, api_key_env: BOB_KEY, in_flight_max: 7, models: [resnet]}
+default_tenant: {weight: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.EngineConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Batcher
+	if c.Devices != 2 || c.Seed != 9 || c.InFlightMax != 500 || b.BatchMax != 50 || b.SLO != 300*time.Millisecond ||
+		b.KeyPolicy != actors.PolicySlack || !b.BucketMerge || b.DefaultTenant.Weight != 2 {
+		t.Errorf("engine config %+v", c)
+	}
+	wantLat := actors.LatencyModel{Base: 20 * time.Millisecond, PerItem: time.Millisecond,
+		Table: []actors.LatencyPoint{{BatchSize: 1, Latency: 20 * time.Millisecond}, {BatchSize: 50, Latency: 80 * time.Millisecond}}}
+	if !reflect.DeepEqual(b.Latency, wantLat) || !reflect.DeepEqual(c.Device.Latency, wantLat) {
+		t.Errorf("latency %+v / %+v, want %+v", b.Latency, c.Device.Latency, wantLat)
+	}
+	wantModel := actors.ModelConfig{Name: "resnet", BatchMax: 32, BucketEdges: []int{16, 64},
+		Versions: []actors.VersionConfig{{Name: "v1", Weight: 95}, {Name: "v2", Weight: 5}, {Name: "v3", Weight: 0}, {Name: "v4", Weight: 1}}}
+	if len(b.Models) != 1 || !reflect.DeepEqual(b.Models[0], wantModel) {
+		t.Errorf("models %+v, want %+v", b.Models, wantModel)
+	}
+	wantTenants := []actors.TenantConfig{{Name: "alice", Weight: 3, Rate: 100, Burst: 10}, {Name: "bob", Weight: 1, InflightMax: 7}}
+	if !reflect.DeepEqual(b.Tenants, wantTenants) {
+		t.Errorf("tenants %+v, want %+v", b.Tenants, wantTenants)
+	}
+	if !reflect.DeepEqual(c.Device.Models, []string{"resnet"}) {
+		t.Errorf("warm models %v", c.Device.Models)
+	}
+	if k, err := f.Tenants[1].key(); err != nil || k != "bob-secret-key" {
+		t.Errorf("bob's key %q, %v", k, err)
+	}
+	h, err := f.HTTPConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := []httpapi.APIKey{{Key: "alice-secret", Tenant: "alice"}, {Key: "bob-secret-key", Tenant: "bob", Models: []string{"resnet"}}}
+	if !reflect.DeepEqual(h.APIKeys, wantKeys) || h.InputMaxBytes != 100 || h.TimeoutMax != b.TimeoutMax ||
+		!reflect.DeepEqual(h.Models, b.Models) {
+		t.Errorf("http config %+v", h)
+	}
+	if f.HTTP.Addr != ":9090" || f.HTTP.InputMaxBytes != 100 || f.HTTP.BodyMaxBytes != Default().HTTP.BodyMaxBytes {
+		t.Errorf("http %+v", f.HTTP)
+	}
+}
+
+// TestErrors: each mistake names its key's path and line.
+func TestErrors(t *testing.T) {
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown section", "htp:\n  addr: x\n", []string{`bad.yaml:1: htp: unknown key (did you mean "http"?)`}},
+		{"unknown nested key", "policy:\n  batchmax: 5\n", []string{`bad.yaml:2: policy.batchmax: unknown key (did you mean "batch_max"?)`}},
+		{"unknown key, no near name", "devices:\n  colour: red\n", []string{`bad.yaml:2: devices.colour: unknown key (known: count,`}},
+		{"unknown key in a list item", "models:\n  - name: m\n    verions: [{name: v1}]\n", []string{`bad.yaml:3: models[0].verions: unknown key (did you mean "versions"?)`}},
+		{"unknown key in a tenant", "tenants:\n  - name: a\n    api_key: abcdefgh\n    wieght: 2\n", []string{`bad.yaml:4: tenants[0].wieght: unknown key (did you mean "weight"?)`}},
+		{"unknown key deep", "devices:\n  faults:\n    crash: 0.1\n", []string{`bad.yaml:3: devices.faults.crash: unknown key`}},
+		{"wrong type", "policy:\n  batch_max: many\n", []string{"bad.yaml:2: policy.batch_max: cannot unmarshal !!str `many` into int"}},
+		{"duration without unit", "policy:\n  slo: 100\n", []string{"bad.yaml:2: policy.slo: cannot unmarshal !!int `100` into a duration (write it with a unit"}},
+		{"bad duration", "devices:\n  latency: fast\n", []string{"bad.yaml:2: devices.latency: cannot unmarshal !!str `fast` into a duration"}},
+		{"list for a map", "http: [1, 2]\n", []string{"bad.yaml:1: http: cannot unmarshal !!seq into config.HTTP"}},
+		{"syntax", "policy: [\n", []string{"bad.yaml: invalid configuration: yaml: line"}},
+		{"not a mapping", "- a\n- b\n", []string{"bad.yaml:1: invalid configuration: the file must be a mapping"}},
+		{"zero devices", "devices:\n  count: 0\n", []string{"bad.yaml:2: devices.count: 0: want 1 to 1024"}},
+		{"batch max", "policy:\n  batch_max: -1\n", []string{"bad.yaml:2: policy.batch_max: -1: want 1 to"}},
+		{"queue over total", "policy:\n  queue_max: 20\n  queue_total_max: 10\n", []string{"bad.yaml:2: policy.queue_max: 20: want 1 to 10"}},
+		{"slo over timeout", "policy:\n  slo: 2m\n", []string{"bad.yaml:2: policy.slo: 2m0s: want 1ms to 1m0s"}},
+		{"key policy", "policy:\n  key_policy: round-robin\n", []string{`bad.yaml:2: policy.key_policy: "round-robin": want fair or slack`}},
+		{"target utilization", "policy:\n  target_utilization: 1.5\n", []string{"bad.yaml:2: policy.target_utilization: 1.5: want (0, 1]"}},
+		{"bad addr", "http:\n  addr: localhost\n", []string{`bad.yaml:2: http.addr: "localhost": want host:port`}},
+		{"bad port", "http:\n  addr: \"127.0.0.1:99999\"\n", []string{`bad.yaml:2: http.addr: "127.0.0.1:99999": port "99999"`}},
+		{"input over body", "http:\n  body_max_bytes: 100\n  input_max_bytes: 1000\n", []string{"bad.yaml:3: http.input_max_bytes: 1000: want 1 to 100"}},
+		{"no versions", "models:\n  - name: m\n", []string{"bad.yaml:2: models[0].versions: 0 versions: want 1 to 64"}},
+		{"no model name", "models:\n  - versions: [{name: v1}]\n", []string{"bad.yaml:2: models[0].name: missing"}},
+		{"model twice", "models:\n  - {name: m, versions: [{name: v1}]}\n  - {name: m, versions: [{name: v1}]}\n", []string{`bad.yaml:3: models[1].name: "m": listed twice`}},
+		{"model name with slash", "models:\n  - {name: a/b, versions: [{name: v1}]}\n", []string{`models[0].name: "a/b": must not hold '/'`}},
+		{"version twice", "models:\n  - name: m\n    versions: [{name: v1}, {name: v1}]\n", []string{`bad.yaml:3: models[0].versions[1].name: "v1": listed twice`}},
+		{"no routable version", "models:\n  - name: m\n    versions: [{name: v1, weight: 0}]\n", []string{"bad.yaml:3: models[0].versions: no version has a weight above 0"}},
+		{"negative weight", "models:\n  - name: m\n    versions: [{name: v1, weight: -1}]\n", []string{"bad.yaml:3: models[0].versions[0].weight: -1: want 0 to"}},
+		{"buckets not increasing", "models:\n  - name: m\n    versions: [{name: v1}]\n    bucket_edges: [64, 16]\n", []string{"models[0].bucket_edges[1]: 16: want positive and increasing"}},
+		{"model batch over policy", "models:\n  - name: m\n    versions: [{name: v1}]\n    batch_max: 500\n", []string{"bad.yaml:4: models[0].batch_max: 500: want 0 to 100"}},
+		{"warm model unknown", "models: [{name: m, versions: [{name: v1}]}]\ndevices:\n  warm_models: [nope]\n", []string{`bad.yaml:3: devices.warm_models[0]: "nope": not among models`}},
+		{"latency and model", "devices:\n  latency: 10ms\n  latency_model: {base: 5ms}\n", []string{"bad.yaml:3: devices.latency_model: set devices.latency or devices.latency_model, not both"}},
+		{"latency model free", "devices:\n  latency_model: {per_padded_byte: 1us}\n", []string{"bad.yaml:2: devices.latency_model: a batch must cost more than zero"}},
+		{"latency table", "devices:\n  latency_model:\n    table: [{batch_size: 10, latency: 5ms}, {batch_size: 5, latency: 9ms}]\n", []string{"devices.latency_model.table[1].batch_size: 5: want positive and increasing"}},
+		{"fault rate", "devices:\n  faults:\n    crash_rate: 2\n", []string{"bad.yaml:3: devices.faults.crash_rate: 2: want a probability in [0, 1]"}},
+		{"fault sum", "devices:\n  faults:\n    crash_rate: 0.6\n    hang_rate: 0.6\n", []string{"bad.yaml:2: devices.faults: hang_rate + crash_rate + batch_error_rate = 1.2"}},
+		{"tenant without key", "tenants:\n  - name: a\n", []string{"bad.yaml:2: tenants[0].api_key: missing"}},
+		{"tenant short key", "tenants:\n  - name: a\n    api_key: abc\n", []string{"bad.yaml:3: tenants[0].api_key: 3 characters: want at least 8"}},
+		{"tenant key twice", "tenants:\n  - {name: a, api_key: abcdefgh}\n  - {name: b, api_key: abcdefgh}\n", []string{`bad.yaml:3: tenants[1].api_key: the same key as tenant "a"`}},
+		{"tenant key env unset", "tenants:\n  - {name: a, api_key_env: BATCHD_TEST_UNSET_KEY}\n", []string{"tenants[0].api_key: api_key_env: $BATCHD_TEST_UNSET_KEY is empty or unset"}},
+		{"tenant both keys", "tenants:\n  - {name: a, api_key: abcdefgh, api_key_env: X}\n", []string{"tenants[0].api_key: set api_key or api_key_env, not both"}},
+		{"tenant twice", "tenants:\n  - {name: a, api_key: abcdefgh}\n  - {name: a, api_key: abcdefgi}\n", []string{`bad.yaml:3: tenants[1].name: "a": listed twice`}},
+		{"rate without burst", "tenants:\n  - name: a\n    api_key: abcdefgh\n    rate: 10\n", []string{"tenants[0].burst: 0: a rate needs a burst of at least 1"}},
+		{"tenant model unknown", "models: [{name: m, versions: [{name: v1}]}]\ntenants:\n  - {name: a, api_key: abcdefgh, models: [n]}\n", []string{`bad.yaml:3: tenants[0].models[0]: "n": not among models`}},
+		{"default tenant weight", "default_tenant:\n  weight: 0\n", []string{"bad.yaml:2: default_tenant.weight: 0: want 1 to"}},
+		{"several at once", "devices:\n  count: 0\npolicy:\n  slo: 0s\n", []string{"bad.yaml:2: devices.count", "bad.yaml:4: policy.slo"}},
+		{"several unknown at once", "a: 1\nb: 2\n", []string{"bad.yaml:1: a: unknown key", "bad.yaml:2: b: unknown key"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load("bad.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatalf("no error for:\n%s", c.yaml)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\ndoes not say\n%s", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSetBy: an error about a value a flag set names the flag.
+func TestSetBy(t *testing.T) {
+	f, err := Decode("x.yaml", []byte("devices:\n  count: 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Has("devices.count") || f.Has("devices.latency") {
+		t.Errorf("Has: %v", f.src)
+	}
+	f.Devices.Count = 0
+	f.SetBy("devices.count", "--devices")
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "--devices: devices.count: 0") {
+		t.Errorf("error %v does not name the flag", err)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	if _, err := LoadFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || errors.Is(err, ErrInvalid) {
+		t.Errorf("missing file: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "ok.yaml")
+	if err := os.WriteFile(p, []byte("devices: {count: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := LoadFile(p)
+	if err != nil || f.Devices.Count != 2 || f.src["devices.count"] != p+":1" {
+		t.Errorf("LoadFile: %+v, %v", f, err)
+	}
+}
+
+// TestMarshalRoundTrip: --print-config output loads back to the same
+// configuration, keys redacted.
+func TestMarshalRoundTrip(t *testing.T) {
+	f, err := LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load("printed.yaml", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	again, err := g.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(out) {
+		t.Errorf("round trip:\n%s\nthen\n%s", out, again)
+	}
+
+	f, err = Load("k.yaml", []byte("tenants: [{name: a, api_key: very-secret-key}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "very-secret-key") || f.Tenants[0].APIKey != "very-secret-key" {
+		t.Errorf("key not redacted in the copy only:\n%s", out)
+	}
+}

@@ -1,0 +1,88 @@
+package config
+
+import (
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
+)
+
+// Default returns the configuration a file starts from: every value is the
+// default of the struct it ends up in, taken from that struct's own
+// constructor, so the file and the packages cannot drift apart. It lists no
+// model (any model name is served) and no tenant (everyone is the open
+// default tenant); Embedded adds the model "echo".
+func Default() *File {
+	b := actors.DefaultBatcherConfig()
+	d := actors.DefaultDeviceConfig()
+	e := engine.DefaultConfig()
+	h := defaultHTTP()
+	return &File{
+		HTTP: h,
+		Engine: Engine{
+			Seed:               e.Seed,
+			InFlightMax:        e.InFlightMax,
+			JobTimeoutMultiple: e.JobTimeoutMultiple,
+			JobTimeoutMin:      e.JobTimeoutMin,
+		},
+		Devices: Devices{
+			Count:             e.Devices,
+			Latency:           d.Latency.Base,
+			WarmModels:        d.Models,
+			WatchdogMultiple:  d.WatchdogMultiple,
+			RestartBackoff:    d.RestartBackoff,
+			RestartBackoffMax: d.RestartBackoffMax,
+			QuarantineAfter:   d.QuarantineAfter,
+			QuarantineFor:     d.QuarantineFor,
+		},
+		Policy: Policy{
+			BatchMax:           b.BatchMax,
+			QueueMax:           b.QueueMax,
+			QueueTotalMax:      b.QueueTotalMax,
+			KeysMax:            b.KeysMax,
+			DevicesMax:         b.DevicesMax,
+			TenantsMax:         b.TenantsMax,
+			SLO:                b.SLO,
+			TimeoutMax:         b.TimeoutMax,
+			Margin:             b.Margin,
+			LingerMax:          b.LingerMax,
+			AttemptMax:         b.AttemptMax,
+			KeyPolicy:          keyPolicyName[b.KeyPolicy],
+			PriorityAging:      b.PriorityAging,
+			BucketMerge:        b.BucketMerge,
+			SignalWindow:       b.SignalWindow,
+			TargetUtilization:  b.TargetUtilization,
+			NoDeviceRetryAfter: b.NoDeviceRetryAfter,
+		},
+		DefaultTenant: limitsOf(b.DefaultTenant),
+	}
+}
+
+// defaultModel is what a model listed in the file starts from: no limits of
+// its own (the policy's apply) and one bucket.
+func defaultModel() Model { return Model{} }
+
+// defaultVersion routes with weight 1, so a model's versions share the
+// traffic equally unless the file says otherwise.
+func defaultVersion() Version { return Version{Weight: 1} }
+
+// defaultTenant is what a tenant listed in the file starts from: the
+// batcher's default tenant settings (weight 1, no limits).
+func defaultTenant() Tenant {
+	return Tenant{Limits: limitsOf(actors.DefaultBatcherConfig().DefaultTenant)}
+}
+
+func limitsOf(t actors.TenantConfig) Limits {
+	return Limits{Weight: max(t.Weight, 1), Rate: t.Rate, Burst: t.Burst, InFlightMax: t.InflightMax}
+}
+
+// shutdownTimeoutDefault bounds the graceful shutdown: long enough for a
+// full queue to drain at the seeds' throughput (10,000 items at 4,000/s),
+// short enough that an orchestrator's own kill (Kubernetes waits 30 s)
+// does not come first.
+const shutdownTimeoutDefault = 25 * time.Second
+
+var keyPolicyName = map[actors.KeyPolicy]string{
+	actors.PolicyFair:  "fair",
+	actors.PolicySlack: "slack",
+}

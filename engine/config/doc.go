@@ -1,0 +1,29 @@
+// Package config reads the YAML file of `batchd serve` into the
+// configurations the server is built from: actors.BatcherConfig and
+// actors.DeviceConfig (inside engine.Config), the emulated backends' fault
+// knobs, and httpapi.Config.
+//
+// One file describes one server:
+//
+//	http:     listen address, body and input limits, timeouts, async retention
+//	engine:   seed, in-flight bound, backend call bound
+//	devices:  count, emulated latency (or a latency model), warm models, fault knobs
+//	policy:   batch max, queue bounds, SLO, margin, key policy, priority aging, ...
+//	models:   names, versions with routing weights, bucket edges, per-model limits
+//	tenants:  API keys with weights, rates, bursts and in-flight caps
+//	default_tenant: the open tenant's share and limits
+//
+// Defaults are filled in one place, Default, which takes them from the
+// owners' own constructors (actors.DefaultBatcherConfig,
+// actors.DefaultDeviceConfig, engine.DefaultConfig, httpapi.DefaultConfig):
+// a key the file leaves out keeps that default. Decoding is strict: an
+// unknown key, a value of the wrong type and a value out of range are all
+// errors that name the key's path (policy.batch_max) and its line.
+//
+// Embedded is the file `make run` serves with: the seeds' setup (4 emulated
+// devices at 100 ms, batches of up to 100, one model "echo", one open
+// tenant) on 127.0.0.1:8080, every other key written out with its default
+// and a comment.
+//
+// Who imports it: cmd/batchd. It imports actors, engine and engine/httpapi.
+package config

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/httpapi"
+)
+
+// addrDefault is loopback: a server someone starts to try batchd is not
+// reachable from the network until they say so.
+const addrDefault = "127.0.0.1:8080"
+
+// defaultHTTP takes the adapter's defaults from httpapi.DefaultConfig and
+// the server's from httpapi's NewServer constants.
+func defaultHTTP() HTTP {
+	h := httpapi.DefaultConfig()
+	return HTTP{
+		Addr:                addrDefault,
+		BodyMaxBytes:        h.BodyMaxBytes,
+		InputMaxBytes:       h.InputMaxBytes,
+		BatchItemsMax:       h.BatchItemsMax,
+		BatchConcurrencyMax: h.BatchConcurrencyMax,
+		ReplyGrace:          h.ReplyGrace,
+		ReadHeaderTimeout:   httpapi.ReadHeaderTimeout,
+		BodyReadTimeout:     h.BodyReadTimeout,
+		IdleTimeout:         httpapi.IdleTimeout,
+		AsyncInFlightMax:    h.AsyncInFlightMax,
+		AsyncResultsMax:     h.AsyncResultsMax,
+		AsyncRetention:      h.AsyncRetention,
+		RetryAfterDefault:   h.RetryAfterDefault,
+		ModelLabelsMax:      h.ModelLabelsMax,
+		ScrapeTimeout:       h.ScrapeTimeout,
+		ShutdownTimeout:     shutdownTimeoutDefault,
+	}
+}
+
+// HTTPConfig returns the HTTP adapter's configuration: the limits, the
+// model registry (the batcher's), the API keys, and the request timeout
+// cap (the batcher's TimeoutMax). Ready, Signals and Logger are the
+// caller's to set: they need the running engine. Call it on a validated
+// File.
+func (f *File) HTTPConfig() (httpapi.Config, error) {
+	h := f.HTTP
+	c := httpapi.DefaultConfig()
+	c.BodyMaxBytes = h.BodyMaxBytes
+	c.InputMaxBytes = h.InputMaxBytes
+	c.BatchItemsMax = h.BatchItemsMax
+	c.BatchConcurrencyMax = h.BatchConcurrencyMax
+	c.TimeoutMax = f.Policy.TimeoutMax
+	c.ReplyGrace = h.ReplyGrace
+	c.BodyReadTimeout = h.BodyReadTimeout
+	c.AsyncInFlightMax = h.AsyncInFlightMax
+	c.AsyncResultsMax = h.AsyncResultsMax
+	c.AsyncRetention = h.AsyncRetention
+	c.RetryAfterDefault = h.RetryAfterDefault
+	c.ModelLabelsMax = h.ModelLabelsMax
+	c.ScrapeTimeout = h.ScrapeTimeout
+	c.Models = f.batcherModels()
+	for i, t := range f.Tenants {
+		key, err := t.key()
+		if err != nil {
+			return httpapi.Config{}, fmt.Errorf("config: %w: tenants[%d].api_key: %w", ErrInvalid, i, err)
+		}
+		c.APIKeys = append(c.APIKeys, httpapi.APIKey{Key: key, Tenant: t.Name, Models: append([]string(nil), t.Models...)})
+	}
+	if err := c.Validate(); err != nil {
+		return httpapi.Config{}, fmt.Errorf("config: %w: %w", ErrInvalid, err)
+	}
+	return c, nil
+}
+
+// batcherModels is the registry as the batcher and the handler take it.
+func (f *File) batcherModels() []actors.ModelConfig {
+	var out []actors.ModelConfig
+	for _, m := range f.Models {
+		mc := actors.ModelConfig{
+			Name:        m.Name,
+			BatchMax:    m.BatchMax,
+			InputLenMax: m.InputLenMax,
+			SLO:         m.SLO,
+			BucketEdges: append([]int(nil), m.BucketEdges...),
+		}
+		for _, v := range m.Versions {
+			mc.Versions = append(mc.Versions, actors.VersionConfig{Name: v.Name, Weight: v.Weight})
+		}
+		out = append(out, mc)
+	}
+	return out
+}
