@@ -650,7 +650,15 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	b.batchSeq++
 	b.stats.Batches++
 	d.phase = devBusy
-	d.inflight = Batch{ID: b.batchSeq, Key: q.key, Items: items, Dispatch: now}
+	// The batch's key is its longest bucket present: trimming may have
+	// taken every item of q's own bucket, leaving merged shorter ones.
+	key := owners[0].q.key
+	for _, o := range owners {
+		if o.q.key.Bucket > key.Bucket {
+			key = o.q.key
+		}
+	}
+	d.inflight = Batch{ID: b.batchSeq, Key: key, Items: items, Dispatch: now}
 	d.owners = owners
 	d.busySince = now
 	d.freeAt = now + time.Duration(cost)
