@@ -91,7 +91,7 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			return
 		}
 		d.job = 0
-		d.fail(ctx, fmt.Sprintf("hung: no result within %d× the predicted latency (at least %v)", d.cfg.WatchdogMultiple, d.cfg.WatchdogMin))
+		d.fail(ctx, fmt.Sprintf("hung: no result within %d× the predicted latency", d.cfg.WatchdogMultiple))
 	case restartDue:
 		if m.gen == d.restartGen && d.phase == deviceRestarting {
 			d.announce(ctx)
