@@ -19,4 +19,8 @@
 //
 // Who imports it: the tests of sim, engine/protoactor and engine/hollywood,
 // each in its own test binary. It imports actors and nothing else of batchd.
+//
+// Unlike package actors it is not pure, and need not be: it is test support,
+// like net/http/httptest, and its recorder actors are read from the test's
+// goroutine while a live runtime runs them on others, hence its mutex.
 package actorstest

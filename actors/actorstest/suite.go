@@ -1,7 +1,6 @@
 package actorstest
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,30 +37,6 @@ type Runtime interface {
 // for these inputs, or that it hangs (never completes on its own). Its
 // outputs are actors.EmulatedOutput of each input.
 type Executor func(inputs []string) (delay time.Duration, hang bool)
-
-// Backend adapts an Executor to a live runtime's backend interface (Run
-// with a context, model, version and inputs, as engine.Backend): it sleeps
-// the delay, or blocks until ctx is done for a hang.
-type Backend struct{ Exec Executor }
-
-// Run runs the executor's job.
-func (b Backend) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
-	delay, hang := b.Exec(inputs)
-	if hang {
-		<-ctx.Done()
-		return nil, nil, fmt.Errorf("actorstest: hung job abandoned: %w", ctx.Err())
-	}
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("actorstest: job abandoned: %w", ctx.Err())
-		}
-	}
-	return Outputs(model, version, inputs), nil, nil
-}
 
 // Outputs are the outputs an Executor's job answers.
 func Outputs(model, version string, inputs []string) []string {

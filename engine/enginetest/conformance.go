@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ const awaitMax = 30 * time.Second
 func (l *liveRuntime) Spawn(addr actors.Address, newActor func() actors.Actor, exec actorstest.Executor) {
 	var b engine.Backend
 	if exec != nil {
-		b = actorstest.Backend{Exec: exec}
+		b = backend{exec: exec}
 	}
 	if err := l.r.Spawn(addr, newActor, b); err != nil {
 		l.t.Fatal(err)
@@ -63,3 +64,25 @@ func (l *liveRuntime) Await(cond func() bool) bool {
 func (l *liveRuntime) Sleep(d time.Duration) { time.Sleep(d) }
 
 func (l *liveRuntime) Supervised() bool { return true }
+
+// backend adapts the suite's Executor to engine.Backend: it sleeps the
+// delay, or blocks until ctx is done for a hang.
+type backend struct{ exec actorstest.Executor }
+
+func (b backend) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	delay, hang := b.exec(inputs)
+	if hang {
+		<-ctx.Done()
+		return nil, nil, fmt.Errorf("enginetest: hung job abandoned: %w", ctx.Err())
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("enginetest: job abandoned: %w", ctx.Err())
+		}
+	}
+	return actorstest.Outputs(model, version, inputs), nil, nil
+}
