@@ -23,6 +23,18 @@
 //   - Stream and NewStream derive independent random streams from the master
 //     seed and a name, so adding a consumer of randomness does not shift the
 //     numbers every other consumer sees.
+//   - Traffic is an actor that offers requests (Poisson or constant
+//     arrivals, model mix, tenants, input lengths, priorities, cancels);
+//     a run may have several (Config.Sources).
+//   - Ledger is the checker: it keeps one record per request and checks the
+//     architecture's invariants from the messages it observes; FlushCheck
+//     checks invariant 5 (no request waits past its flush bound while a
+//     device that could take it is idle) the same way.
+//   - Run builds a world from a Config (the reference workload by default,
+//     or a named experiment), runs a safety phase under faults and a
+//     liveness phase that must drain, and returns a Report: percentiles
+//     per tenant and model, throughput, utilisation, batch sizes, queue
+//     wait against compute, fairness, the autoscaling signal over time.
 //
 // The event loop is the hot path of every simulation, so it avoids
 // container/heap and per-event allocation: events are concrete values in a
