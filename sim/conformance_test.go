@@ -56,6 +56,14 @@ func (r *simRuntime) Sleep(d time.Duration) {
 
 func (r *simRuntime) Supervised() bool { return false }
 
+// Locker: the world runs every actor on the test's own goroutine.
+func (r *simRuntime) Locker() actorstest.Locker { return noLock{} }
+
+type noLock struct{}
+
+func (noLock) Lock()   {}
+func (noLock) Unlock() {}
+
 // executor is an actorstest.Executor as a sim.Executor.
 type executor actorstest.Executor
 

@@ -20,7 +20,7 @@
 // Who imports it: the tests of sim, engine/protoactor and engine/hollywood,
 // each in its own test binary. It imports actors and nothing else of batchd.
 //
-// Unlike package actors it is not pure, and need not be: it is test support,
-// like net/http/httptest, and its recorder actors are read from the test's
-// goroutine while a live runtime runs them on others, hence its mutex.
+// Its recorder actors may run on a live runtime's goroutines while the
+// checks read on the test's; the lock for that comes from the runtime
+// (Runtime.Locker), which owns concurrency here as it does for the actors.
 package actorstest

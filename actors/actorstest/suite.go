@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +30,12 @@ type Runtime interface {
 	Sleep(d time.Duration)
 	// Supervised reports whether a panicking actor is restarted.
 	Supervised() bool
+	// Locker returns a new lock for what the suite's actors record: a live
+	// runtime runs them on its goroutines while the checks read on the
+	// test's, so it returns a mutex; a single-threaded runtime may return
+	// one that does nothing. The runtime owns concurrency, here as for the
+	// actors.
+	Locker() Locker
 }
 
 // Executor is what a job does on the runtime's executor: how long it takes
@@ -69,10 +74,16 @@ func Run(t *testing.T, newRuntime func(t *testing.T) Runtime) {
 
 func addr(id uint64) actors.Address { return actors.Address{ID: id} }
 
-// journal is what the suite's actors record, under a lock: they run on the
-// runtime's goroutines, the checks on the test's.
+// Locker is the lock a Runtime provides (sync.Locker's shape).
+type Locker interface {
+	Lock()
+	Unlock()
+}
+
+// journal is what the suite's actors record, under the runtime's lock: they
+// may run on the runtime's goroutines, the checks on the test's.
 type journal struct {
-	mu   sync.Mutex
+	mu   Locker
 	evs  []event
 	errs []string
 }
@@ -172,7 +183,7 @@ type (
 func testFIFO(t *testing.T, rt Runtime) {
 	const n = 500
 	const senders = 3
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	recv := addr(1)
 	rt.Spawn(recv, once(funcActor(func(ctx actors.Context, msg actors.Message) {
 		if m, ok := msg.(seq); ok {
@@ -223,7 +234,7 @@ func timerActor(j *journal) funcActor {
 // testTimerDelay: a timer fires, and not before its delay has passed on the
 // runtime clock; a negative delay counts as zero.
 func testTimerDelay(t *testing.T, rt Runtime) {
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a := addr(1)
 	rt.Spawn(a, once(timerActor(j)), nil)
 	delays := []time.Duration{-time.Millisecond, 0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
@@ -243,7 +254,7 @@ func testTimerDelay(t *testing.T, rt Runtime) {
 // later one before it is due, is never delivered; others still are.
 func testTimerCancel(t *testing.T, rt Runtime) {
 	const later = 200 * time.Millisecond
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a := addr(1)
 	var pending actors.TimerID
 	var armedAt time.Duration
@@ -285,7 +296,7 @@ func testTimerCancel(t *testing.T, rt Runtime) {
 // testStaleCancel: cancelling a timer that fired, twice, an unknown ID, the
 // zero ID or another actor's timer does nothing, and timers keep working.
 func testStaleCancel(t *testing.T, rt Runtime) {
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a, b := addr(1), addr(2)
 	var first actors.TimerID
 	rt.Spawn(a, once(funcActor(func(ctx actors.Context, msg actors.Message) {
@@ -366,7 +377,7 @@ func doneFor(j *journal, id uint64) []actors.JobDone {
 // testExec: a job's completion comes back as one JobDone with the job's ID
 // and the executor's outputs, not before the job's time.
 func testExec(t *testing.T, rt Runtime) {
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a := addr(1)
 	rt.Spawn(a, once(execActor(j)), slowOrHang)
 	jobs := []actors.Job{
@@ -401,7 +412,7 @@ func testExec(t *testing.T, rt Runtime) {
 // job started after the actor gave up on the hung one (as a Device does
 // after its watchdog) completes; the hung job is never reported.
 func testExecHang(t *testing.T, rt Runtime) {
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a := addr(1)
 	rt.Spawn(a, once(execActor(j)), slowOrHang)
 	rt.Inject(a, run{job: actors.Job{ID: 1, Model: "m", Version: "v", Inputs: []string{"hang"}}})
@@ -420,7 +431,7 @@ func testExecHang(t *testing.T, rt Runtime) {
 // testNow: the clock each actor reads never goes back, across messages,
 // timers and job completions.
 func testNow(t *testing.T, rt Runtime) {
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a := addr(1)
 	var last time.Duration
 	var seen atomic.Int64
@@ -453,7 +464,7 @@ func testRestart(t *testing.T, rt Runtime) {
 	if !rt.Supervised() {
 		t.Skip("this runtime has no supervision: a panic in an actor propagates out of the runtime, by design")
 	}
-	j := &journal{}
+	j := &journal{mu: rt.Locker()}
 	a := addr(1)
 	var incarnations atomic.Int32
 	newActor := func() actors.Actor {

@@ -3,6 +3,7 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +65,8 @@ func (l *liveRuntime) Await(cond func() bool) bool {
 func (l *liveRuntime) Sleep(d time.Duration) { time.Sleep(d) }
 
 func (l *liveRuntime) Supervised() bool { return true }
+
+func (l *liveRuntime) Locker() actorstest.Locker { return new(sync.Mutex) }
 
 // backend adapts the suite's Executor to engine.Backend: it sleeps the
 // delay, or blocks until ctx is done for a hang.
