@@ -103,6 +103,13 @@ type Device struct {
 	// when the device is known to be restarted before the next job (after a
 	// hang) or the running job is a slow one (see Overlaps).
 	busyUntil time.Duration
+
+	// schedule holds this device's scheduled faults sorted by time, and
+	// fired marks the crashes and hangs that have struck (schedule.go).
+	schedule []ScheduledFault
+	fired    []bool
+	// spread is the σ of the log-normal latency factor; 0: none.
+	spread float64
 }
 
 var _ Executor = (*Device)(nil)
@@ -166,10 +173,43 @@ func (d *Device) Run(now time.Duration, job actors.Job) (time.Duration, actors.J
 			itemFail[i] = d.rng.Float64() < d.faults.ItemErrorRate
 		}
 	}
+	// The scheduled faults and the spread come last and only when set, so
+	// a run without them draws exactly the numbers it always drew.
+	if d.spread > 0 {
+		if x := d.spreadFactor(); x != 1 {
+			latency = max(time.Duration(float64(latency)*x), 1)
+			// A long draw may pass the watchdog, which restarts the
+			// device before the job ends: as with a slow run, the next
+			// job is then no overlap.
+			slow = slow || x > 1
+		}
+	}
+	var struck ScheduledFault
+	var strikes bool
+	if len(d.schedule) > 0 {
+		if x := d.slowBy(now); x != 1 {
+			latency = time.Duration(float64(latency) * x)
+			slow = true
+		}
+		struck, strikes = d.strike(now, now+latency)
+	}
 
 	res := actors.JobDone{ID: job.ID}
 	f := d.faults
 	switch {
+	case strikes && struck.Kind == FaultHang:
+		d.busyUntil = 0
+		return 0, actors.JobDone{}, true
+	case strikes:
+		// A crash mid-batch: at its time if the job is running then, else
+		// halfway through the job it waited for.
+		done := struck.At
+		if done <= now {
+			done = now + max(latency/2, 1)
+		}
+		d.account(done-now, slow, done)
+		res.Fault = true
+		return done, res, false
 	case poison:
 		res.Err = ErrTextPoison
 	case faulty && uOutcome < f.HangRate:

@@ -38,6 +38,11 @@ type Report struct {
 	// ThroughputRPS is completions per simulated second of the safety
 	// phase (completions during the drain are not counted).
 	ThroughputRPS float64 `json:"throughput_rps"`
+	// GoodputRPS is the requests completed by their deadline per simulated
+	// second of the safety phase: the throughput that was worth having.
+	// Unlike ThroughputRPS it counts the safety phase's arrivals that
+	// complete (in time) during the drain.
+	GoodputRPS float64 `json:"goodput_rps"`
 	// DeviceUtilization is total device busy time over devices × simulated
 	// time (the drain included).
 	DeviceUtilization float64 `json:"device_utilization"`
@@ -56,6 +61,10 @@ type Report struct {
 	// name (tenants past LedgerConfig.NamesMax under OtherName).
 	Tenants map[string]NameStats `json:"tenants"`
 	Models  map[string]NameStats `json:"models"`
+	// Versions breaks the requests down by "model@version", the version
+	// the batcher resolved (empty for a request rejected before it was
+	// routed): how a canary's traffic split really went.
+	Versions map[string]NameStats `json:"versions"`
 	// Fairness measures how evenly the tenants were served.
 	Fairness Fairness `json:"fairness"`
 	// Rejections counts the rejected requests by Reply.Reason.
@@ -67,6 +76,9 @@ type Report struct {
 	// Windows break the tenants down by arrival time, one entry per pair
 	// of neighbouring Config.Windows boundaries; absent without them.
 	Windows []WindowStats `json:"windows,omitempty"`
+	// Timeline breaks all requests down by arrival time in steps of
+	// Config.TimelineEvery; absent when it is zero.
+	Timeline []TimelineStep `json:"timeline,omitempty"`
 }
 
 // NameStats are the figures of one tenant's or one model's requests.
@@ -90,6 +102,9 @@ type NameStats struct {
 	// window, for Report.Windows: completions of the requests that arrived
 	// in it, per second of it).
 	ThroughputRPS float64 `json:"throughput_rps"`
+	// GoodputRPS is as the report's: completed by the deadline, per second
+	// of the safety phase (of the window, for Report.Windows).
+	GoodputRPS float64 `json:"goodput_rps"`
 }
 
 // Fairness is Jain's index, (Σx)² / (n·Σx²), of the tenants' throughputs
@@ -200,6 +215,8 @@ type reportInput struct {
 	sampler *signalSampler
 	// windows are Config.Windows.
 	windows []time.Duration
+	// timelineEvery is Config.TimelineEvery.
+	timelineEvery time.Duration
 }
 
 // batchBuckets is how many buckets the batch size distribution has.
@@ -238,6 +255,7 @@ func newReport(in reportInput) Report {
 	}
 	if in.safety > 0 {
 		rep.ThroughputRPS = float64(l.CompletedBy(in.safety)) / in.safety.Seconds()
+		rep.GoodputRPS = round(float64(c.SLOMet)/in.safety.Seconds(), 3)
 	}
 	if in.devices > 0 && in.simulated > 0 {
 		rep.DeviceUtilization = in.busy.Seconds() / (float64(in.devices) * in.simulated.Seconds())
@@ -296,6 +314,12 @@ func addBreakdown(rep *Report, in reportInput) {
 	for i, name := range models {
 		rep.Models[name] = byModel[i].stats(in.safety)
 	}
+	versions, ofVersion := l.versionGroups()
+	byVersion := l.tallies(len(versions), func(r *record) int { return ofVersion[r.key] }, 0, all, in.safety)
+	rep.Versions = make(map[string]NameStats, len(versions))
+	for i, name := range versions {
+		rep.Versions[name] = byVersion[i].stats(in.safety)
+	}
 	rep.Fairness = Fairness{Tenants: len(tenants), JainThroughput: round(jain(xs), 6), JainWeighted: round(jain(ws), 6)}
 
 	for i := 1; i < len(in.windows); i++ {
@@ -311,6 +335,9 @@ func addBreakdown(rep *Report, in reportInput) {
 	}
 	if in.sampler != nil {
 		rep.Autoscale = in.sampler.samples
+	}
+	if in.timelineEvery > 0 {
+		rep.Timeline = l.timeline(in.timelineEvery, in.safety)
 	}
 }
 
@@ -333,6 +360,7 @@ func (t *groupTally) stats(span time.Duration) NameStats {
 	}
 	if span > 0 {
 		s.ThroughputRPS = round(float64(t.completedBy)/span.Seconds(), 3)
+		s.GoodputRPS = round(float64(t.sloMet)/span.Seconds(), 3)
 	}
 	return s
 }
@@ -545,7 +573,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	p("")
 	p("SLO attainment\t%.4f", r.SLOAttainment)
-	p("throughput\t%.1f req/s", r.ThroughputRPS)
+	p("throughput\t%.1f req/s (goodput, within the SLO: %.1f req/s)", r.ThroughputRPS, r.GoodputRPS)
 	p("device utilization\t%.4f", r.DeviceUtilization)
 	p("batches\t%d, mean size %.2f", r.Batches, r.BatchSizeMean)
 	var sizes strings.Builder
@@ -589,6 +617,9 @@ func (r Report) writeBreakdown(w io.Writer) error {
 	}
 	table("tenant", r.Tenants)
 	table("model", r.Models)
+	if len(r.Versions) > 1 {
+		table("version", r.Versions)
+	}
 	if r.Fairness.Tenants > 0 {
 		p("")
 		p("fairness\tJain %.4f, weighted %.4f over %d tenants", r.Fairness.JainThroughput, r.Fairness.JainWeighted, r.Fairness.Tenants)

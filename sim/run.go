@@ -84,6 +84,10 @@ type Config struct {
 	// unique and dense; RequestsMax left zero keeps the IDs within the
 	// ledger. Rate becomes the sum of the sources' rates.
 	Sources []TrafficConfig
+	// Replay, when not empty, replaces Traffic and Sources: these requests
+	// (see ReadReplay) arrive at their times, in order, all before
+	// Duration. Rate becomes their number per second of Duration.
+	Replay []ReplayRequest
 	// Batcher configures the batcher actor. A zero Latency means Latency.
 	Batcher actors.BatcherConfig
 	// Device configures every device actor. A zero Latency means Latency.
@@ -124,6 +128,19 @@ type Config struct {
 	// neighbours the report breaks down, per tenant, the requests that
 	// arrived between them (Report.Windows). None by default.
 	Windows []time.Duration
+	// FaultSchedule are faults at given times on given devices (crash,
+	// hang, slow; see ScheduledFault), next to Faults' faults at rates.
+	// They strike whatever HealthyDevices says. None by default.
+	FaultSchedule []ScheduledFault
+	// LatencySpread is the σ of a log-normal factor of mean 1 on every
+	// batch's true cost (see Device.SetLatencySpread): a backend whose
+	// latency varies a lot while the actors plan with its mean. Zero, the
+	// default, is the latency model exactly.
+	LatencySpread float64
+	// TimelineEvery, when positive, breaks the report down by arrival
+	// time in steps of it (Report.Timeline): offered, completed, rejected
+	// and latency percentiles per step. Zero, the default, leaves it out.
+	TimelineEvery time.Duration
 	// Observers see every delivery of the run, after the ledger (see
 	// World.Observe). Those with a method Finish(end time.Duration) have it
 	// called once the run is over, with the time the world stopped. None by
@@ -175,6 +192,11 @@ func (c Config) resolved() Config {
 	if c.SignalsEvery == 0 {
 		c.SignalsEvery = time.Second
 	}
+	if len(c.Replay) > 0 {
+		c.Rate = float64(len(c.Replay)) / c.Duration.Seconds()
+		c.Sources = nil
+		return c
+	}
 	if len(c.Sources) > 0 {
 		// A copy: the caller's slice is not written.
 		srcs := slices.Clone(c.Sources)
@@ -211,6 +233,9 @@ func (c Config) resolved() Config {
 // sources returns the traffic sources of a resolved configuration: Sources,
 // or Traffic alone.
 func (c Config) sources() []TrafficConfig {
+	if len(c.Replay) > 0 {
+		return nil
+	}
 	if len(c.Sources) > 0 {
 		return c.Sources
 	}
@@ -237,7 +262,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: Duration %v: need more than 0 and at most %v", c.Duration, DurationLimit)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("sim config: Rate %v: must be a finite number >= 0", c.Rate)
-	case len(c.Sources) == 0 && c.Rate*c.Duration.Seconds() > LedgerRequestsLimit/2:
+	case len(c.Sources) == 0 && len(c.Replay) == 0 && c.Rate*c.Duration.Seconds() > LedgerRequestsLimit/2:
 		return fmt.Errorf("sim config: Rate %v over %v offers more than %d requests", c.Rate, c.Duration, LedgerRequestsLimit/2)
 	case len(c.Sources) > SourcesLimit:
 		return fmt.Errorf("sim config: %d Sources: at most %d", len(c.Sources), SourcesLimit)
@@ -253,9 +278,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: EventsMax %d: must not be negative", c.EventsMax)
 	case c.HealthyDevices < 0 || c.HealthyDevices > c.Devices:
 		return fmt.Errorf("sim config: HealthyDevices %d: need 0 to Devices (%d)", c.HealthyDevices, c.Devices)
+	case !(c.LatencySpread >= 0 && c.LatencySpread <= LatencySpreadLimit):
+		return fmt.Errorf("sim config: LatencySpread %v: need 0 to %v", c.LatencySpread, float64(LatencySpreadLimit))
+	case c.TimelineEvery < 0 || (c.TimelineEvery > 0 && c.Duration/c.TimelineEvery > timelineStepsLimit):
+		return fmt.Errorf("sim config: TimelineEvery %v: need 0 (off) or at most %d steps over Duration", c.TimelineEvery, timelineStepsLimit)
+	}
+	if err := validateSchedule(c.FaultSchedule, c.Devices, c.Duration); err != nil {
+		return fmt.Errorf("sim config: %w", err)
 	}
 	if err := c.Latency.Validate(); err != nil {
 		return fmt.Errorf("sim config: %w", err)
+	}
+	if err := validateReplay(c.Replay, c.Duration); err != nil {
+		return fmt.Errorf("sim config: Replay: %w", err)
 	}
 	r := c.resolved()
 	if r.Batcher.DevicesMax < c.Devices {
@@ -342,6 +377,11 @@ func Run(cfg Config) (Report, error) {
 		// mean; 5% over it covers every run long enough to matter.
 		lastID = max(lastID, last+0.05*n*float64(max(s.IDStep, 1)))
 	}
+	var replay *replaySource
+	if len(cfg.Replay) > 0 {
+		replay = newReplaySource(cfg.Replay, BatcherAddr, LedgerAddr)
+		lastID = float64(len(cfg.Replay))
+	}
 	ledger, err := NewLedger(LedgerConfig{
 		Batcher:       BatcherAddr,
 		BatchMax:      cfg.Batcher.BatchMax,
@@ -371,6 +411,9 @@ func Run(cfg Config) (Report, error) {
 	for k, t := range traffic {
 		w.Spawn(SourceAddr(k), t)
 	}
+	if replay != nil {
+		w.Spawn(TrafficAddr, replay)
+	}
 	devices := make([]*Device, cfg.Devices)
 	for i := range devices {
 		addr := actors.Address{ID: DeviceAddrBase + uint64(i)}
@@ -387,6 +430,8 @@ func Run(cfg Config) (Report, error) {
 			faults = FaultPlan{PoisonPrefix: cfg.Faults.PoisonPrefix}
 		}
 		devices[i] = NewDevice(cfg.Latency, faults, w.Stream(fmt.Sprintf("device/%d", i)))
+		devices[i].SetSchedule(i, cfg.FaultSchedule)
+		devices[i].SetLatencySpread(cfg.LatencySpread)
 		w.SetExecutor(addr, devices[i])
 		w.Spawn(addr, a)
 	}
@@ -433,6 +478,12 @@ func Run(cfg Config) (Report, error) {
 		offered += t.Offered()
 		inputLenMax = max(inputLenMax, srcs[k].InputLenMax)
 	}
+	if replay != nil {
+		offered = replay.Offered()
+		for _, r := range cfg.Replay {
+			inputLenMax = max(inputLenMax, r.InputLen)
+		}
+	}
 	if sub := ledger.Counts().Submitted; sub != offered {
 		extra = append(extra, fmt.Sprintf("traffic sent %d requests, the batcher received %d", offered, sub))
 		extraKinds = append(extraKinds, ViolationOther)
@@ -447,8 +498,9 @@ func Run(cfg Config) (Report, error) {
 			LatencyMs: ms(cfg.Latency.Predict(cfg.Batcher.BatchMax, inputLenMax)),
 			SLOMs:     ms(cfg.Batcher.SLO),
 			DurationS: cfg.Duration.Seconds(),
-			Faults:    cfg.Faults.hasFaults(),
+			Faults:    cfg.Faults.hasFaults() || len(cfg.FaultSchedule) > 0,
 		},
+		timelineEvery: cfg.TimelineEvery,
 		offered:    offered,
 		ledger:     ledger,
 		weight:     tenantWeights(cfg.Batcher),

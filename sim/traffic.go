@@ -28,6 +28,10 @@ func (p ArrivalProcess) String() string {
 		return "poisson"
 	case Constant:
 		return "constant"
+	case Diurnal:
+		return "diurnal"
+	case Burst:
+		return "burst"
 	}
 	return "unknown"
 }
@@ -62,6 +66,13 @@ type TrafficConfig struct {
 	Rate float64
 	// Arrival is the arrival process; Poisson (the zero value) by default.
 	Arrival ArrivalProcess
+	// RateCurve shapes a Diurnal source's rate: multiples of Rate in
+	// [0, 1], evenly spaced from Start to Stop and joined by straight
+	// lines, so Rate is the peak (see DiurnalCurve). Only for Diurnal.
+	RateCurve []float64
+	// BurstSize is the number of requests in each group of a Burst source.
+	// Only for Burst.
+	BurstSize int
 	// Start is when the first gap starts counting: no request arrives
 	// before Start.
 	Start time.Duration
@@ -130,7 +141,7 @@ func (c TrafficConfig) Validate() error {
 	switch {
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("traffic config: Rate %v: must be a finite number >= 0", c.Rate)
-	case c.Arrival != Poisson && c.Arrival != Constant:
+	case c.Arrival > Burst:
 		return fmt.Errorf("traffic config: Arrival %d: unknown process", c.Arrival)
 	case c.Start < 0 || (c.Stop != 0 && c.Stop < c.Start):
 		return fmt.Errorf("traffic config: Start %v, Stop %v: need 0 <= Start <= Stop (or Stop 0)", c.Start, c.Stop)
@@ -160,7 +171,7 @@ func (c TrafficConfig) Validate() error {
 			return fmt.Errorf("traffic config: Mix[%d]: need a model and a finite weight > 0", i)
 		}
 	}
-	return nil
+	return c.validateArrival()
 }
 
 // Traffic is an open-loop traffic source actor: it sends Submit to the
@@ -182,6 +193,8 @@ type Traffic struct {
 	offered int64
 	cancels int64
 	stopped bool
+	// groupLeft is the requests of the current Burst group still to come.
+	groupLeft int
 }
 
 // arrive is the source's own timer: the next request is due.
@@ -274,6 +287,12 @@ func (t *Traffic) fillPool(ctx actors.Context) {
 
 // gap draws the time to the next arrival.
 func (t *Traffic) gap(ctx actors.Context) time.Duration {
+	switch t.cfg.Arrival {
+	case Diurnal:
+		return t.diurnalGap(ctx)
+	case Burst:
+		return t.burstGap(ctx)
+	}
 	s := t.gapMean
 	if t.cfg.Arrival == Poisson {
 		s *= ctx.Rand().ExpFloat64()
