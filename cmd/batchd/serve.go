@@ -30,6 +30,8 @@ type serveOptions struct {
 	file        *config.File
 	printConfig bool
 	logLevel    slog.Level
+	// record is --record and its companions (see replay.go).
+	record recordOptions
 }
 
 // serveFlag is a flag that overrides one key of the configuration file.
@@ -114,6 +116,8 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	path := fs.String("config", "", "YAML configuration file (default: the embedded one, see --print-config)")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration (file and flags) as YAML and exit")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	var rec recordOptions
+	rec.bind(fs)
 	setters := map[string]func(*config.File){}
 	for _, sf := range serveFlags {
 		setters[sf.name] = sf.bind(fs, sf.name, sf.usage+" ["+sf.path+"]", embedded)
@@ -157,7 +161,10 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	if err := f.Validate(); err != nil {
 		return serveOptions{}, usageError{err}
 	}
-	return serveOptions{file: f, printConfig: *printConfig, logLevel: lvl}, nil
+	if err := rec.validate(); err != nil {
+		return serveOptions{}, err
+	}
+	return serveOptions{file: f, printConfig: *printConfig, logLevel: lvl, record: rec}, nil
 }
 
 func serveUsage(w io.Writer, fs *flag.FlagSet) {
@@ -195,12 +202,17 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	// After the first signal the default action is back, so a second one
 	// ends the process at once.
 	context.AfterFunc(ctx, stop)
-	return serve(ctx, opts.file, stdout, log, nil)
+	return serveRecorded(ctx, opts.file, opts.record, stdout, log, nil)
 }
 
 // serve runs the server until ctx ends, then stops it gracefully. listening,
 // when not nil, is told the bound address once requests can be sent.
 func serve(ctx context.Context, f *config.File, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
+	return serveRecorded(ctx, f, recordOptions{}, stdout, log, listening)
+}
+
+// serveRecorded is serve, recording every request to rec.path when set.
+func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
 	ecfg, err := f.EngineConfig(newRuntime)
 	if err != nil {
 		return err
@@ -236,7 +248,18 @@ func serve(ctx context.Context, f *config.File, stdout io.Writer, log *slog.Logg
 	}); ok {
 		hcfg.Signals = sig.Signals
 	}
-	h, err := httpapi.New(eng, hcfg)
+	// With --record, the handler calls the engine through the recorder,
+	// which is closed (flushed) once every request has been answered.
+	doer, closeRecord, err := rec.open(eng, log)
+	if err != nil {
+		return errors.Join(err, closeEngine())
+	}
+	defer func() {
+		if cerr := closeRecord(); cerr != nil {
+			log.Warn("record", "err", cerr)
+		}
+	}()
+	h, err := httpapi.New(doer, hcfg)
 	if err != nil {
 		return errors.Join(fmt.Errorf("http handler: %w", err), closeEngine())
 	}
