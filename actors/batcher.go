@@ -37,8 +37,13 @@ type Batcher struct {
 	// lastKey is the key of the last admission: traffic often repeats it,
 	// and comparing beats hashing three strings.
 	lastKey *keyQueue
-	// vtime is the weighted service of the tenant served last: a tenant
-	// that comes back after idling starts from here (see tenant).
+	// vtime is the system virtual time of start-time fair queuing: the
+	// weighted service, before its charge, of the first tenant of the
+	// latest batch (the least served one of its key), never decreasing. A
+	// tenant that comes back after idling starts from here (see tenant):
+	// level with those being served, neither behind them (a tenant served
+	// last is past them by its charge) nor ahead with credit it did not
+	// use.
 	vtime float64
 
 	devs     map[Address]*devState
@@ -642,10 +647,10 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	// Charge the batch's predicted cost to the tenants of its items, each
 	// its share for its weight: fair scheduling evens these out.
 	cost := float64(b.cfg.Latency.Predict(len(items), maxInput(items)))
+	b.vtime = max(b.vtime, owners[0].t.served)
 	for _, o := range owners {
 		o.t.served += cost / float64(len(items)) / o.t.weight
 	}
-	b.vtime = owners[len(owners)-1].t.served
 	q.sig.batch(len(items))
 	b.batchSeq++
 	b.stats.Batches++
