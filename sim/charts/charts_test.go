@@ -2,6 +2,7 @@ package charts
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/sim"
+	"github.com/batchd/batchd/sim/sweep"
 )
 
 const ms = time.Millisecond
@@ -224,5 +226,25 @@ func checkImage(t *testing.T, path string) {
 		}
 	default:
 		t.Errorf("%s: unexpected format", path)
+	}
+}
+
+// TestWriteSweep: a sweep's two charts are written in both formats.
+func TestWriteSweep(t *testing.T) {
+	base := sim.DefaultConfig()
+	base.Devices, base.Duration = 2, time.Second
+	rs, err := sweep.Run(context.Background(), base, sweep.Spec{Param: sweep.Rate, From: 100, To: 2100, Step: 1000}, sweep.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := WriteSweep(t.TempDir(), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 4 {
+		t.Fatalf("wrote %v, want 2 charts x 2 formats", paths)
+	}
+	for _, p := range paths {
+		checkImage(t, p)
 	}
 }
