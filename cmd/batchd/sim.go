@@ -52,6 +52,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Faults.ItemErrorRate, "item-error-rate", 0, "probability that one item fails on its own")
 	fs.Float64Var(&cfg.Faults.SlowRate, "slow-rate", 0, "probability that a batch runs slow")
 	slowFactor := fs.Float64("slow-factor", 4, "latency multiple of a slow batch")
+	extras := bindSimExtras(fs) // --sweep, --replay, --fleet, --out (sweep.go)
 
 	// The flag package's own messages are replaced by one line and a hint,
 	// so an error is not buried under the list of flags.
@@ -115,11 +116,17 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 			cfg.Sources[i].Arrival = cfg.Traffic.Arrival
 		}
 	}
+	if err := extras.apply(&cfg, set); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
 
 	debug.SetGCPercent(sim.GCPercent)
+	if extras.sweep != "" {
+		return runSweep(cfg, extras, *asJSON, stdout, stderr)
+	}
 	rep, err := sim.Run(cfg)
 	if err != nil {
 		return err
@@ -132,6 +139,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 	} else if err := rep.WriteTable(stdout); err != nil {
 		return fmt.Errorf("write report: %w", err)
+	}
+	if err := extras.writeCharts(rep, stderr); err != nil {
+		return err
 	}
 	return rep.Check()
 }
