@@ -1,0 +1,561 @@
+package cudabridge
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// modelPTX is model.cu compiled to PTX for sm_80 (the driver JIT-compiles
+// it for the GPU it runs on, sm_90 included). Regenerate it with `make ptx`
+// or the go:generate line below; see model.cu.
+//
+//go:generate clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
+//go:embed model.ptx
+var modelPTX []byte
+
+// The kernels of model.cu.
+const (
+	kernelNameEmbedPool = "bytenet_embed_pool"
+	kernelNameDense     = "bytenet_dense"
+	kernelNameStep      = "bytenet_step"
+)
+
+// DeviceConfig configures one GPU's backend.
+type DeviceConfig struct {
+	// Ordinal is the CUDA device index, 0 to the device count - 1.
+	Ordinal int
+	// Limits size the buffers, allocated once per context.
+	Limits Limits
+	// BatchTimeout bounds one batch whatever its ctx says, so a hung
+	// kernel cannot hold a caller for ever. Default 10 s.
+	BatchTimeout time.Duration
+	// PollSpin is how long a batch's wait spins (yielding the processor)
+	// before it sleeps between looks at the stream: a GPU batch takes tens
+	// to hundreds of microseconds, far less than a sleep's granularity.
+	// Default 2 ms.
+	PollSpin time.Duration
+}
+
+// DefaultDeviceConfig returns device ordinal's defaults.
+func DefaultDeviceConfig(ordinal int) DeviceConfig {
+	return DeviceConfig{Ordinal: ordinal, Limits: DefaultLimits(), BatchTimeout: 10 * time.Second, PollSpin: 2 * time.Millisecond}
+}
+
+// Validate reports the first unusable setting.
+func (c DeviceConfig) Validate() error {
+	if c.Ordinal < 0 || c.Ordinal >= deviceCountMax {
+		return fmt.Errorf("cudabridge: device ordinal %d: want 0 to %d", c.Ordinal, deviceCountMax-1)
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	if c.BatchTimeout <= 0 || c.BatchTimeout > time.Hour {
+		return fmt.Errorf("cudabridge: BatchTimeout %v: want more than 0 and at most 1h", c.BatchTimeout)
+	}
+	if c.PollSpin < 0 || c.PollSpin > time.Second {
+		return fmt.Errorf("cudabridge: PollSpin %v: want 0 to 1s", c.PollSpin)
+	}
+	return nil
+}
+
+// The polling of a running batch: after the spin, sleeps that double from
+// pollSleepMin to pollSleepMax.
+const (
+	pollSleepMin = 20 * time.Microsecond
+	pollSleepMax = time.Millisecond
+)
+
+// Device runs the model on one GPU: one primary context, one stream, the
+// weights uploaded once and the batch buffers (device memory and
+// page-locked host memory) allocated once at Limits. A batch is padded to
+// its longest input, copied in, run as one set of kernel launches over the
+// whole batch (4 + 2·ContLen launches), and its results copied back.
+//
+// Any CUDA error, a corrupt result or a batch abandoned because its ctx
+// ended is a device fault (ErrDeviceFault): the device forgets its context
+// and re-creates it (primary context reset, then everything above) on its
+// next batch. An abandoned batch whose kernels still run keeps the device
+// faulting, without blocking, until they end: a kernel cannot be stopped
+// from the host, only its context torn down once it has.
+//
+// A Device runs one batch at a time and asserts it: a second Forward while
+// one is in flight panics (the engine gives each device one worker).
+type Device struct {
+	drv driver
+	cfg DeviceConfig
+	w   *Weights
+	// weightBytes are the weights as the device gets them, made once.
+	weightBytes [][]byte
+
+	running atomic.Int32
+
+	mu  sync.Mutex // guards what follows; held by Forward and Close
+	dev cuDevice
+	st  *gpuState // nil until set up, and after a teardown
+	// fault is why the device must be reset before its next batch; nil
+	// when healthy.
+	fault  error
+	closed bool
+}
+
+// gpuState is what one context holds.
+type gpuState struct {
+	ctx    cuContext
+	module cuModule
+	fn     struct{ embedPool, dense, step cuFunction }
+	stream cuStream
+
+	// Device buffers, each its own allocation.
+	weights []cuDevPtr // in the order of weightArrays
+	x, lens cuDevPtr
+	p       cuDevPtr
+	h       [3]cuDevPtr // h1; h2 and h3, which the continuation alternates
+	logits  cuDevPtr
+	o       cuDevPtr
+	cont    cuDevPtr
+	// Host buffers (page-locked): what is copied in and out.
+	hx, hlens, hlogits, hcont []byte
+
+	devAllocs  []cuDevPtr
+	hostAllocs [][]byte
+}
+
+// weightArrays lists the weights in the order they are uploaded.
+func weightArrays(w *Weights) [][]float32 {
+	return [][]float32{w.Embed, w.W1, w.B1, w.W2, w.B2, w.WL, w.BL, w.WO, w.BO, w.WH, w.WX, w.BH}
+}
+
+// The indexes of weightArrays.
+const (
+	wEmbed = iota
+	wW1
+	wB1
+	wW2
+	wB2
+	wWL
+	wBL
+	wWO
+	wBO
+	wWH
+	wWX
+	wBH
+	wCount
+)
+
+// OpenDevice loads the CUDA driver and sets up device cfg.Ordinal. The
+// error wraps ErrNoDriver without a usable driver, ErrNoDevice without
+// that device, and ErrDeviceFault when setting it up failed.
+func OpenDevice(cfg DeviceConfig) (*Device, error) {
+	drv, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	return openDevice(drv, cfg)
+}
+
+func openDevice(drv driver, cfg DeviceConfig) (*Device, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("cudabridge: %w", err)
+	}
+	if cfg.Ordinal >= n {
+		return nil, fmt.Errorf("cudabridge: device %d: the driver sees %d devices: %w", cfg.Ordinal, n, ErrNoDevice)
+	}
+	dev, err := drv.DeviceGet(cfg.Ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("cudabridge: device %d: %w: %w", cfg.Ordinal, ErrNoDevice, err)
+	}
+	d := &Device{drv: drv, cfg: cfg, w: NewWeights(WeightSeed), dev: dev}
+	for _, a := range weightArrays(d.w) {
+		d.weightBytes = append(d.weightBytes, float32Bytes(a))
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.setup(context.Background()); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Limits returns the device's limits.
+func (d *Device) Limits() Limits { return d.cfg.Limits }
+
+// Ordinal returns the CUDA device index.
+func (d *Device) Ordinal() int { return d.cfg.Ordinal }
+
+// Run implements the engine's Backend contract (see CPU.Run); a device
+// failure wraps ErrDeviceFault.
+func (d *Device) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	return serveBatch(ctx, d, d.cfg.Limits, model, version, inputs)
+}
+
+// Forward runs inputs (1 to BatchMax, none longer than InputLenMax) as one
+// batch on the GPU and returns their outputs. It returns soon after ctx
+// ends (the batch is abandoned: a device fault).
+func (d *Device) Forward(ctx context.Context, inputs []string) ([]Output, error) {
+	if d.running.Add(1) != 1 {
+		d.running.Add(-1)
+		panic("cudabridge: device: two batches at once")
+	}
+	defer d.running.Add(-1)
+	// The context is current per OS thread; this goroutine keeps its thread
+	// until the batch is done.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	if d.closed {
+		return nil, fmt.Errorf("cudabridge: device %d: closed: %w", d.cfg.Ordinal, ErrDeviceFault)
+	}
+	if d.fault != nil {
+		if err := d.reset(); err != nil {
+			return nil, err
+		}
+	} else if d.st != nil {
+		// Another goroutine, on another thread, may have run the last
+		// batch: make the context current on this one.
+		if err := d.drv.CtxSetCurrent(d.st.ctx); err != nil {
+			return nil, d.failed(err)
+		}
+	}
+	if d.st == nil {
+		if err := d.setup(ctx); err != nil {
+			return nil, err
+		}
+	}
+	outs, err := d.forward(ctx, d.st, inputs)
+	if err != nil && !errors.Is(err, ErrBatchSize) && !errors.Is(err, ErrInputTooLong) {
+		return nil, d.failed(err)
+	}
+	return outs, err
+}
+
+// failed records err as the device's fault and returns it as a device
+// fault. The reset waits for the next batch: it frees memory, which would
+// wait for kernels that may still run, and Forward must return promptly.
+func (d *Device) failed(err error) error {
+	if d.fault == nil {
+		d.fault = err
+	}
+	if errors.Is(err, ErrDeviceFault) {
+		return err
+	}
+	return fmt.Errorf("cudabridge: device %d: %w: %w", d.cfg.Ordinal, ErrDeviceFault, err)
+}
+
+// reset tears down the faulted context and resets the device's primary
+// context, once the stream has nothing running. While an abandoned batch
+// still runs it returns a device fault at once, without blocking.
+func (d *Device) reset() error {
+	if st := d.st; st != nil {
+		if err := d.drv.CtxSetCurrent(st.ctx); err == nil {
+			done, err := d.drv.StreamQuery(st.stream)
+			if err == nil && !done {
+				return fmt.Errorf("cudabridge: device %d: an abandoned batch is still running (after: %v); the device resets once it ends: %w",
+					d.cfg.Ordinal, d.fault, ErrDeviceFault)
+			}
+		}
+		// Done, or the context is broken (the error): either way nothing
+		// more will run on it.
+		d.teardown(st)
+	}
+	// The reset destroys whatever a broken context still holds. Its error
+	// is not final: whether the setup that follows works is what counts,
+	// and a failed setup is a fault of its own.
+	_ = d.drv.PrimaryCtxReset(d.dev)
+	d.fault = nil
+	return nil
+}
+
+// setup creates the context's state: module, functions, stream, buffers,
+// and uploads the weights. On failure it undoes what it did and returns a
+// device fault; the device stays without a context.
+func (d *Device) setup(ctx context.Context) error {
+	if d.st != nil {
+		panic("cudabridge: setup over a live context")
+	}
+	st := &gpuState{}
+	err := d.build(ctx, st)
+	if err != nil {
+		d.teardown(st)
+		d.fault = err
+		return fmt.Errorf("cudabridge: device %d: setup: %w: %w", d.cfg.Ordinal, ErrDeviceFault, err)
+	}
+	d.st = st
+	return nil
+}
+
+func (d *Device) build(ctx context.Context, st *gpuState) error {
+	drv := d.drv
+	c, err := drv.PrimaryCtxRetain(d.dev)
+	if err != nil {
+		return err
+	}
+	st.ctx = c
+	if err := drv.CtxSetCurrent(c); err != nil {
+		return err
+	}
+	if st.module, err = drv.ModuleLoadData(modelPTX); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		fn   *cuFunction
+	}{{kernelNameEmbedPool, &st.fn.embedPool}, {kernelNameDense, &st.fn.dense}, {kernelNameStep, &st.fn.step}} {
+		if *f.fn, err = drv.ModuleGetFunction(st.module, f.name); err != nil {
+			return err
+		}
+	}
+	if st.stream, err = drv.StreamCreate(); err != nil {
+		return err
+	}
+	lim := d.cfg.Limits
+	b := lim.BatchMax
+	devAlloc := func(p *cuDevPtr, bytes int) {
+		if err != nil {
+			return
+		}
+		if *p, err = drv.MemAlloc(bytes); err == nil {
+			st.devAllocs = append(st.devAllocs, *p)
+		}
+	}
+	hostAlloc := func(p *[]byte, bytes int) {
+		if err != nil {
+			return
+		}
+		if *p, err = drv.MemAllocHost(bytes); err == nil {
+			st.hostAllocs = append(st.hostAllocs, *p)
+		}
+	}
+	st.weights = make([]cuDevPtr, wCount)
+	for i, wb := range d.weightBytes {
+		devAlloc(&st.weights[i], len(wb))
+	}
+	devAlloc(&st.x, b*lim.InputLenMax)
+	devAlloc(&st.lens, b*4)
+	devAlloc(&st.p, b*Embed*4)
+	for i := range st.h {
+		devAlloc(&st.h[i], b*Hidden*4)
+	}
+	devAlloc(&st.logits, b*Labels*4)
+	devAlloc(&st.o, b*Vocab*4)
+	devAlloc(&st.cont, b*ContLen)
+	hostAlloc(&st.hx, b*lim.InputLenMax)
+	hostAlloc(&st.hlens, b*4)
+	hostAlloc(&st.hlogits, b*Labels*4)
+	hostAlloc(&st.hcont, b*ContLen)
+	var staging []byte
+	hostAlloc(&staging, weightBytesTotal(d.weightBytes))
+	if err != nil {
+		return err
+	}
+	// The weights go up once, through page-locked staging memory, which
+	// is freed with the rest at teardown.
+	off := 0
+	for i, wb := range d.weightBytes {
+		src := staging[off:][:len(wb)]
+		copy(src, wb)
+		off += len(wb)
+		if err := drv.MemcpyHtoDAsync(st.weights[i], src, st.stream); err != nil {
+			return err
+		}
+	}
+	return d.wait(ctx, st.stream)
+}
+
+func weightBytesTotal(ws [][]byte) int {
+	n := 0
+	for _, w := range ws {
+		n += len(w)
+	}
+	return n
+}
+
+// teardown frees what st holds, best effort: after a fault the driver may
+// refuse every call, and the primary context reset that follows frees
+// what is left.
+func (d *Device) teardown(st *gpuState) {
+	drv := d.drv
+	for _, b := range st.hostAllocs {
+		_ = drv.MemFreeHost(b)
+	}
+	for _, p := range st.devAllocs {
+		_ = drv.MemFree(p)
+	}
+	if st.stream != 0 {
+		_ = drv.StreamDestroy(st.stream)
+	}
+	if st.module != 0 {
+		_ = drv.ModuleUnload(st.module)
+	}
+	if st.ctx != 0 {
+		_ = drv.PrimaryCtxRelease(d.dev)
+	}
+	if d.st == st {
+		d.st = nil
+	}
+}
+
+// forward runs one batch on st's stream: pad into the host buffers, copy
+// in, launch, copy out, wait, decode.
+func (d *Device) forward(ctx context.Context, st *gpuState, inputs []string) ([]Output, error) {
+	lim := d.cfg.Limits
+	n, lpad, err := pad(inputs, lim, st.hx)
+	if err != nil {
+		return nil, err
+	}
+	for i, in := range inputs {
+		binary.LittleEndian.PutUint32(st.hlens[i*4:], uint32(len(in)))
+	}
+	drv, s := d.drv, st.stream
+	if err := drv.MemcpyHtoDAsync(st.x, st.hx[:n*lpad], s); err != nil {
+		return nil, err
+	}
+	if err := drv.MemcpyHtoDAsync(st.lens, st.hlens[:n*4], s); err != nil {
+		return nil, err
+	}
+	w := st.weights
+	p := func(v cuDevPtr) uint64 { return uint64(v) }
+	launches := []launch{
+		{st.fn.embedPool, n * Embed, []uint64{p(st.x), p(st.lens), p(w[wEmbed]), p(st.p), uint64(n), uint64(lpad)}},
+		{st.fn.dense, n * Hidden, []uint64{p(st.p), p(w[wW1]), p(w[wB1]), p(st.h[0]), uint64(n), Embed, Hidden, 1}},
+		{st.fn.dense, n * Hidden, []uint64{p(st.h[0]), p(w[wW2]), p(w[wB2]), p(st.h[1]), uint64(n), Hidden, Hidden, 1}},
+		{st.fn.dense, n * Labels, []uint64{p(st.h[1]), p(w[wWL]), p(w[wBL]), p(st.logits), uint64(n), Hidden, Labels, 0}},
+	}
+	cur, next := st.h[1], st.h[2]
+	for t := range ContLen {
+		launches = append(launches,
+			launch{st.fn.dense, n * Vocab, []uint64{p(cur), p(w[wWO]), p(w[wBO]), p(st.o), uint64(n), Hidden, Vocab, 0}},
+			launch{st.fn.step, n * Hidden, []uint64{p(st.o), p(cur), p(w[wEmbed]), p(w[wWH]), p(w[wWX]), p(w[wBH]), p(next), p(st.cont), uint64(n), uint64(t)}},
+		)
+		cur, next = next, cur
+	}
+	for _, l := range launches {
+		grid := (l.threads + launchBlockThreads - 1) / launchBlockThreads
+		if grid < 1 || grid > launchGridBlocksMax {
+			panic(fmt.Sprintf("cudabridge: launch of %d threads", l.threads))
+		}
+		if err := drv.LaunchKernel(l.fn, uint32(grid), launchBlockThreads, s, l.params); err != nil {
+			return nil, err
+		}
+	}
+	hlogits, hcont := st.hlogits[:n*Labels*4], st.hcont[:n*ContLen]
+	if err := drv.MemcpyDtoHAsync(hlogits, st.logits, s); err != nil {
+		return nil, err
+	}
+	if err := drv.MemcpyDtoHAsync(hcont, st.cont, s); err != nil {
+		return nil, err
+	}
+	if err := d.wait(ctx, s); err != nil {
+		return nil, err
+	}
+	logits := make([]float32, n*Labels)
+	for i := range logits {
+		logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(hlogits[i*4:]))
+	}
+	return collect(n, logits, hcont)
+}
+
+// launch is one kernel launch: one thread per output element.
+type launch struct {
+	fn      cuFunction
+	threads int
+	params  []uint64
+}
+
+// wait polls the stream until its work is done, ctx ends, or the batch
+// timeout passes; the last two abandon the batch (a device fault: its
+// kernels may still be running). It spins for PollSpin, then sleeps
+// between looks.
+func (d *Device) wait(ctx context.Context, s cuStream) error {
+	start := time.Now()
+	deadline := start.Add(d.cfg.BatchTimeout)
+	sleep := pollSleepMin
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		done, err := d.drv.StreamQuery(s)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cudabridge: device %d: batch abandoned after %v: %w: %w", d.cfg.Ordinal, time.Since(start), ErrDeviceFault, err)
+		}
+		now := time.Now()
+		if now.After(deadline) {
+			return fmt.Errorf("cudabridge: device %d: batch still running after %v (BatchTimeout): %w", d.cfg.Ordinal, d.cfg.BatchTimeout, ErrDeviceFault)
+		}
+		if now.Sub(start) < d.cfg.PollSpin {
+			runtime.Gosched()
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		sleep = min(2*sleep, pollSleepMax)
+	}
+}
+
+// Close frees the device's context state. A device whose abandoned batch
+// still runs cannot be freed; Close says so and leaves it to the process's
+// exit. Close is idempotent; Forward after Close fails.
+func (d *Device) Close() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	st := d.st
+	if st == nil {
+		return nil
+	}
+	if err := d.drv.CtxSetCurrent(st.ctx); err != nil {
+		d.teardown(st)
+		return fmt.Errorf("cudabridge: device %d: close: %w", d.cfg.Ordinal, err)
+	}
+	if done, err := d.drv.StreamQuery(st.stream); err == nil && !done {
+		d.st = nil
+		return fmt.Errorf("cudabridge: device %d: close: a batch is still running; its context is left to the process's exit", d.cfg.Ordinal)
+	}
+	d.teardown(st)
+	return nil
+}
+
+// float32Bytes returns v little-endian, as the device stores it.
+func float32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[i*4:], math.Float32bits(f))
+	}
+	return b
+}

@@ -1,0 +1,60 @@
+// Package cudabridge runs batches on a real GPU through the CUDA driver API,
+// without cgo, and the same model on the CPU.
+//
+// # The binding
+//
+// libcuda.so.1 is loaded at run time with github.com/ebitengine/purego
+// (dlopen and dlsym, no cgo, no CUDA toolkit at build time:
+// `CGO_ENABLED=0 go build ./...` works). It is loaded once, on first use;
+// where it is missing, too old or a stub, every entry point (ListDevices,
+// DeviceCount, OpenDevice) returns an error wrapping ErrNoDriver that says
+// why, and nothing panics. A CUresult other than success becomes a
+// *CUDAError naming the call, the code and the driver's description.
+//
+// # The model
+//
+// bytenet is a small deterministic byte-level network with weights drawn
+// from a fixed seed (WeightSeed, splitmix64; see Weights): the mean of the
+// input bytes' embeddings, two dense ReLU layers, a head over 8 labels and
+// an 8-byte greedy continuation over printable bytes. An output reads
+// `label=coral next="x1?Qa b."`. Weights.Infer is the reference, one input
+// at a time; CPU runs a batch through the Go twins of the GPU kernels
+// (kernels.go). Both are plain float32 arithmetic in the kernels' order,
+// with every product rounded before it is added, so the CPU, the reference
+// and the GPU agree bit for bit (the GPU tests still allow 1e-5 relative on
+// logits, and require identical labels and continuations).
+//
+// # The GPU backend
+//
+// A Device holds one primary context, one stream, the uploaded weights and
+// batch buffers (device and page-locked host memory) allocated once at its
+// Limits. A batch is padded to its longest input and runs as one set of
+// launches over the whole batch: embed-and-pool, two dense layers, the
+// label head, then two launches per continuation byte. A CUDA error, a
+// corrupt result or a batch abandoned when its ctx ends (the watchdog of a
+// hung kernel) returns an error wrapping ErrDeviceFault, and the device
+// re-creates its context on its next batch. The driver calls sit behind a
+// small interface so that all of this is tested without a GPU, by a fake
+// driver whose kernels run the Go kernels.
+//
+// # The kernels and their PTX
+//
+// model.cu holds the kernels; model.ptx, embedded with go:embed, is what
+// the driver loads and JIT-compiles for the GPU at hand (sm_80 PTX runs on
+// sm_80 and newer: A100, H100, H200). Regenerate it after changing
+// model.cu with `make ptx` (or `go generate ./cudabridge` with clang on the
+// path), which runs, without the CUDA toolkit:
+//
+//	clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
+//
+// nvcc works too: `nvcc -ptx -arch=sm_80 -fmad=false -o model.ptx model.cu`.
+// A test checks that the checked-in PTX is what clang makes of model.cu,
+// when clang is installed.
+//
+// # Who imports it
+//
+// cmd/batchd (the devices, profile and serve --backend commands), which
+// adapts a Device or CPU to the engine's Backend and maps ErrDeviceFault
+// onto the engine's device fault. cudabridge imports neither the engine nor
+// the actors.
+package cudabridge

@@ -1,0 +1,123 @@
+// bytenet: the kernels of cudabridge's model (see model.go for the math and
+// the CPU reference, which computes exactly the same thing).
+//
+// Every output element is computed by one thread with the same sequential
+// loop order as the Go reference, in float32, with explicitly rounded
+// multiplies and adds (mul.rn/add.rn: never fused into an FMA, whatever the
+// compiler's contraction flags), so the GPU and the CPU agree bit for bit.
+//
+// The file is self-contained: it needs no CUDA headers, so clang compiles it
+// without the CUDA toolkit (regenerate the checked-in PTX with `make ptx`):
+//
+//   clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc \
+//     -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
+//
+// nvcc works too: nvcc -ptx -arch=sm_80 -fmad=false -o model.ptx model.cu
+//
+// Every scalar parameter is a 64-bit integer so that every kernel parameter
+// is one 8-byte slot (cudabridge packs them that way).
+
+// The model's dimensions: model.go's constants, checked by a test.
+#define BN_VOCAB 256  // byte vocabulary
+#define BN_EMBED 64   // embedding width (D)
+#define BN_HIDDEN 64  // hidden width (H)
+#define BN_CONT 8     // continuation bytes (T)
+#define BN_PRINT_LO 32  // the continuation picks among printable bytes...
+#define BN_PRINT_HI 126 // ...32 to 126 inclusive
+
+#if defined(__clang__)
+#ifndef __global__
+#define __global__ __attribute__((global))
+#endif
+#define BN_TID() ((long long)__nvvm_read_ptx_sreg_tid_x())
+#define BN_CTAID() ((long long)__nvvm_read_ptx_sreg_ctaid_x())
+#define BN_NTID() ((long long)__nvvm_read_ptx_sreg_ntid_x())
+#define BN_MUL(a, b) __nvvm_mul_rn_f((a), (b))
+#define BN_ADD(a, b) __nvvm_add_rn_f((a), (b))
+#define BN_DIV(a, b) __nvvm_div_rn_f((a), (b))
+#else // nvcc
+#define BN_TID() ((long long)threadIdx.x)
+#define BN_CTAID() ((long long)blockIdx.x)
+#define BN_NTID() ((long long)blockDim.x)
+#define BN_MUL(a, b) __fmul_rn((a), (b))
+#define BN_ADD(a, b) __fadd_rn((a), (b))
+#define BN_DIV(a, b) __fdiv_rn((a), (b))
+#endif
+
+#define BN_INDEX() (BN_CTAID() * BN_NTID() + BN_TID())
+
+// bytenet_embed_pool: p[i][d] = mean over t < len[i] of E[x[i][t]][d].
+// x is n rows of lpad bytes (padded to the batch's longest input); the
+// padding is never read. An empty input pools to zeros.
+extern "C" __global__ void bytenet_embed_pool(const unsigned char *x, const int *len,
+                                              const float *E, float *p, long long n,
+                                              long long lpad) {
+  long long idx = BN_INDEX();
+  if (idx >= n * BN_EMBED) return;
+  long long i = idx / BN_EMBED;
+  long long d = idx % BN_EMBED;
+  long long m = len[i];
+  float s = 0.0f;
+  for (long long t = 0; t < m; t++) {
+    s = BN_ADD(s, E[(long long)x[i * lpad + t] * BN_EMBED + d]);
+  }
+  if (m > 0) s = BN_DIV(s, (float)m);
+  p[idx] = s;
+}
+
+// bytenet_dense: out[i][j] = b[j] + sum over k of W[j][k]*in[i][k], summed
+// in increasing k, then ReLU when relu is not 0.
+extern "C" __global__ void bytenet_dense(const float *in, const float *W, const float *b,
+                                         float *out, long long n, long long in_dim,
+                                         long long out_dim, long long relu) {
+  long long idx = BN_INDEX();
+  if (idx >= n * out_dim) return;
+  long long i = idx / out_dim;
+  long long j = idx % out_dim;
+  const float *w = W + j * in_dim;
+  const float *v = in + i * in_dim;
+  float a = b[j];
+  for (long long k = 0; k < in_dim; k++) {
+    a = BN_ADD(a, BN_MUL(w[k], v[k]));
+  }
+  if (relu != 0 && !(a > 0.0f)) a = 0.0f;
+  out[idx] = a;
+}
+
+// bytenet_step: one step of the greedy continuation. Every thread of item
+// i picks the same byte c, the printable byte with the highest logit in
+// o[i] (ties: the lowest byte), and computes one element of the next state:
+// hn[i][j] = relu(BH[j] + sum_k WH[j][k]*h[i][k] + sum_k WX[j][k]*E[c][k]).
+// Thread j == 0 records c as byte `step` of item i's continuation.
+extern "C" __global__ void bytenet_step(const float *o, const float *h, const float *E,
+                                        const float *WH, const float *WX, const float *BH,
+                                        float *hn, unsigned char *cont, long long n,
+                                        long long step) {
+  long long idx = BN_INDEX();
+  if (idx >= n * BN_HIDDEN) return;
+  long long i = idx / BN_HIDDEN;
+  long long j = idx % BN_HIDDEN;
+  const float *oi = o + i * BN_VOCAB;
+  long long c = BN_PRINT_LO;
+  float best = oi[BN_PRINT_LO];
+  for (long long v = BN_PRINT_LO + 1; v <= BN_PRINT_HI; v++) {
+    if (oi[v] > best) {
+      best = oi[v];
+      c = v;
+    }
+  }
+  const float *wh = WH + j * BN_HIDDEN;
+  const float *hi = h + i * BN_HIDDEN;
+  float a = BH[j];
+  for (long long k = 0; k < BN_HIDDEN; k++) {
+    a = BN_ADD(a, BN_MUL(wh[k], hi[k]));
+  }
+  const float *wx = WX + j * BN_EMBED;
+  const float *e = E + c * BN_EMBED;
+  for (long long k = 0; k < BN_EMBED; k++) {
+    a = BN_ADD(a, BN_MUL(wx[k], e[k]));
+  }
+  if (!(a > 0.0f)) a = 0.0f;
+  hn[idx] = a;
+  if (j == 0) cont[i * BN_CONT + step] = (unsigned char)c;
+}
