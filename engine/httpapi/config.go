@@ -66,6 +66,25 @@ type Config struct {
 	// AsyncRetention is how long an answered async request is kept for
 	// polling. Default 5 min.
 	AsyncRetention time.Duration
+	// Jobs is the durable job store (a *jobs.Runner). With it, async
+	// infers and async batches are durable jobs, kept across restarts,
+	// with idempotency keys and DELETE to cancel; without it (nil, the
+	// default) async infers live in memory (AsyncInFlightMax,
+	// AsyncResultsMax, AsyncRetention) and die with the process, and
+	// async batches are refused.
+	Jobs JobStore
+	// JobItemsMax caps the items of one durable batch (the store's own
+	// ItemsMax should be at least this). Default 10,000.
+	JobItemsMax int
+	// JobBodyMaxBytes caps the body of a /v1 batch when Jobs is set, in
+	// place of BodyMaxBytes when larger. Default 16 MiB: 10,000 inputs of
+	// a KiB and a half.
+	JobBodyMaxBytes int64
+	// BatchAsyncAbove: with Jobs set, a /v1 batch of more items than this
+	// (or than BatchItemsMax, if smaller) becomes a durable job even
+	// without "async": a synchronous answer would wait too long. Default
+	// 1,000.
+	BatchAsyncAbove int
 	// RetryAfterDefault is the Retry-After given with a 429 or 503 whose
 	// cause carries no hint of its own (the engine's in-flight bound, the
 	// async bound, draining). Default 1 s.
@@ -127,6 +146,9 @@ func DefaultConfig() Config {
 		AsyncInFlightMax:    10_000,
 		AsyncResultsMax:     10_000,
 		AsyncRetention:      5 * time.Minute,
+		JobItemsMax:         10_000,
+		JobBodyMaxBytes:     16 << 20,
+		BatchAsyncAbove:     1_000,
 		RetryAfterDefault:   time.Second,
 		ModelLabelsMax:      64,
 		ScrapeTimeout:       2 * time.Second,
@@ -158,6 +180,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpapi config: TimeoutMax, ReplyGrace, BodyReadTimeout and ScrapeTimeout must be positive")
 	case c.AsyncInFlightMax < 1 || c.AsyncResultsMax < 1 || c.AsyncRetention <= 0:
 		return fmt.Errorf("httpapi config: AsyncInFlightMax, AsyncResultsMax and AsyncRetention must be positive")
+	case c.JobItemsMax < 1 || c.JobBodyMaxBytes < 1 || c.BatchAsyncAbove < 1:
+		return fmt.Errorf("httpapi config: JobItemsMax %d, JobBodyMaxBytes %d, BatchAsyncAbove %d: must be positive", c.JobItemsMax, c.JobBodyMaxBytes, c.BatchAsyncAbove)
 	case c.RetryAfterDefault <= 0:
 		return fmt.Errorf("httpapi config: RetryAfterDefault %v: must be positive", c.RetryAfterDefault)
 	case c.ModelLabelsMax < 1:

@@ -40,6 +40,7 @@ type inferReq struct {
 type batchReq struct {
 	common
 	inputs []string
+	async  bool
 }
 
 // v2Req is a decoded OIP infer body.
@@ -63,6 +64,7 @@ type inferBody struct {
 
 type batchBody struct {
 	commonBody
+	Async bool `json:"async"`
 	Items []struct {
 		Input *string `json:"input"`
 	} `json:"items"`
@@ -211,7 +213,7 @@ func decodeBatch(body []byte, lim limits) (batchReq, *apiError) {
 	if len(b.Items) == 0 || len(b.Items) > lim.itemsMax {
 		return batchReq{}, badRequest("items: %d, want 1 to %d", len(b.Items), lim.itemsMax)
 	}
-	r := batchReq{common: c, inputs: make([]string, len(b.Items))}
+	r := batchReq{common: c, inputs: make([]string, len(b.Items)), async: b.Async}
 	for i, it := range b.Items {
 		if err := checkInput(it.Input, lim, fmt.Sprintf("items[%d]", i)); err != nil {
 			return batchReq{}, err

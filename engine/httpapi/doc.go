@@ -14,9 +14,16 @@
 //	                                -> 200 {"id", "output", "model", "version", "latency_ms", "queue_ms",
 //	                                        "compute_ms", "batch_size", "attempts"}
 //	                                   async ("async": true or "Prefer: respond-async") -> 202 {"id", "status_url"}
-//	GET  /v1/requests/{id}          -> {"id", "status", "model", ...the result, or "error" and "http_status"}
-//	POST /v1/models/{model}/batch   {"items": [{"input"}...], "version"?, "priority"?, "timeout_ms"?, "params"?}
+//	GET  /v1/requests/{id}[?offset=&limit=]
+//	                                -> {"id", "status", "model", ...the result, or "error" and "http_status"}
+//	                                   a durable job adds "kind", "progress" {completed, failed, cancelled,
+//	                                   expired, total}, "created", "finished"?, and for a batch a page of
+//	                                   "items" (once finished, or when offset/limit is given), "next_offset"?
+//	DELETE /v1/requests/{id}        cancel a durable job -> 200 its status; idempotent
+//	POST /v1/models/{model}/batch   {"items": [{"input"}...], "version"?, "priority"?, "timeout_ms"?, "params"?, "async"?}
 //	                                -> 200 {"items": [{"status", "output"?, "version"?, "error"?, "http_status"?}...]}
+//	                                   async, or more than BatchAsyncAbove items (Config.Jobs set)
+//	                                   -> 202 {"id", "status_url", "status", "total"}
 //	GET  /v2, /v2/health/live, /v2/health/ready
 //	GET  /v2/models/{m}[/versions/{v}]        metadata: one BYTES input "input", one BYTES output "output"
 //	GET  /v2/models/{m}[/versions/{v}]/ready
@@ -61,9 +68,10 @@
 //	401     unauthorized                       API keys configured; no or unknown bearer token
 //	403     forbidden                          the key may not use this model (APIKey.Models)
 //	404     unknown_model                      model or version not in the registry (here, or Reason unknown_model)
-//	404     not_found                          no such route; async id unknown, expired, or another tenant's
+//	404     not_found                          no such route; async id or job unknown, expired, or another tenant's
 //	405     method_not_allowed                 wrong method for the route
 //	408     request_timeout                    the body did not arrive within BodyReadTimeout
+//	409     idempotency_conflict               Idempotency-Key reused with a different request
 //	413     body_too_large                     body over BodyMaxBytes
 //	429     rate_limited, quota                Rejected, Reason rate_limited or quota (the tenant's limits)
 //	503     queue_full, overloaded, no_device, Rejected for load, no device, or draining; engine.ErrInFlightMax
@@ -95,7 +103,25 @@
 // them, swept on every insert and lookup (no timer goroutine, no unbounded
 // map). Only the tenant that made a request can read it; others get 404.
 // Ids are 128 random bits, since with one open tenant the id is all that
-// separates clients.
+// separates clients. This in-memory path is used only without a job
+// store (Config.Jobs nil).
+//
+// # Durable jobs
+//
+// With Config.Jobs (a *jobs.Runner; batchd serve always sets it), an async
+// infer is a durable job of one item and an async /v1 batch (or one of more
+// than BatchAsyncAbove items, up to JobItemsMax, in a body of up to
+// JobBodyMaxBytes) a durable job of many: written and synced to the job
+// store before the 202, fed to the engine from the store, each item's
+// result written as it finishes, kept across a crash or restart until
+// retention drops it (see package jobs for the delivery semantics). An
+// Idempotency-Key header (at most one, 1 to 256 bytes of printable UTF-8)
+// makes a submission idempotent per tenant: the same key with the same
+// request (its decoded fields hashed, so spacing and key order do not
+// matter) answers 202 with the original id and Idempotent-Replayed: true;
+// with another request, 409 idempotency_conflict. A full store is 503
+// store_full with Retry-After. Job items are not counted in
+// batchd_requests_total (the runner calls the engine, not the handler).
 //
 // # Cancellation and deadlines
 //

@@ -14,6 +14,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ type Handler struct {
 	mux    *http.ServeMux
 	met    *metrics
 	async  *asyncStore
+	jobs   JobStore // nil: async requests are in memory, no durable jobs
 	log    *slog.Logger
 	keys   map[[sha256.Size]byte]*tenantKey // nil: open API
 	models map[string]*modelInfo            // nil: any model
@@ -101,6 +103,7 @@ func New(eng Doer, cfg Config) (*Handler, error) {
 		mux:         http.NewServeMux(),
 		met:         newMetrics(cfg),
 		async:       newAsyncStore(cfg.AsyncInFlightMax, cfg.AsyncResultsMax, cfg.AsyncRetention),
+		jobs:        cfg.Jobs,
 		log:         cfg.Logger,
 		writeWindow: cfg.BodyReadTimeout + cfg.TimeoutMax + cfg.ReplyGrace + writeSlack,
 		idPrefix:    hex.EncodeToString(prefix[:]) + "-",
@@ -147,7 +150,10 @@ const shutdownCutoffMax = 5 * time.Second
 func (h *Handler) routes() {
 	h.route(http.MethodPost, "/v1/models/{model}/infer", h.v1Infer)
 	h.route(http.MethodPost, "/v1/models/{model}/batch", h.v1Batch)
-	h.route(http.MethodGet, "/v1/requests/{id}", h.v1Status)
+	h.routeMethods("/v1/requests/{id}", map[string]http.HandlerFunc{
+		http.MethodGet:    h.v1Status,
+		http.MethodDelete: h.jobCancel,
+	})
 	h.route(http.MethodGet, "/v2", h.v2Server)
 	h.route(http.MethodGet, "/v2/health/live", h.v2Live)
 	h.route(http.MethodGet, "/v2/health/ready", h.v2Ready)
@@ -172,6 +178,30 @@ func (h *Handler) route(method, path string, fn http.HandlerFunc) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
 			h.fail(w, r, &apiError{status: http.StatusMethodNotAllowed, code: codeMethod, msg: r.Method + " not allowed; use " + method})
+			return
+		}
+		fn(w, r)
+	})
+}
+
+// routeMethods registers a path for several methods, each with its own
+// function; another method gets a JSON 405 listing them.
+func (h *Handler) routeMethods(path string, fns map[string]http.HandlerFunc) {
+	allowed := make([]string, 0, len(fns))
+	for m := range fns {
+		allowed = append(allowed, m)
+	}
+	slices.Sort(allowed)
+	allow := strings.Join(allowed, ", ")
+	h.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		m := r.Method
+		if m == http.MethodHead {
+			m = http.MethodGet
+		}
+		fn := fns[m]
+		if fn == nil {
+			w.Header().Set("Allow", allow)
+			h.fail(w, r, &apiError{status: http.StatusMethodNotAllowed, code: codeMethod, msg: r.Method + " not allowed; use " + allow})
 			return
 		}
 		fn(w, r)
@@ -355,12 +385,18 @@ func (h *Handler) limitsFor(mi *modelInfo) limits {
 // readBody reads a request body within BodyMaxBytes and BodyReadTimeout
 // (a read deadline set by ServeHTTP).
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	return h.readBodyMax(w, r, h.cfg.BodyMaxBytes)
+}
+
+// readBodyMax is readBody with its own size bound (a durable batch's is
+// larger).
+func (h *Handler) readBodyMax(w http.ResponseWriter, r *http.Request, bodyMax int64) ([]byte, *apiError) {
 	rc := http.NewResponseController(w)
 	var buf bytes.Buffer
-	if n := r.ContentLength; n > 0 && n <= h.cfg.BodyMaxBytes {
+	if n := r.ContentLength; n > 0 && n <= bodyMax {
 		buf.Grow(int(n))
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.cfg.BodyMaxBytes))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, bodyMax))
 	if err == nil {
 		// Cleared once read: net/http watches the connection for the
 		// client going away while the handler waits, and a deadline left
@@ -377,7 +413,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 	var netErr net.Error
 	switch {
 	case errors.As(err, &tooBig):
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: fmt.Sprintf("body over %d bytes", h.cfg.BodyMaxBytes)}
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: fmt.Sprintf("body over %d bytes", bodyMax)}
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return nil, &apiError{status: http.StatusRequestTimeout, code: codeTimeout, msg: "body not received in time"}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/jobs"
 )
 
 // v1Infer serves POST /v1/models/{model}/infer, synchronous or async.
@@ -29,6 +30,10 @@ func (h *Handler) v1Infer(w http.ResponseWriter, r *http.Request) {
 	}
 	if aerr != nil {
 		h.fail(w, r, aerr)
+		return
+	}
+	if (in.async || preferAsync(r)) && h.jobs != nil {
+		h.submitJob(w, r, k, jobs.KindInfer, model, in.common, []string{in.input})
 		return
 	}
 	req := request(k, model, in.common, in.input, start)
@@ -157,9 +162,13 @@ func (h *Handler) v1Status(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
+	if h.jobs != nil {
+		h.jobStatus(w, r, k)
+		return
+	}
 	e, ok := h.async.get(r.PathValue("id"), k.tenant, h.eng.Now())
 	if !ok {
-		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such request (unknown, another tenant's, or no longer kept)"})
+		h.fail(w, r, notFoundRequest())
 		return
 	}
 	resp := statusResponse{ID: e.id, Status: e.status, Model: e.model, inferResponse: e.result}
@@ -179,6 +188,9 @@ type batchItemResponse struct {
 	// HTTPStatus is the code the item would have had on its own, for a
 	// failed item.
 	HTTPStatus int `json:"http_status,omitempty"`
+	// Attempts is the runs a durable job's item took, interrupted ones
+	// included (absent in a synchronous batch).
+	Attempts int `json:"attempts,omitempty"`
 }
 
 type batchResponse struct {
@@ -196,17 +208,36 @@ func (h *Handler) v1Batch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
-	body, aerr := h.readBody(w, r)
+	bodyMax := h.cfg.BodyMaxBytes
+	if h.jobs != nil {
+		bodyMax = max(bodyMax, h.cfg.JobBodyMaxBytes)
+	}
+	body, aerr := h.readBodyMax(w, r, bodyMax)
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return
 	}
-	in, aerr := decodeBatch(body, h.limitsFor(mi))
+	lim := h.limitsFor(mi)
+	if h.jobs != nil {
+		lim.itemsMax = max(lim.itemsMax, h.cfg.JobItemsMax)
+	}
+	in, aerr := decodeBatch(body, lim)
 	if aerr == nil {
 		aerr = mi.checkVersion(in.version)
 	}
 	if aerr != nil {
 		h.fail(w, r, aerr)
+		return
+	}
+	// An async batch, or one larger than a synchronous answer should
+	// wait for, is a durable job.
+	if in.async || preferAsync(r) || (h.jobs != nil && len(in.inputs) > min(h.cfg.BatchAsyncAbove, h.cfg.BatchItemsMax)) {
+		switch {
+		case h.jobs != nil:
+			h.submitJob(w, r, k, jobs.KindBatch, model, in.common, in.inputs)
+		default:
+			h.fail(w, r, badRequest("async batches need the durable job store, which this server does not have"))
+		}
 		return
 	}
 	reqs := make([]actors.Request, len(in.inputs))
