@@ -37,6 +37,8 @@ type File struct {
 	// DefaultTenant holds the share and limits of the open tenant and of
 	// any tenant not listed.
 	DefaultTenant Limits `yaml:"default_tenant"`
+	// Jobs is the durable store of async and batch jobs.
+	Jobs Jobs `yaml:"jobs"`
 
 	// src says where each key's value came from ("file.yaml:12" or
 	// "--devices"), by path; errors quote it.

@@ -55,6 +55,7 @@ func Default() *File {
 			NoDeviceRetryAfter: b.NoDeviceRetryAfter,
 		},
 		DefaultTenant: limitsOf(b.DefaultTenant),
+		Jobs:          defaultJobs(),
 	}
 }
 

@@ -56,6 +56,9 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 	c.RetryAfterDefault = h.RetryAfterDefault
 	c.ModelLabelsMax = h.ModelLabelsMax
 	c.ScrapeTimeout = h.ScrapeTimeout
+	c.JobItemsMax = f.Jobs.ItemsMax
+	c.JobBodyMaxBytes = f.Jobs.BodyMaxBytes
+	c.BatchAsyncAbove = f.Jobs.BatchAsyncAbove
 	c.Models = f.batcherModels()
 	for i, t := range f.Tenants {
 		key, err := t.key()

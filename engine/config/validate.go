@@ -101,6 +101,7 @@ func (f *File) Validate() error {
 	v.warm(v.modelNames)
 	v.tenants()
 	v.limits("default_tenant", f.DefaultTenant)
+	v.jobs()
 	if len(v.errs) > 0 {
 		sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].line < v.errs[j].line })
 		msgs := make([]string, len(v.errs))
