@@ -87,11 +87,11 @@ type CPU struct {
 
 	running atomic.Int32
 	// Buffers sized for the largest batch, allocated once.
-	x               []byte
-	lens            []int32
-	p, h1, h2, h3   []float32
-	logits, o       []float32
-	cont            []byte
+	x             []byte
+	lens          []int32
+	p, h1, h2, h3 []float32
+	logits, o     []float32
+	cont          []byte
 }
 
 // NewCPU returns a CPU backend for batches within lim, with the weights

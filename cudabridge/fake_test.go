@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 )
 
 // fakeDriver is the CUDA driver API in Go, for the tests: device memory is
@@ -354,9 +355,17 @@ func (f *fakeDriver) enqueue(op string, s cuStream, fn func() error) error {
 
 // isHost reports whether b lies in a page-locked allocation.
 func (f *fakeDriver) isHost(b []byte) bool {
-	// The host buffers are sliced from their start ([:n]), so their first
-	// byte is the allocation's.
-	return len(b) > 0 && f.host[&b[0]] >= len(b)
+	if len(b) == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
+	for base, n := range f.host {
+		start := uintptr(unsafe.Pointer(base))
+		if p >= start && p+uintptr(len(b)) <= start+uintptr(n) {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeDriver) MemcpyHtoDAsync(dst cuDevPtr, src []byte, s cuStream) error {
