@@ -1,0 +1,529 @@
+package scenarios
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batchd/batchd/sim"
+)
+
+// Check is one expectation: "[scope...] metric op value", for example
+// "p95_ms < 200", "tenant:a p99_ms <= 250", "lost == 0",
+// "window:60s-90s tenant:t slo_attainment >= 0.99".
+//
+// Scopes: tenant:NAME, model:NAME, version:MODEL@VERSION select one
+// group's figures (the report's tenants, models, versions); window:A-B
+// (A and B two neighbouring bounds of the scenario's windows) selects the
+// requests that arrived in it: with tenant:NAME, that tenant's figures
+// there; alone, the sampled metrics (autoscale_*, queue_depth_max,
+// *_step_max, slo_attainment_step_min) over that span.
+//
+// Operators: <, <=, >, >=, ==, !=. Metrics: see Metrics.
+type Check struct {
+	// Text is the check as written; Line its line in the file.
+	Text string
+	Line int
+
+	Tenant, Model, Version string
+	// Windowed says FromS and ToS bound the arrivals (or samples) looked
+	// at.
+	Windowed   bool
+	FromS, ToS float64
+
+	Metric string
+	Op     string
+	Value  float64
+}
+
+// metricDoc says what each metric is; its keys are every metric a check
+// may name (rejected_REASON aside).
+var metricDoc = map[string]string{
+	"p50_ms":                  "latency p50, ms (completed requests, end to end)",
+	"p95_ms":                  "latency p95, ms",
+	"p99_ms":                  "latency p99, ms",
+	"max_ms":                  "latency max, ms",
+	"queue_p50_ms":            "queue wait (enqueue to dispatch) p50, ms; run-wide only",
+	"queue_p95_ms":            "queue wait p95, ms; run-wide only",
+	"queue_p99_ms":            "queue wait p99, ms; run-wide only",
+	"compute_p50_ms":          "compute (dispatch to done) p50, ms; run-wide only",
+	"compute_p95_ms":          "compute p95, ms; run-wide only",
+	"compute_p99_ms":          "compute p99, ms; run-wide only",
+	"slo_attainment":          "completed by the deadline over accepted, not cancelled",
+	"throughput_rps":          "completions per second of the safety phase",
+	"goodput_rps":             "completions by the deadline per second of the safety phase",
+	"offered":                 "requests offered",
+	"completed":               "requests completed",
+	"rejected":                "requests rejected at admission",
+	"expired":                 "requests failed early because their deadline could not be met",
+	"failed":                  "requests failed (backend errors, attempts used up)",
+	"cancelled":               "requests cancelled by the client",
+	"accepted":                "requests accepted; run-wide only",
+	"lost":                    "accepted requests never answered (must be 0); run-wide only",
+	"duplicated":              "extra replies; run-wide only",
+	"violations":              "invariant violations the checker found; run-wide only",
+	"completed_fraction":      "completed over offered",
+	"rejected_fraction":       "rejected over offered",
+	"expired_fraction":        "expired over offered",
+	"failed_fraction":         "failed over offered",
+	"share":                   "the group's offered over all offered (a canary's split)",
+	"device_utilisation":      "device busy time over devices × simulated time; run-wide only",
+	"batch_size_mean":         "mean items per batch; run-wide only",
+	"batches":                 "batches dispatched, retries included; run-wide only",
+	"queued_high":             "most items queued at once; run-wide only",
+	"fairness_jain":           "Jain's index of the tenants' throughputs; run-wide only",
+	"fairness_jain_weighted":  "Jain's index of throughput over weight; run-wide only",
+	"autoscale_max_devices":   "largest autoscaling recommendation sampled",
+	"autoscale_min_devices":   "smallest autoscaling recommendation sampled",
+	"autoscale_mean_devices":  "mean autoscaling recommendation sampled",
+	"queue_depth_max":         "largest queue depth sampled",
+	"busy_fraction_mean":      "mean of the sampled device busy fractions",
+	"p95_ms_step_max":         "largest p95 of any timeline step (arrivals per sample_every)",
+	"p99_ms_step_max":         "largest p99 of any timeline step",
+	"slo_attainment_step_min": "smallest SLO attainment of any timeline step with requests",
+}
+
+// Metrics returns the metric names a check may use, sorted, each with
+// what it measures; rejected_REASON (rejected_rate_limited, ...) counts
+// one rejection reason.
+func Metrics() map[string]string { return metricDoc }
+
+// sampled are the metrics read from the autoscaling readings and the
+// timeline, which a window alone may scope.
+var sampled = map[string]bool{
+	"autoscale_max_devices": true, "autoscale_min_devices": true, "autoscale_mean_devices": true,
+	"queue_depth_max": true, "busy_fraction_mean": true,
+	"p95_ms_step_max": true, "p99_ms_step_max": true, "slo_attainment_step_min": true,
+}
+
+// runOnly are the metrics the report has only for the whole run.
+var runOnly = map[string]bool{
+	"queue_p50_ms": true, "queue_p95_ms": true, "queue_p99_ms": true,
+	"compute_p50_ms": true, "compute_p95_ms": true, "compute_p99_ms": true,
+	"accepted": true, "lost": true, "duplicated": true, "violations": true,
+	"device_utilisation": true, "batch_size_mean": true, "batches": true, "queued_high": true,
+	"fairness_jain": true, "fairness_jain_weighted": true,
+}
+
+var ops = []string{"<=", ">=", "==", "!=", "<", ">"}
+
+// parseCheck parses one expectation against the scenario it belongs to,
+// so that a scope naming a tenant, model or window the scenario lacks is
+// a mistake of the file.
+func parseCheck(text string, s *Scenario) (Check, error) {
+	c := Check{Text: text}
+	fields := strings.Fields(text)
+	if len(fields) < 3 {
+		return c, errors.New("want [scope...] metric op value, e.g. \"tenant:a p95_ms < 200\"")
+	}
+	n := len(fields)
+	c.Metric, c.Op = fields[n-3], fields[n-2]
+	v, err := strconv.ParseFloat(fields[n-1], 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return c, fmt.Errorf("value %q: want a finite number", fields[n-1])
+	}
+	c.Value = v
+	if !slices.Contains(ops, c.Op) {
+		return c, fmt.Errorf("operator %q: want one of %s", c.Op, strings.Join(ops, " "))
+	}
+	_, known := metricDoc[c.Metric]
+	if reason, ok := strings.CutPrefix(c.Metric, "rejected_"); ok && !known {
+		if !slices.Contains(reasons(), reason) {
+			return c, fmt.Errorf("metric %q: no rejection reason %q (known: %s)", c.Metric, reason, strings.Join(reasons(), ", "))
+		}
+		known = true
+	}
+	if !known {
+		return c, fmt.Errorf("unknown metric %q (known: %s)", c.Metric, strings.Join(sortedKeys(metricDoc), ", "))
+	}
+	for _, f := range fields[:n-3] {
+		kind, val, ok := strings.Cut(f, ":")
+		if !ok || val == "" {
+			return c, fmt.Errorf("scope %q: want tenant:NAME, model:NAME, version:MODEL@VERSION or window:FROM-TO", f)
+		}
+		switch kind {
+		case "tenant":
+			if !s.hasTenant(val) {
+				return c, fmt.Errorf("scope %q: no traffic of tenant %q", f, val)
+			}
+			c.Tenant = val
+		case "model":
+			if !s.hasModel(val) {
+				return c, fmt.Errorf("scope %q: no traffic for model %q", f, val)
+			}
+			c.Model = val
+		case "version":
+			m, ver, ok := strings.Cut(val, "@")
+			if !ok || !s.hasModel(m) || !s.hasVersion(m, ver) {
+				return c, fmt.Errorf("scope %q: want version:MODEL@VERSION of a model the traffic asks for", f)
+			}
+			c.Version = val
+		case "window":
+			from, to, ok := strings.Cut(val, "-")
+			a, err1 := time.ParseDuration(from)
+			b, err2 := time.ParseDuration(to)
+			if !ok || err1 != nil || err2 != nil {
+				return c, fmt.Errorf("scope %q: want window:FROM-TO with durations, e.g. window:30s-60s", f)
+			}
+			i := slices.Index(s.Windows, a)
+			if i < 0 || i+1 >= len(s.Windows) || s.Windows[i+1] != b {
+				return c, fmt.Errorf("scope %q: not a window; the windows' bounds are %v", f, s.Windows)
+			}
+			c.Windowed, c.FromS, c.ToS = true, a.Seconds(), b.Seconds()
+		default:
+			return c, fmt.Errorf("scope %q: want tenant:, model:, version: or window:", f)
+		}
+	}
+	groups := 0
+	for _, g := range []string{c.Tenant, c.Model, c.Version} {
+		if g != "" {
+			groups++
+		}
+	}
+	switch {
+	case groups > 1:
+		return c, errors.New("at most one of tenant:, model:, version:")
+	case c.Windowed && c.Tenant == "" && !sampled[c.Metric]:
+		return c, fmt.Errorf("a window alone scopes only the sampled metrics (%s); add tenant:NAME for %s", strings.Join(sortedKeys(sampled), ", "), c.Metric)
+	case c.Windowed && (c.Model != "" || c.Version != ""):
+		return c, errors.New("a window breaks down tenants only: use window: with tenant:")
+	case groups > 0 && sampled[c.Metric]:
+		return c, fmt.Errorf("%s is sampled over the whole batcher: it takes no tenant:, model: or version:", c.Metric)
+	case groups > 0 && runOnly[c.Metric]:
+		return c, fmt.Errorf("%s is reported for the whole run only", c.Metric)
+	case c.Metric == "share" && groups == 0:
+		return c, errors.New("share needs a tenant:, model: or version: scope")
+	}
+	return c, nil
+}
+
+func reasons() []string {
+	return []string{"invalid", "unknown_model", "rate_limited", "quota", "queue_full", "overloaded", "no_device", "draining"}
+}
+
+func (s *Scenario) hasTenant(name string) bool {
+	for _, ph := range s.Traffic {
+		if _, ok := ph.Tenants[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scenario) hasModel(name string) bool {
+	for _, ph := range s.Traffic {
+		if slices.ContainsFunc(ph.Models, func(m Mix) bool { return m.Model == name }) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasVersion reports whether requests for model can run on version: it
+// is in the registry, or (without one) the traffic pins it.
+func (s *Scenario) hasVersion(model, version string) bool {
+	for _, m := range s.Models {
+		if m.Name == model {
+			return slices.ContainsFunc(m.Versions, func(v Version) bool { return v.Name == version })
+		}
+	}
+	for _, ph := range s.Traffic {
+		if slices.ContainsFunc(ph.Models, func(m Mix) bool { return m.Model == model && m.Version == version }) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckResult is one expectation's outcome.
+type CheckResult struct {
+	Check string `json:"check"`
+	Line  int    `json:"line"`
+	// Observed is the value found; absent when the scope had no data (no
+	// completed request to take a percentile of), which fails the check.
+	Observed *float64 `json:"observed"`
+	Passed   bool     `json:"passed"`
+	// Message says what failed, naming scenario, file, line, check and the
+	// value observed; empty when passed.
+	Message string `json:"message,omitempty"`
+}
+
+// Evaluate checks every expectation of the scenario against a report of
+// one of its runs, in file order.
+func (s *Scenario) Evaluate(rep *sim.Report) []CheckResult {
+	out := make([]CheckResult, 0, len(s.checks))
+	for _, c := range s.checks {
+		r := CheckResult{Check: c.Text, Line: c.Line}
+		x, ok := c.observe(rep)
+		switch {
+		case !ok:
+			r.Message = fmt.Sprintf("scenario %q (%s:%d): expect %q: no data in that scope (nothing completed or sampled there)", s.Name, s.file, c.Line, c.Text)
+		default:
+			r.Observed = &x
+			r.Passed = c.holds(x)
+			if !r.Passed {
+				r.Message = fmt.Sprintf("scenario %q (%s:%d): expect %q: observed %s", s.Name, s.file, c.Line, c.Text, strconv.FormatFloat(x, 'g', 6, 64))
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (c Check) holds(x float64) bool {
+	switch c.Op {
+	case "<":
+		return x < c.Value
+	case "<=":
+		return x <= c.Value
+	case ">":
+		return x > c.Value
+	case ">=":
+		return x >= c.Value
+	case "==":
+		return x == c.Value
+	case "!=":
+		return x != c.Value
+	}
+	panic("scenarios: unknown operator " + c.Op)
+}
+
+// observe reads the check's metric in its scope; false when there is no
+// data to read it from.
+func (c Check) observe(rep *sim.Report) (float64, bool) {
+	if sampled[c.Metric] {
+		return c.observeSampled(rep)
+	}
+	if c.Tenant == "" && c.Model == "" && c.Version == "" {
+		return observeRun(rep, c.Metric)
+	}
+	var groups map[string]sim.NameStats
+	name := c.Tenant
+	switch {
+	case c.Windowed:
+		for _, w := range rep.Windows {
+			if w.FromS == c.FromS && w.ToS == c.ToS {
+				groups = w.Tenants
+			}
+		}
+	case c.Tenant != "":
+		groups = rep.Tenants
+	case c.Model != "":
+		groups, name = rep.Models, c.Model
+	default:
+		groups, name = rep.Versions, c.Version
+	}
+	ns, ok := groups[name]
+	if !ok {
+		// The group sent nothing: counts are zero, percentiles unknown.
+		ns = sim.NameStats{}
+	}
+	return observeGroup(ns, rep, c.Metric)
+}
+
+// observeRun reads a run-wide metric.
+func observeRun(rep *sim.Report, metric string) (float64, bool) {
+	q := rep.Requests
+	frac := func(n int64) (float64, bool) {
+		if q.Offered == 0 {
+			return 0, false
+		}
+		return float64(n) / float64(q.Offered), true
+	}
+	lat := func(x float64) (float64, bool) { return x, q.Completed > 0 }
+	switch metric {
+	case "p50_ms":
+		return lat(rep.LatencyMs.P50)
+	case "p95_ms":
+		return lat(rep.LatencyMs.P95)
+	case "p99_ms":
+		return lat(rep.LatencyMs.P99)
+	case "max_ms":
+		return lat(rep.LatencyMs.Max)
+	case "queue_p50_ms":
+		return lat(rep.QueueMs.P50)
+	case "queue_p95_ms":
+		return lat(rep.QueueMs.P95)
+	case "queue_p99_ms":
+		return lat(rep.QueueMs.P99)
+	case "compute_p50_ms":
+		return lat(rep.ComputeMs.P50)
+	case "compute_p95_ms":
+		return lat(rep.ComputeMs.P95)
+	case "compute_p99_ms":
+		return lat(rep.ComputeMs.P99)
+	case "slo_attainment":
+		return rep.SLOAttainment, q.Accepted > 0
+	case "throughput_rps":
+		return rep.ThroughputRPS, true
+	case "goodput_rps":
+		return rep.GoodputRPS, true
+	case "offered":
+		return float64(q.Offered), true
+	case "accepted":
+		return float64(q.Accepted), true
+	case "completed":
+		return float64(q.Completed), true
+	case "rejected":
+		return float64(q.Rejected), true
+	case "expired":
+		return float64(q.Expired), true
+	case "failed":
+		return float64(q.Failed), true
+	case "cancelled":
+		return float64(q.Cancelled), true
+	case "lost":
+		return float64(q.Lost), true
+	case "duplicated":
+		return float64(q.Duplicated), true
+	case "violations":
+		return float64(rep.Violations.Count), true
+	case "completed_fraction":
+		return frac(q.Completed)
+	case "rejected_fraction":
+		return frac(q.Rejected)
+	case "expired_fraction":
+		return frac(q.Expired)
+	case "failed_fraction":
+		return frac(q.Failed)
+	case "device_utilisation":
+		return rep.DeviceUtilization, true
+	case "batch_size_mean":
+		return rep.BatchSizeMean, rep.Batches > 0
+	case "batches":
+		return float64(rep.Batches), true
+	case "queued_high":
+		return float64(rep.QueuedHigh), true
+	case "fairness_jain":
+		return rep.Fairness.JainThroughput, rep.Fairness.Tenants > 0
+	case "fairness_jain_weighted":
+		return rep.Fairness.JainWeighted, rep.Fairness.Tenants > 0
+	}
+	if reason, ok := strings.CutPrefix(metric, "rejected_"); ok {
+		return float64(rep.Rejections[reason]), true
+	}
+	panic("scenarios: unknown run metric " + metric)
+}
+
+// observeGroup reads a metric of one tenant's, model's or version's
+// figures.
+func observeGroup(ns sim.NameStats, rep *sim.Report, metric string) (float64, bool) {
+	frac := func(n int64) (float64, bool) {
+		if ns.Offered == 0 {
+			return 0, false
+		}
+		return float64(n) / float64(ns.Offered), true
+	}
+	lat := func(x float64) (float64, bool) { return x, ns.Completed > 0 }
+	switch metric {
+	case "p50_ms":
+		return lat(ns.LatencyMs.P50)
+	case "p95_ms":
+		return lat(ns.LatencyMs.P95)
+	case "p99_ms":
+		return lat(ns.LatencyMs.P99)
+	case "max_ms":
+		return lat(ns.LatencyMs.Max)
+	case "slo_attainment":
+		return ns.SLOAttainment, ns.Offered-ns.Rejected-ns.Cancelled > 0
+	case "throughput_rps":
+		return ns.ThroughputRPS, true
+	case "goodput_rps":
+		return ns.GoodputRPS, true
+	case "offered":
+		return float64(ns.Offered), true
+	case "completed":
+		return float64(ns.Completed), true
+	case "rejected":
+		return float64(ns.Rejected), true
+	case "expired":
+		return float64(ns.Expired), true
+	case "failed":
+		return float64(ns.Failed), true
+	case "cancelled":
+		return float64(ns.Cancelled), true
+	case "completed_fraction":
+		return frac(ns.Completed)
+	case "rejected_fraction":
+		return frac(ns.Rejected)
+	case "expired_fraction":
+		return frac(ns.Expired)
+	case "failed_fraction":
+		return frac(ns.Failed)
+	case "share":
+		if rep.Requests.Offered == 0 {
+			return 0, false
+		}
+		return float64(ns.Offered) / float64(rep.Requests.Offered), true
+	}
+	if reason, ok := strings.CutPrefix(metric, "rejected_"); ok {
+		return float64(ns.RejectedBy[reason]), true
+	}
+	panic("scenarios: unknown group metric " + metric)
+}
+
+// observeSampled reads a metric of the autoscaling readings or the
+// timeline, over the check's window or the whole run.
+func (c Check) observeSampled(rep *sim.Report) (float64, bool) {
+	in := func(t float64) bool { return !c.Windowed || (t >= c.FromS && t < c.ToS) }
+	agg := math.NaN()
+	n := 0
+	take := func(x float64, better func(a, b float64) float64) {
+		if n == 0 {
+			agg = x
+		} else {
+			agg = better(agg, x)
+		}
+		n++
+	}
+	sum := func(a, b float64) float64 { return a + b }
+	switch c.Metric {
+	case "autoscale_max_devices", "autoscale_min_devices", "autoscale_mean_devices", "queue_depth_max", "busy_fraction_mean":
+		for _, a := range rep.Autoscale {
+			// A reading at T describes the interval that ends at T.
+			if !in(a.T - 1e-9) {
+				continue
+			}
+			switch c.Metric {
+			case "autoscale_max_devices":
+				take(float64(a.DevicesNeeded), math.Max)
+			case "autoscale_min_devices":
+				take(float64(a.DevicesNeeded), math.Min)
+			case "autoscale_mean_devices":
+				take(float64(a.DevicesNeeded), sum)
+			case "queue_depth_max":
+				take(float64(a.QueueDepth), math.Max)
+			case "busy_fraction_mean":
+				take(a.BusyFractionMean, sum)
+			}
+		}
+		if n > 0 && (c.Metric == "autoscale_mean_devices" || c.Metric == "busy_fraction_mean") {
+			agg /= float64(n)
+		}
+	default:
+		for _, st := range rep.Timeline {
+			if !in(st.FromS) || st.Offered == 0 {
+				continue
+			}
+			switch c.Metric {
+			case "p95_ms_step_max":
+				if st.Completed > 0 {
+					take(st.LatencyMs.P95, math.Max)
+				}
+			case "p99_ms_step_max":
+				if st.Completed > 0 {
+					take(st.LatencyMs.P99, math.Max)
+				}
+			case "slo_attainment_step_min":
+				if st.Offered > st.Rejected {
+					take(st.SLOAttainment, math.Min)
+				}
+			}
+		}
+	}
+	return agg, n > 0
+}
