@@ -11,6 +11,7 @@ RATE     ?= 2000
 DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
+.PHONY: fidelity
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
 # batches of up to 100, model "echo", on 127.0.0.1:8080. It prints a curl
@@ -39,6 +40,16 @@ test: vet
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x $(PKGS)
+
+# The simulator against the live server (issue 5): the same workload live
+# (a batchd serve process, real sleeps, real HTTP, the open-loop generator)
+# and simulated; prints the relative error of p50/p95/p99 and throughput and
+# fails past 3%. Takes FIDELITY_DURATION of real time; not part of `make test`.
+FIDELITY_RATE     ?= 800
+FIDELITY_DURATION ?= 60s
+fidelity:
+	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
+	bin/batchd fidelity --rate $(FIDELITY_RATE) --devices 4 --latency 100ms --batch-max 100 --slo 200ms --duration $(FIDELITY_DURATION) --warmup 5s
 
 soak:
 	$(GO) test -count=1 -timeout 60m -run Property ./sim -args -rapid.checks=$(CHECKS)

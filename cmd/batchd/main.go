@@ -39,6 +39,7 @@ var commands = []command{
 	{"serve", "serve inference over HTTP on the live engine (make run)", runServe},
 	{"load", "send open- or closed-loop load to a server and report latency", runLoad},
 	{"sim", "run the deterministic simulator on a workload and print its report", runSim},
+	{"fidelity", "run one workload live and in the simulator and compare their percentiles", runFidelity},
 }
 
 func main() {
