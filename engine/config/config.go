@@ -20,6 +20,13 @@ var Embedded []byte
 // EmbeddedName is how errors and logs name the embedded file.
 const EmbeddedName = "(embedded default.yaml)"
 
+// The values of devices.backend.
+const (
+	BackendEmulated = "emulated"
+	BackendCPU      = "cpu"
+	BackendCUDA     = "cuda"
+)
+
 // File is the schema of the configuration file. Its fields mirror the
 // structs the server is built from, under snake_case keys; durations are
 // written as Go durations ("100ms", "1m30s").
@@ -103,6 +110,12 @@ type Engine struct {
 // supervision and faults. The batcher plans with the same latency model the
 // devices run with.
 type Devices struct {
+	// Backend is what runs the batches: "emulated" (the seeds'
+	// batchstring, with the faults below), "cpu" or "cuda" (the bytenet
+	// model of package cudabridge, in Go or on every visible GPU).
+	// EngineConfig always builds emulated backends; batchd serve replaces
+	// them for cpu and cuda.
+	Backend string `yaml:"backend"`
 	// Count is the number of devices.
 	Count int `yaml:"count"`
 	// Latency is a fixed time per batch of any size. LatencyModel, when

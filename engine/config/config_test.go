@@ -175,7 +175,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"unknown section", "htp:\n  addr: x\n", []string{`bad.yaml:1: htp: unknown key (did you mean "http"?)`}},
 		{"unknown nested key", "policy:\n  batchmax: 5\n", []string{`bad.yaml:2: policy.batchmax: unknown key (did you mean "batch_max"?)`}},
-		{"unknown key, no near name", "devices:\n  colour: red\n", []string{`bad.yaml:2: devices.colour: unknown key (known: count,`}},
+		{"unknown key, no near name", "devices:\n  colour: red\n", []string{`bad.yaml:2: devices.colour: unknown key (known: backend, count,`}},
 		{"unknown key in a list item", "models:\n  - name: m\n    verions: [{name: v1}]\n", []string{`bad.yaml:3: models[0].verions: unknown key (did you mean "versions"?)`}},
 		{"unknown key in a tenant", "tenants:\n  - name: a\n    api_key: abcdefgh\n    wieght: 2\n", []string{`bad.yaml:4: tenants[0].wieght: unknown key (did you mean "weight"?)`}},
 		{"unknown key deep", "devices:\n  faults:\n    crash: 0.1\n", []string{`bad.yaml:3: devices.faults.crash: unknown key`}},
@@ -190,6 +190,7 @@ func TestErrors(t *testing.T) {
 		{"queue over total", "policy:\n  queue_max: 20\n  queue_total_max: 10\n", []string{"bad.yaml:2: policy.queue_max: 20: want 1 to 10"}},
 		{"slo over timeout", "policy:\n  slo: 2m\n", []string{"bad.yaml:2: policy.slo: 2m0s: want 1ms to 1m0s"}},
 		{"key policy", "policy:\n  key_policy: round-robin\n", []string{`bad.yaml:2: policy.key_policy: "round-robin": want fair or slack`}},
+		{"backend", "devices:\n  backend: tpu\n", []string{`bad.yaml:2: devices.backend: "tpu": want emulated, cpu or cuda`}},
 		{"target utilization", "policy:\n  target_utilization: 1.5\n", []string{"bad.yaml:2: policy.target_utilization: 1.5: want (0, 1]"}},
 		{"bad addr", "http:\n  addr: localhost\n", []string{`bad.yaml:2: http.addr: "localhost": want host:port`}},
 		{"bad port", "http:\n  addr: \"127.0.0.1:99999\"\n", []string{`bad.yaml:2: http.addr: "127.0.0.1:99999": port "99999"`}},

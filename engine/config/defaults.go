@@ -26,6 +26,7 @@ func Default() *File {
 			JobTimeoutMin:      e.JobTimeoutMin,
 		},
 		Devices: Devices{
+			Backend:           BackendEmulated,
 			Count:             e.Devices,
 			Latency:           d.Latency.Base,
 			WarmModels:        d.Models,

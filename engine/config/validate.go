@@ -180,6 +180,11 @@ func (v *validator) policy() {
 
 func (v *validator) devices() {
 	d := v.f.Devices
+	switch d.Backend {
+	case BackendEmulated, BackendCPU, BackendCUDA:
+	default:
+		v.bad("devices.backend", "%q: want emulated, cpu or cuda", d.Backend)
+	}
 	v.intIn("devices.count", d.Count, 1, min(v.f.Policy.DevicesMax, devicesCountMax))
 	if d.LatencyModel == nil {
 		v.durIn("devices.latency", d.Latency, time.Microsecond, time.Hour)
