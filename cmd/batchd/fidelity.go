@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -163,6 +164,12 @@ type FidelityResult struct {
 	Live      Figures   `json:"live"`
 	Sim       Figures   `json:"sim"`
 	RelErr    RelErrors `json:"rel_err"`
+	// Replay and ReplayRelErr are the simulator replaying the live run's
+	// own arrivals (recorded with serve --record): the model's error
+	// without the arrival noise of two different Poisson draws. A
+	// diagnostic; the verdict is on Sim.
+	Replay       *Figures   `json:"replay,omitempty"`
+	ReplayRelErr *RelErrors `json:"replay_rel_err,omitempty"`
 	// HTTPOverheadMs is the live run's mean client latency minus its mean
 	// server latency: HTTP, the network stack and the generator.
 	HTTPOverheadMs float64 `json:"http_overhead_ms"`
@@ -205,7 +212,13 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	res.LoadAvgBefore = loadAvg()
 	fmt.Fprintf(stderr, "fidelity: live run, %g req/s for %v on %d devices at %v (load average %.2f)\n",
 		o.rate, o.duration, o.devices, o.latency, res.LoadAvgBefore)
-	live, err := runLive(ctx, o, stderr)
+	dir, err := os.MkdirTemp("", "batchd-fidelity-")
+	if err != nil {
+		return fmt.Errorf("fidelity: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	recording := filepath.Join(dir, "live.jsonl")
+	live, err := runLive(ctx, o, recording, stderr)
 	if err != nil {
 		return err
 	}
@@ -230,6 +243,12 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	}
 	res.Sim = sf
 	res.RelErr = relErrors(res.Live, res.Sim)
+	rf, err := replayFidelity(o, nd, recording)
+	if err != nil {
+		return err
+	}
+	re := relErrors(res.Live, rf)
+	res.Replay, res.ReplayRelErr = &rf, &re
 	res.Pass = res.RelErr.within(o.targetPct / 100)
 
 	if o.asJSON {
@@ -327,8 +346,8 @@ func parseServing(line string) (string, bool) {
 
 // runLive starts `batchd serve` as a child process on a free loopback
 // port, sends the open-loop load, and stops the server gracefully.
-func runLive(ctx context.Context, o fidelityOptions, stderr io.Writer) (*loadgen.Report, error) {
-	cmd := exec.Command(o.server, "serve", "--addr", "127.0.0.1:0",
+func runLive(ctx context.Context, o fidelityOptions, recording string, stderr io.Writer) (*loadgen.Report, error) {
+	cmd := exec.Command(o.server, "serve", "--addr", "127.0.0.1:0", "--record", recording,
 		"--devices", strconv.Itoa(o.devices), "--latency", o.latency.String(),
 		"--batch-max", strconv.Itoa(o.batchMax), "--slo", o.slo.String(),
 		"--seed", strconv.FormatUint(o.seed, 10), "--log-level", "warn")
@@ -401,6 +420,24 @@ func runLive(ctx context.Context, o fidelityOptions, stderr io.Writer) (*loadgen
 // simFidelity runs the same workload in the simulator and measures it as
 // the live side is measured.
 func simFidelity(o fidelityOptions, netDelay time.Duration) (Figures, error) {
+	return simFigures(fidelityConfig(o, netDelay), o)
+}
+
+// replayFidelity is simFidelity on the live run's recorded arrivals
+// instead of a Poisson draw of its own.
+func replayFidelity(o fidelityOptions, netDelay time.Duration, recording string) (Figures, error) {
+	cfg := fidelityConfig(o, netDelay)
+	if err := loadReplay(recording, &cfg); err != nil {
+		return Figures{}, fmt.Errorf("fidelity: %w", err)
+	}
+	// The recording starts at the first request, with the generator;
+	// arrivals past the sending (none, normally) still fit.
+	cfg.Duration = max(cfg.Duration, o.duration)
+	return simFigures(cfg, o)
+}
+
+// fidelityConfig is the workload of o in the simulator.
+func fidelityConfig(o fidelityOptions, netDelay time.Duration) sim.Config {
 	cfg := sim.DefaultConfig()
 	cfg.Seed = o.seed
 	cfg.Rate = o.rate
@@ -412,6 +449,11 @@ func simFidelity(o fidelityOptions, netDelay time.Duration) (Figures, error) {
 	cfg.NetDelay = netDelay
 	cfg.Traffic.Arrival = sim.Poisson
 	cfg.Traffic.InputLenMin, cfg.Traffic.InputLenMax = o.inputLen, o.inputLen
+	return cfg
+}
+
+// simFigures runs cfg and measures it over o's window.
+func simFigures(cfg sim.Config, o fidelityOptions) (Figures, error) {
 	obs := newWindowObserver(o.warmup, o.duration)
 	cfg.Observers = []sim.Observer{obs}
 	rep, err := sim.Run(cfg)
@@ -506,6 +548,11 @@ func (r FidelityResult) WriteTable(w io.Writer) error {
 	p("live\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%d", r.Live.Completed, r.Live.P50Ms, r.Live.P95Ms, r.Live.P99Ms, r.Live.ThroughputRPS, r.Live.Rejected)
 	p("sim\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%d", r.Sim.Completed, r.Sim.P50Ms, r.Sim.P95Ms, r.Sim.P99Ms, r.Sim.ThroughputRPS, r.Sim.Rejected)
 	p("error\t\t%+.2f%%\t%+.2f%%\t%+.2f%%\t%+.2f%%\t", 100*r.RelErr.P50, 100*r.RelErr.P95, 100*r.RelErr.P99, 100*r.RelErr.Throughput)
+	if r.Replay != nil && r.ReplayRelErr != nil {
+		f, e := r.Replay, r.ReplayRelErr
+		p("sim replay\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%d", f.Completed, f.P50Ms, f.P95Ms, f.P99Ms, f.ThroughputRPS, f.Rejected)
+		p("error\t\t%+.2f%%\t%+.2f%%\t%+.2f%%\t%+.2f%%\t(the live arrivals replayed: no arrival noise)", 100*e.P50, 100*e.P95, 100*e.P99, 100*e.Throughput)
+	}
 	p("")
 	p("http overhead\t%.3f ms mean (client - server); sim net delay %.3f ms per hop", r.HTTPOverheadMs, r.NetDelayMs)
 	p("generator\tsend lag p99 %.2f ms, %d other, %d dropped", r.SendLagP99Ms, r.LiveOther, r.LiveDropped)

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +181,28 @@ func TestFidelityTable(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}
+	}
+}
+
+// TestReplayFidelity: the replay side offers exactly the recorded
+// arrivals (shifted to start at zero) and is measured over the same
+// window: arrivals at 0, 0.5, ..., 9.5 s, window [1 s, 10 s): 18 requests.
+func TestReplayFidelity(t *testing.T) {
+	var rec strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&rec, `{"arrival_s": %g, "tenant": "default", "model": "echo", "version": "v1", "input_len": 16, "outcome": "completed"}`+"\n", 3+float64(i)*0.5)
+	}
+	path := filepath.Join(t.TempDir(), "live.jsonl")
+	if err := os.WriteFile(path, []byte(rec.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := fidelityOptions{rate: 2, devices: 1, latency: 100 * time.Millisecond, batchMax: 100, slo: 200 * time.Millisecond,
+		duration: 10 * time.Second, warmup: time.Second, inputLen: 16}
+	f, err := replayFidelity(o, 0, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Completed != 18 || f.P50Ms != 195 || f.P99Ms != 195 {
+		t.Errorf("replay figures %+v, want 18 requests of 195 ms", f)
 	}
 }
