@@ -124,9 +124,11 @@ type Ledger struct {
 	tenants     []string
 	tenantIndex map[string]uint32
 	lastTenant  uint32
-	// models holds the registry's bucket edges by model name.
-	models map[string][]int
-	devs   map[actors.Address]*devState
+	// models holds the registry's bucket edges by model name, and
+	// modelSLO the SLOs of the models that have their own (nil if none).
+	models   map[string][]int
+	modelSLO map[string]time.Duration
+	devs     map[actors.Address]*devState
 	// sampler, when set, reads the batcher's Signals on a clock of its
 	// own; sampleAt is its next reading (never, without a sampler), so
 	// that the hot path pays one comparison for it.
@@ -175,8 +177,15 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 	}
 	hint := min(cfg.RequestsHint, cfg.RequestsMax) + 1
 	models := make(map[string][]int, len(cfg.Models))
+	var modelSLO map[string]time.Duration
 	for _, m := range cfg.Models {
 		models[m.Name] = m.BucketEdges
+		if m.SLO > 0 {
+			if modelSLO == nil {
+				modelSLO = map[string]time.Duration{}
+			}
+			modelSLO[m.Name] = m.SLO
+		}
 	}
 	return &Ledger{
 		cfg:         cfg,
@@ -184,6 +193,7 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 		tenantIndex: make(map[string]uint32),
 		lastTenant:  math.MaxUint32,
 		models:      models,
+		modelSLO:    modelSLO,
 		devs:        make(map[actors.Address]*devState),
 		sampleAt:    math.MaxInt64,
 		batchSizes:  make([]int64, cfg.BatchMax+2),
@@ -342,7 +352,11 @@ func (l *Ledger) submit(at time.Duration, q actors.Request) {
 		inputHash: actors.InputHash(q.Input), arrival: q.Arrival, deadline: q.Deadline, submitted: true,
 	}
 	if r.deadline == 0 {
-		r.deadline = q.Arrival + l.cfg.SLO
+		slo := l.cfg.SLO
+		if m, ok := l.modelSLO[q.Model]; ok {
+			slo = m // the batcher serves the model to its own SLO
+		}
+		r.deadline = q.Arrival + slo
 	}
 	l.submitted++
 }
