@@ -75,6 +75,8 @@ func stringFlag(get func(*config.File) *string) func(*flag.FlagSet, string, stri
 var serveFlags = []serveFlag{
 	{"addr", "http.addr", "listen address (host:port; port 0 picks a free one)",
 		stringFlag(func(f *config.File) *string { return &f.HTTP.Addr })},
+	{"backend", "devices.backend", "what runs the batches: emulated (batchstring), cpu or cuda (the bytenet model; cuda: every visible GPU)",
+		stringFlag(func(f *config.File) *string { return &f.Devices.Backend })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		intFlag(func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",
@@ -96,6 +98,8 @@ var serveFlags = []serveFlag{
 		floatFlag(func(f *config.File) *float64 { return &f.Devices.Faults.HangRate })},
 	{"shutdown-timeout", "http.shutdown_timeout", "bound on the graceful stop after SIGTERM or SIGINT",
 		durFlag(func(f *config.File) *time.Duration { return &f.HTTP.ShutdownTimeout })},
+	{"data-dir", "jobs.dir", "directory of the durable job store jobs.db (empty: $XDG_STATE_HOME/batchd, else ~/.local/state/batchd)",
+		stringFlag(func(f *config.File) *string { return &f.Jobs.Dir })},
 	{"seed", "engine.seed", "seed of the actors' and emulated backends' random streams",
 		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
 			v := fs.Uint64(name, d.Engine.Seed, usage)
@@ -213,10 +217,13 @@ func serve(ctx context.Context, f *config.File, stdout io.Writer, log *slog.Logg
 
 // serveRecorded is serve, recording every request to rec.path when set.
 func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
-	ecfg, err := f.EngineConfig(newRuntime)
+	// The backends (devices.backend) are set up first: a missing GPU
+	// stops the start; they are released once the engine has stopped.
+	ecfg, closeBackends, err := engineConfig(f, log)
 	if err != nil {
 		return err
 	}
+	defer closeBackends()
 	// The actor libraries log at info about every actor; only their
 	// warnings are worth a server's log.
 	ecfg.Logger = slog.New(warnOnly{log.Handler()})
@@ -224,6 +231,13 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 	if err != nil {
 		return err
 	}
+	// The job store opens first: a damaged or locked file stops the start
+	// before anything runs. It closes last, once the runner has stopped.
+	js, err := openJobs(f, log)
+	if err != nil {
+		return err
+	}
+	defer js.close()
 
 	startCtx, cancel := context.WithTimeout(ctx, engineStartMax)
 	eng, err := engine.New(startCtx, ecfg)
@@ -259,9 +273,13 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 			log.Warn("record", "err", cerr)
 		}
 	}()
+	if err := js.start(doer); err != nil {
+		return errors.Join(err, closeEngine())
+	}
+	hcfg.Jobs = js.runner
 	h, err := httpapi.New(doer, hcfg)
 	if err != nil {
-		return errors.Join(fmt.Errorf("http handler: %w", err), closeEngine())
+		return errors.Join(fmt.Errorf("http handler: %w", err), js.stop(context.Background()), closeEngine())
 	}
 	ln, err := net.Listen("tcp", f.HTTP.Addr)
 	if err != nil {
@@ -289,7 +307,7 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 		serveErr = fmt.Errorf("serve: %w", serveErr)
 		log.Error("server failed; stopping", "err", serveErr)
 	}
-	err = shutdown(f.HTTP.ShutdownTimeout, h, eng, srv, served, serveErr == nil)
+	err = shutdown(f.HTTP.ShutdownTimeout, h, js, eng, srv, served, serveErr == nil)
 	if err == nil {
 		log.Info("stopped: every request answered")
 	}
@@ -298,17 +316,23 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 
 // shutdown is the graceful stop, in the order the HTTP adapter documents,
 // all within bound: the handler stops taking async work and turns not
-// ready, and waits for the async requests; the engine stops admitting
+// ready, and waits for the async requests; the job runner stops feeding
+// and writes what it has in flight; the engine stops admitting
 // (new requests get 503 at once), flushes its queues without lingering and
 // answers every request in flight; the server closes its listener and
 // waits for the synchronous handlers to finish writing; then the engine's
 // actors and goroutines stop.
-func shutdown(bound time.Duration, h *httpapi.Handler, eng *engine.Engine, srv *http.Server, served <-chan error, serving bool) error {
+func shutdown(bound time.Duration, h *httpapi.Handler, js *jobService, eng *engine.Engine, srv *http.Server, served <-chan error, serving bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	var errs []error
 	if err := h.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("async requests: %w", err))
+	}
+	// The job runner stops feeding before the drain; what it has in the
+	// engine is answered and written, or handed back to the store queued.
+	if err := js.stop(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("job runner: %w", err))
 	}
 	if err := eng.Drain(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain: %w", err))
@@ -346,8 +370,8 @@ func printReady(w io.Writer, f *config.File, addr net.Addr) {
 	if len(f.Tenants) > 0 {
 		auth = ` -H "Authorization: Bearer $BATCHD_KEY"`
 	}
-	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d emulated devices, batches of up to %d)\n",
-		base, runtimeName, f.Devices.Count, f.Policy.BatchMax)
+	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d %s devices, batches of up to %d)\n",
+		base, runtimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)
 	fmt.Fprintf(w, "try:\n  curl -s%s %s/v1/models/%s/infer -d '{\"input\": \"hello\"}'\n", auth, base, model)
 }
 
