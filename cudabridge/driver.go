@@ -9,7 +9,7 @@ var (
 	// ErrNoDriver says the CUDA driver library (libcuda.so.1) could not be
 	// loaded or used: not installed, not on the loader's path, too old, or
 	// a stub. The wrapping error says which and why.
-	ErrNoDriver = errors.New("no usable CUDA driver (libcuda.so.1)")
+	ErrNoDriver = errors.New("no usable CUDA driver")
 	// ErrNoDevice says the driver loaded but sees no GPU, or not the one
 	// asked for.
 	ErrNoDevice = errors.New("no CUDA device")

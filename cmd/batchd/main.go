@@ -40,6 +40,8 @@ var commands = []command{
 	{"load", "send open- or closed-loop load to a server and report latency", runLoad},
 	{"sim", "run the deterministic simulator on a workload and print its report", runSim},
 	{"fidelity", "run one workload live and in the simulator and compare their percentiles", runFidelity},
+	{"devices", "list the GPUs the CUDA driver sees, or say why there are none", runDevices},
+	{"profile", "measure the bytenet model's batch latency on each GPU (or the CPU) into a latency table", runProfile},
 }
 
 func main() {

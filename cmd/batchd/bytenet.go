@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/batchd/batchd/cudabridge"
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/config"
+)
+
+// modelBackend is what both bytenet backends (cudabridge.CPU and
+// cudabridge.Device) offer the engine.
+type modelBackend interface {
+	Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error)
+}
+
+// engineBackend adapts a bytenet backend to engine.Backend: cudabridge
+// does not import the engine, so its device faults and batch-size errors
+// are mapped onto the engine's here.
+type engineBackend struct{ b modelBackend }
+
+func (a engineBackend) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	outs, itemErrs, err := a.b.Run(ctx, model, version, inputs)
+	switch {
+	case err == nil:
+	case errors.Is(err, cudabridge.ErrDeviceFault):
+		err = fmt.Errorf("%w: %w", engine.ErrDeviceFault, err)
+	case errors.Is(err, cudabridge.ErrBatchSize):
+		err = fmt.Errorf("%w: %w", engine.ErrBatchSize, err)
+	}
+	return outs, itemErrs, err
+}
+
+// engineConfig returns the engine's configuration for f with the backend
+// f.Devices.Backend names, and the function that releases the backends
+// once the engine has stopped. For cpu and cuda it first makes f serve the
+// bytenet model (registering it when the file lists no model of that
+// name) and, for cuda, one device per visible GPU.
+func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), error) {
+	noop := func() {}
+	kind := f.Devices.Backend
+	if kind == config.BackendEmulated || kind == "" {
+		c, err := f.EngineConfig(newRuntime)
+		return c, noop, err
+	}
+	lim, err := bytenetModel(f)
+	if err != nil {
+		return engine.Config{}, noop, err
+	}
+	var backends []modelBackend
+	closeAll := noop
+	switch kind {
+	case config.BackendCPU:
+		for range f.Devices.Count {
+			c, err := cudabridge.NewCPU(lim)
+			if err != nil {
+				return engine.Config{}, noop, err
+			}
+			backends = append(backends, c)
+		}
+	case config.BackendCUDA:
+		devs, err := openGPUs(lim)
+		if err != nil {
+			return engine.Config{}, noop, fmt.Errorf("devices.backend cuda: %w", err)
+		}
+		if f.Devices.Count != len(devs) {
+			log.Info("devices.backend cuda: one device per GPU", "gpus", len(devs), "devices.count was", f.Devices.Count)
+		}
+		f.Devices.Count = len(devs)
+		closeAll = func() {
+			for _, d := range devs {
+				if err := d.Close(); err != nil {
+					log.Warn("closing GPU", "device", d.Ordinal(), "err", err)
+				}
+			}
+		}
+		for _, d := range devs {
+			backends = append(backends, d)
+		}
+	default:
+		return engine.Config{}, noop, fmt.Errorf("devices.backend %q: want emulated, cpu or cuda", kind)
+	}
+	if err := f.Validate(); err != nil {
+		closeAll()
+		return engine.Config{}, noop, err
+	}
+	c, err := f.EngineConfig(newRuntime)
+	if err != nil {
+		closeAll()
+		return engine.Config{}, noop, err
+	}
+	c.Backend = func(i int) engine.Backend { return engineBackend{backends[i]} }
+	return c, closeAll, nil
+}
+
+// bytenetModel makes f's registry serve bytenet: it adds the model, with
+// the backends' input limit, when f lists none of that name; and it returns
+// the limits the backends' buffers are sized for.
+func bytenetModel(f *config.File) (cudabridge.Limits, error) {
+	at := -1
+	for i, m := range f.Models {
+		if m.Name == cudabridge.ModelName {
+			at = i
+		}
+	}
+	if at < 0 {
+		f.Models = []config.Model{{
+			Name:        cudabridge.ModelName,
+			Versions:    []config.Version{{Name: cudabridge.ModelVersion, Weight: 1}},
+			InputLenMax: min(cudabridge.InputLenMax, f.HTTP.InputMaxBytes),
+		}}
+		at = 0
+	}
+	m := f.Models[at]
+	lim := cudabridge.Limits{BatchMax: f.Policy.BatchMax, InputLenMax: cudabridge.InputLenMax}
+	if m.BatchMax > 0 {
+		lim.BatchMax = min(lim.BatchMax, m.BatchMax)
+	}
+	if lim.BatchMax > cudabridge.BatchMax {
+		return cudabridge.Limits{}, fmt.Errorf("policy.batch_max %d: the %s backends take at most %d (set models[%d].batch_max)",
+			lim.BatchMax, cudabridge.ModelName, cudabridge.BatchMax, at)
+	}
+	if m.InputLenMax == 0 || m.InputLenMax > cudabridge.InputLenMax {
+		return cudabridge.Limits{}, fmt.Errorf("models[%d].input_len_max %d: the %s backends take inputs of 1 to %d bytes; set it",
+			at, m.InputLenMax, cudabridge.ModelName, cudabridge.InputLenMax)
+	}
+	lim.InputLenMax = m.InputLenMax
+	return lim, nil
+}
+
+// openGPUs opens every visible GPU, or none.
+func openGPUs(lim cudabridge.Limits) ([]*cudabridge.Device, error) {
+	n, err := cudabridge.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	var devs []*cudabridge.Device
+	for i := range n {
+		cfg := cudabridge.DefaultDeviceConfig(i)
+		cfg.Limits = lim
+		d, err := cudabridge.OpenDevice(cfg)
+		if err != nil {
+			for _, o := range devs {
+				err = errors.Join(err, o.Close())
+			}
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}

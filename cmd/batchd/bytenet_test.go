@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/cudabridge"
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/config"
+)
+
+// noDriver skips the test where a CUDA driver is installed: it checks what
+// a machine without one sees.
+func noDriver(t *testing.T) {
+	t.Helper()
+	if _, err := cudabridge.DeviceCount(); !errors.Is(err, cudabridge.ErrNoDriver) {
+		t.Skipf("a CUDA driver is installed here (%v)", err)
+	}
+}
+
+func TestDevicesWithoutDriver(t *testing.T) {
+	noDriver(t)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"devices"}, &stdout, &stderr); code != exitFail {
+		t.Fatalf("exit %d, want %d", code, exitFail)
+	}
+	if !strings.Contains(stderr.String(), "libcuda.so.1 not found") || !strings.Contains(stderr.String(), "no usable CUDA driver") {
+		t.Errorf("stderr %q does not say the driver library is missing", stderr.String())
+	}
+}
+
+func TestPrintDevices(t *testing.T) {
+	var b bytes.Buffer
+	if err := printDevices(&b, 12040, []cudabridge.DeviceInfo{{Ordinal: 0, Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CUDA driver 12.4, 1 GPU(s)", "0  NVIDIA H100 80GB HBM3", "80.0 GiB"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%q lacks %q", b.String(), want)
+		}
+	}
+}
+
+// TestProfileCPUWritesTable: `batchd profile --backend cpu` writes a table
+// that the simulator's latency table model reads, with one point per
+// size, and `batchd sim --latency-table` runs on it.
+func TestProfileCPUWritesTable(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "profile.txt")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"profile", "--backend", "cpu", "--sizes", "1,2,4", "--lengths", "8,32", "--table-length", "32", "--reps", "2", "--warmup", "0", "--out", out}, &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := actors.ParseLatencyTable(data)
+	if err != nil {
+		t.Fatalf("the simulator cannot read the profile: %v\n%s", err, data)
+	}
+	if len(m.Table) != 3 || m.Table[0].BatchSize != 1 || m.Table[2].BatchSize != 4 {
+		t.Errorf("table %+v, want sizes 1, 2, 4", m.Table)
+	}
+	if !strings.Contains(string(data), "# 8 4 ") || !strings.Contains(string(data), "at input length 32 bytes") {
+		t.Errorf("the file does not keep the other length's points:\n%s", data)
+	}
+	if !strings.Contains(stdout.String(), "batch 4 costs") {
+		t.Errorf("no summary:\n%s", stdout.String())
+	}
+	stdout.Reset()
+	if code := run([]string{"sim", "--latency-table", out, "--rate", "200", "--duration", "2s"}, &stdout, &stderr); code != exitOK {
+		t.Errorf("batchd sim --latency-table on the profile: exit %d: %s", code, stderr.String())
+	}
+}
+
+func TestProfileUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--backend", "tpu"},
+		{"--sizes", "0,1"},
+		{"--sizes", "4,2"},
+		{"--sizes", "101"},
+		{"--lengths", "2000"},
+		{"--lengths", "8", "--table-length", "16"},
+		{"--reps", "0"},
+		{"--sizes", "x"},
+		{"extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"profile", "--backend", "cpu"}, args...), &stdout, &stderr); code != exitUsage {
+			t.Errorf("profile %v: exit %d, want %d (%s)", args, code, exitUsage, stderr.String())
+		}
+	}
+}
+
+func TestProfileCUDAWithoutDriver(t *testing.T) {
+	noDriver(t)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"profile", "--sizes", "1"}, &stdout, &stderr); code != exitFail || !strings.Contains(stderr.String(), "libcuda.so.1") {
+		t.Errorf("exit %d, stderr %q: want 1 and the missing driver named", code, stderr.String())
+	}
+}
+
+// TestServeCPUBackend: `serve --backend cpu` registers bytenet and answers
+// with the reference's output.
+func TestServeCPUBackend(t *testing.T) {
+	var stdout bytes.Buffer
+	base, stop := startServe(t, "devices:\n  backend: cpu\n  count: 2\n", &stdout)
+	want := cudabridge.NewWeights(cudabridge.WeightSeed).Infer([]byte("hello")).String()
+	code, r := infer(t, base, cudabridge.ModelName, "hello")
+	if code != http.StatusOK || r.Output != want || r.Version != cudabridge.ModelVersion {
+		t.Fatalf("infer: %d %+v, want output %q", code, r, want)
+	}
+	if !strings.Contains(stdout.String(), "2 cpu devices") || !strings.Contains(stdout.String(), "/v1/models/bytenet/infer") {
+		t.Errorf("startup line:\n%s", stdout.String())
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeFlagBackend(t *testing.T) {
+	opts, err := parseServe([]string{"--backend", "cpu"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.file.Devices.Backend != config.BackendCPU {
+		t.Errorf("--backend cpu: devices.backend %q", opts.file.Devices.Backend)
+	}
+	if _, err := parseServe([]string{"--backend", "tpu"}, io.Discard); !errors.As(err, new(usageError)) {
+		t.Errorf("--backend tpu: %v, want a usage error", err)
+	}
+}
+
+func TestServeCUDAWithoutDriver(t *testing.T) {
+	noDriver(t)
+	f, err := config.Load("test.yaml", []byte("devices:\n  backend: cuda\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.HTTP.Addr = "127.0.0.1:0"
+	err = serve(context.Background(), f, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if !errors.Is(err, cudabridge.ErrNoDriver) {
+		t.Errorf("serve --backend cuda without a driver: %v, want ErrNoDriver", err)
+	}
+}
+
+func TestBytenetModelLimits(t *testing.T) {
+	f := config.Default()
+	f.Policy.BatchMax = 200
+	if _, err := bytenetModel(f); err == nil || !strings.Contains(err.Error(), "at most 100") {
+		t.Errorf("batch_max 200: %v", err)
+	}
+	f = config.Default()
+	lim, err := bytenetModel(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Models) != 1 || f.Models[0].Name != cudabridge.ModelName || lim != cudabridge.DefaultLimits() {
+		t.Errorf("models %+v, limits %+v", f.Models, lim)
+	}
+}
+
+type faultyBackend struct{ err error }
+
+func (b faultyBackend) Run(context.Context, string, string, []string) ([]string, []error, error) {
+	return nil, nil, b.err
+}
+
+// TestEngineBackendMapsErrors: cudabridge's device faults and batch-size
+// errors reach the engine as its own.
+func TestEngineBackendMapsErrors(t *testing.T) {
+	for _, c := range []struct{ from, to error }{
+		{cudabridge.ErrDeviceFault, engine.ErrDeviceFault},
+		{cudabridge.ErrBatchSize, engine.ErrBatchSize},
+	} {
+		_, _, err := engineBackend{faultyBackend{c.from}}.Run(context.Background(), "m", "v", []string{"x"})
+		if !errors.Is(err, c.to) || !errors.Is(err, c.from) {
+			t.Errorf("%v became %v, want it to wrap %v too", c.from, err, c.to)
+		}
+	}
+	_, _, err := engineBackend{faultyBackend{context.Canceled}}.Run(context.Background(), "m", "v", []string{"x"})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrDeviceFault) {
+		t.Errorf("other errors pass unchanged: %v", err)
+	}
+}
