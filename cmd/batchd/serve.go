@@ -75,6 +75,8 @@ func stringFlag(get func(*config.File) *string) func(*flag.FlagSet, string, stri
 var serveFlags = []serveFlag{
 	{"addr", "http.addr", "listen address (host:port; port 0 picks a free one)",
 		stringFlag(func(f *config.File) *string { return &f.HTTP.Addr })},
+	{"backend", "devices.backend", "what runs the batches: emulated (batchstring), cpu or cuda (the bytenet model; cuda: every visible GPU)",
+		stringFlag(func(f *config.File) *string { return &f.Devices.Backend })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		intFlag(func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",
@@ -215,10 +217,13 @@ func serve(ctx context.Context, f *config.File, stdout io.Writer, log *slog.Logg
 
 // serveRecorded is serve, recording every request to rec.path when set.
 func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
-	ecfg, err := f.EngineConfig(newRuntime)
+	// The backends (devices.backend) are set up first: a missing GPU
+	// stops the start; they are released once the engine has stopped.
+	ecfg, closeBackends, err := engineConfig(f, log)
 	if err != nil {
 		return err
 	}
+	defer closeBackends()
 	// The actor libraries log at info about every actor; only their
 	// warnings are worth a server's log.
 	ecfg.Logger = slog.New(warnOnly{log.Handler()})
@@ -365,8 +370,8 @@ func printReady(w io.Writer, f *config.File, addr net.Addr) {
 	if len(f.Tenants) > 0 {
 		auth = ` -H "Authorization: Bearer $BATCHD_KEY"`
 	}
-	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d emulated devices, batches of up to %d)\n",
-		base, runtimeName, f.Devices.Count, f.Policy.BatchMax)
+	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d %s devices, batches of up to %d)\n",
+		base, runtimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)
 	fmt.Fprintf(w, "try:\n  curl -s%s %s/v1/models/%s/infer -d '{\"input\": \"hello\"}'\n", auth, base, model)
 }
 
