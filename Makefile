@@ -12,6 +12,7 @@ DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
 .PHONY: fidelity
+.PHONY: gpu-test ptx
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
 # batches of up to 100, model "echo", on 127.0.0.1:8080. It prints a curl
@@ -53,3 +54,21 @@ fidelity:
 
 soak:
 	$(GO) test -count=1 -timeout 60m -run Property ./sim -args -rapid.checks=$(CHECKS)
+
+# The GPU check of issue 6: builds (no cgo) the cudabridge test binary and
+# batchd into bin/, then runs cudabridge/gpu-test.sh, which records the GPU
+# tests (GPU == CPU reference), the latency profile for batch sizes 1..100
+# and the GPU vs CPU throughput into GPU_OUT. Without a GPU the GPU tests
+# skip, naming what is missing; the binaries and the script can be copied
+# to a GPU host and run there.
+GPU_OUT ?= bin/gpu-results
+gpu-test:
+	CGO_ENABLED=0 $(GO) test -c -o bin/cudabridge.test ./cudabridge
+	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
+	sh cudabridge/gpu-test.sh bin $(GPU_OUT)
+
+# Regenerates cudabridge/model.ptx from model.cu with clang (no CUDA
+# toolkit needed; nvcc -ptx -arch=sm_80 -fmad=false works too).
+CLANG ?= $(shell command -v clang || command -v clang-14)
+ptx:
+	cd cudabridge && $(CLANG) -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
