@@ -233,9 +233,16 @@ func (d *Device) Forward(ctx context.Context, inputs []string) ([]Output, error)
 		}
 	}
 	if d.st == nil {
-		if err := d.setup(ctx); err != nil {
+		// The setup is bounded by BatchTimeout, not by this batch's ctx:
+		// cut short, it would leave the device to set up again, and a
+		// JIT compile slower than the watchdog would fault for ever.
+		if err := d.setup(context.WithoutCancel(ctx)); err != nil {
 			return nil, err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing was queued: the device stays healthy.
+		return nil, fmt.Errorf("cudabridge: device %d: batch not started: %w", d.cfg.Ordinal, err)
 	}
 	outs, err := d.forward(ctx, d.st, inputs)
 	if err != nil && !errors.Is(err, ErrBatchSize) && !errors.Is(err, ErrInputTooLong) {

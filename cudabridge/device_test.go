@@ -40,7 +40,7 @@ func checkOutputs(t *testing.T, w *Weights, batch []string, outs []Output) {
 	}
 	for i, in := range batch {
 		if want := w.Infer([]byte(in)); outs[i] != want {
-			t.Fatalf("item %d of %d (%d bytes): got %+v, want %+v", i, len(batch), len(in), outs[i], want)
+			t.Fatalf("item %d of %d (%d bytes): got %v %v, want %v %v", i, len(batch), len(in), outs[i], outs[i].Logits, want, want.Logits)
 		}
 	}
 }
@@ -277,5 +277,26 @@ func TestListDevicesFake(t *testing.T) {
 	}
 	if _, _, err := listDevices(newFakeDriver(0)); !errors.Is(err, ErrNoDevice) {
 		t.Errorf("no devices: err %v, want ErrNoDevice", err)
+	}
+}
+
+// TestDeviceCancelledBeforeStart: a batch whose ctx ended before anything
+// was queued fails with the ctx's error, not a device fault, and the
+// device is not reset for it.
+func TestDeviceCancelledBeforeStart(t *testing.T) {
+	d, f := openFake(t, DefaultLimits())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	launches := f.count("LaunchKernel")
+	if _, err := d.Forward(ctx, []string{"x"}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrDeviceFault) {
+		t.Fatalf("err %v; want context.Canceled and no device fault", err)
+	}
+	outs, err := d.Forward(context.Background(), []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOutputs(t, NewWeights(WeightSeed), []string{"x"}, outs)
+	if f.count("PrimaryCtxReset") != 0 || f.count("LaunchKernel") != launches+4+2*ContLen {
+		t.Errorf("%d resets, %d launches: the cancelled batch must not touch the device", f.count("PrimaryCtxReset"), f.count("LaunchKernel")-launches)
 	}
 }

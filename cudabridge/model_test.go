@@ -234,7 +234,7 @@ func TestCPUMatchesReference(t *testing.T) {
 		}
 		for i, in := range batch {
 			if want := w.Infer([]byte(in)); outs[i] != want {
-				t.Fatalf("batch of %d, item %d (%d bytes): got %+v, want %+v", n, i, len(in), outs[i], want)
+				t.Fatalf("batch of %d, item %d (%d bytes): got %v %v, want %v %v", n, i, len(in), outs[i], outs[i].Logits, want, want.Logits)
 			}
 		}
 	}
@@ -270,7 +270,7 @@ func TestBatchIndependence(t *testing.T) {
 			}
 		}
 		if outs[at] != alone[0] {
-			t.Errorf("in a batch of %d at %d: %+v, alone: %+v", len(batch), at, outs[at], alone[0])
+			t.Errorf("in a batch of %d at %d: %v %v, alone: %v %v", len(batch), at, outs[at], outs[at].Logits, alone[0], alone[0].Logits)
 		}
 	}
 }
