@@ -65,6 +65,7 @@ var metricDoc = map[string]string{
 	"accepted":                "requests accepted; run-wide only",
 	"lost":                    "accepted requests never answered (must be 0); run-wide only",
 	"duplicated":              "extra replies; run-wide only",
+	"retried":                 "requests that ran in more than one batch (crash, hang, split); run-wide only",
 	"violations":              "invariant violations the checker found; run-wide only",
 	"completed_fraction":      "completed over offered",
 	"rejected_fraction":       "rejected over offered",
@@ -82,6 +83,8 @@ var metricDoc = map[string]string{
 	"autoscale_mean_devices":  "mean autoscaling recommendation sampled",
 	"queue_depth_max":         "largest queue depth sampled",
 	"busy_fraction_mean":      "mean of the sampled device busy fractions",
+	"keys_max":                "most compatibility keys with recent arrivals in one sample",
+	"batch_size_sampled_mean": "mean of the sampled recent batch sizes (keys weighted by arrival rate)",
 	"p95_ms_step_max":         "largest p95 of any timeline step (arrivals per sample_every)",
 	"p99_ms_step_max":         "largest p99 of any timeline step",
 	"slo_attainment_step_min": "smallest SLO attainment of any timeline step with requests",
@@ -96,7 +99,7 @@ func Metrics() map[string]string { return metricDoc }
 // timeline, which a window alone may scope.
 var sampled = map[string]bool{
 	"autoscale_max_devices": true, "autoscale_min_devices": true, "autoscale_mean_devices": true,
-	"queue_depth_max": true, "busy_fraction_mean": true,
+	"queue_depth_max": true, "busy_fraction_mean": true, "keys_max": true, "batch_size_sampled_mean": true,
 	"p95_ms_step_max": true, "p99_ms_step_max": true, "slo_attainment_step_min": true,
 }
 
@@ -104,7 +107,7 @@ var sampled = map[string]bool{
 var runOnly = map[string]bool{
 	"queue_p50_ms": true, "queue_p95_ms": true, "queue_p99_ms": true,
 	"compute_p50_ms": true, "compute_p95_ms": true, "compute_p99_ms": true,
-	"accepted": true, "lost": true, "duplicated": true, "violations": true,
+	"accepted": true, "lost": true, "duplicated": true, "violations": true, "retried": true,
 	"device_utilisation": true, "batch_size_mean": true, "batches": true, "queued_high": true,
 	"fairness_jain": true, "fairness_jain_weighted": true,
 }
@@ -380,6 +383,8 @@ func observeRun(rep *sim.Report, metric string) (float64, bool) {
 		return float64(q.Lost), true
 	case "duplicated":
 		return float64(q.Duplicated), true
+	case "retried":
+		return float64(q.Retried), true
 	case "violations":
 		return float64(rep.Violations.Count), true
 	case "completed_fraction":
@@ -482,7 +487,8 @@ func (c Check) observeSampled(rep *sim.Report) (float64, bool) {
 	}
 	sum := func(a, b float64) float64 { return a + b }
 	switch c.Metric {
-	case "autoscale_max_devices", "autoscale_min_devices", "autoscale_mean_devices", "queue_depth_max", "busy_fraction_mean":
+	case "autoscale_max_devices", "autoscale_min_devices", "autoscale_mean_devices", "queue_depth_max", "busy_fraction_mean",
+		"keys_max", "batch_size_sampled_mean":
 		for _, a := range rep.Autoscale {
 			// A reading at T describes the interval that ends at T.
 			if !in(a.T - 1e-9) {
@@ -499,9 +505,13 @@ func (c Check) observeSampled(rep *sim.Report) (float64, bool) {
 				take(float64(a.QueueDepth), math.Max)
 			case "busy_fraction_mean":
 				take(a.BusyFractionMean, sum)
+			case "keys_max":
+				take(float64(a.Keys), math.Max)
+			case "batch_size_sampled_mean":
+				take(a.BatchSizeMean, sum)
 			}
 		}
-		if n > 0 && (c.Metric == "autoscale_mean_devices" || c.Metric == "busy_fraction_mean") {
+		if n > 0 && (c.Metric == "autoscale_mean_devices" || c.Metric == "busy_fraction_mean" || c.Metric == "batch_size_sampled_mean") {
 			agg /= float64(n)
 		}
 	default:

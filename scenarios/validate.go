@@ -203,7 +203,7 @@ func (v *validator) devices(readProfile func(string) ([]byte, error)) {
 		v.s.latency = actors.FixedLatency(100 * time.Millisecond)
 		v.s.latency.PerPaddedByte = l.PerPaddedByte
 	}
-	if err := v.s.latency.Validate(); err != nil && kinds <= 1 {
+	if err := v.s.latency.Validate(); err != nil && kinds <= 1 && (l.Profile == "" || len(v.s.latency.Table) > 0) {
 		v.bad("devices.latency", "%v", err)
 	}
 	if !(d.LatencySpread >= 0 && d.LatencySpread <= sim.LatencySpreadLimit) {

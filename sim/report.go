@@ -127,6 +127,12 @@ type AutoscaleSample struct {
 	DevicesHealthy int     `json:"devices_healthy"`
 	// QueueDepth is the requests queued under all keys.
 	QueueDepth int `json:"queue_depth"`
+	// Keys counts the compatibility keys with recent arrivals, and
+	// BatchSizeMean is their recent batches' mean size weighted by their
+	// arrival rates: traffic fragmented over many keys shows as many keys
+	// and small batches while the devices stay busy.
+	Keys          int     `json:"keys"`
+	BatchSizeMean float64 `json:"batch_size_mean"`
 	// BusyFractionMean is the devices' mean busy fraction over the
 	// interval since the previous reading (the batcher's own figure is
 	// since each device registered, which hides a change).
@@ -165,6 +171,9 @@ type RequestCounts struct {
 	Cancelled  int64 `json:"cancelled"`
 	Lost       int64 `json:"lost"`
 	Duplicated int64 `json:"duplicated"`
+	// Retried counts the requests that ran in more than one batch (a
+	// crash, a hang, a failed batch split to isolate a poison input).
+	Retried int64 `json:"retried"`
 }
 
 // BatchBucket counts the batches whose size is in [Min, Max].
@@ -239,6 +248,7 @@ func newReport(in reportInput) Report {
 			Cancelled:  c.Outcomes[actors.Cancelled],
 			Lost:       c.Lost,
 			Duplicated: c.Duplicated,
+			Retried:    l.retried(),
 		},
 		LatencyMs:        l.latency.percentiles(),
 		QueueMs:          l.queueWait.percentiles(),
@@ -504,8 +514,17 @@ func (s *signalSampler) finish(end time.Duration) {
 func (s *signalSampler) sample(now time.Duration) {
 	sig := s.b.Signals(now)
 	smp := AutoscaleSample{T: round(now.Seconds(), 6), DevicesNeeded: sig.DevicesNeeded, DevicesHealthy: sig.DevicesHealthy}
+	var rate, sized float64
 	for _, k := range sig.Keys {
 		smp.QueueDepth += k.Depth
+		if k.Rate > 0 {
+			smp.Keys++
+			rate += k.Rate
+			sized += k.Rate * k.BatchSizeMean
+		}
+	}
+	if rate > 0 {
+		smp.BatchSizeMean = round(sized/rate, 3)
 	}
 	var busy float64
 	n := 0
@@ -560,9 +579,9 @@ func (r Report) WriteTable(w io.Writer) error {
 		wl.RateRPS, wl.Devices, wl.BatchMax, wl.LatencyMs, wl.SLOMs, wl.DurationS, wl.Faults)
 	p("")
 	q := r.Requests
-	p("requests\toffered\taccepted\tcompleted\trejected\texpired\tfailed\tcancelled\tlost\tduplicated")
-	p("\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d",
-		q.Offered, q.Accepted, q.Completed, q.Rejected, q.Expired, q.Failed, q.Cancelled, q.Lost, q.Duplicated)
+	p("requests\toffered\taccepted\tcompleted\trejected\texpired\tfailed\tcancelled\tlost\tduplicated\tretried")
+	p("\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d",
+		q.Offered, q.Accepted, q.Completed, q.Rejected, q.Expired, q.Failed, q.Cancelled, q.Lost, q.Duplicated, q.Retried)
 	p("")
 	p("ms\tp50\tp95\tp99\tmax")
 	for _, row := range []struct {
@@ -632,12 +651,12 @@ func (r Report) writeBreakdown(w io.Writer) error {
 	}
 	if len(r.Autoscale) > 0 {
 		p("")
-		p("autoscale\tt s\tdevices needed\tqueue depth\tbusy")
+		p("autoscale\tt s\tdevices needed\tqueue depth\tbusy\tkeys\tbatch mean")
 		// A long run is summed up by at most autoscaleRows readings.
 		step := (len(r.Autoscale) + autoscaleRows - 1) / autoscaleRows
 		for i := 0; i < len(r.Autoscale); i += step {
 			a := r.Autoscale[i]
-			p("\t%g\t%d\t%d\t%.3f", a.T, a.DevicesNeeded, a.QueueDepth, a.BusyFractionMean)
+			p("\t%g\t%d\t%d\t%.3f\t%d\t%.1f", a.T, a.DevicesNeeded, a.QueueDepth, a.BusyFractionMean, a.Keys, a.BatchSizeMean)
 		}
 	}
 	return tw.Flush()

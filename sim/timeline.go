@@ -116,3 +116,14 @@ func (l *Ledger) versionGroups() (names []string, ofKey []int) {
 	}
 	return names, ofKey
 }
+
+// retried counts the requests that ran in more than one batch.
+func (l *Ledger) retried() int64 {
+	var n int64
+	for id := 1; id < len(l.recs); id++ {
+		if l.recs[id].runs > 1 {
+			n++
+		}
+	}
+	return n
+}
