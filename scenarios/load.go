@@ -246,6 +246,17 @@ func decodeError(name string, err error, lines map[string]int) error {
 		}
 		if m := unknownField.FindStringSubmatch(fe.Msg); m != nil {
 			fe.Msg = fmt.Sprintf("unknown key %q", m[1])
+			// Several keys may share the line (a flow mapping): name the
+			// unknown one.
+			best := ""
+			for p, l := range lines {
+				if l == fe.Line && (p == m[1] || strings.HasSuffix(p, "."+m[1])) && (best == "" || p < best) {
+					best = p // the first in order, so the message is always the same
+				}
+			}
+			if best != "" {
+				fe.Path = best
+			}
 		}
 		fe.Msg = strings.Replace(fe.Msg, "into time.Duration", "into a duration (write it with a unit: 100ms, 2s)", 1)
 		e.Fields = append(e.Fields, fe)
