@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -403,7 +404,8 @@ func (f *fakeDriver) LaunchKernel(fn cuFunction, grid, block uint32, s cuStream,
 		f.counts["LaunchKernel"]++
 		return fakeError("LaunchKernel", 400)
 	}
-	want := map[string]int{kernelNameEmbedPool: 6, kernelNameDense: 8, kernelNameStep: 10}[name]
+	// The checked-in PTX says how many parameters the kernel takes.
+	want, _ := ptxParams(string(modelPTX), name)
 	if len(params) != want || block == 0 || grid == 0 {
 		f.counts["LaunchKernel"]++
 		return fakeError("LaunchKernel", 1)
@@ -486,4 +488,27 @@ func (f *fakeDriver) live() string {
 	}
 	return fmt.Sprintf("%d device allocations, %d host allocations, %d modules, %d streams, %d context retains",
 		len(f.mem), len(f.host), len(f.modules), len(f.streams), retains)
+}
+
+// ptxParams returns how many parameters entry name of ptx declares and
+// whether all are 64-bit (.u64/.b64/.s64), as the launch packing assumes.
+func ptxParams(ptx, name string) (n int, all64 bool) {
+	i := strings.Index(ptx, ".entry "+name+"(")
+	if i < 0 {
+		return 0, false
+	}
+	decl := ptx[i:]
+	decl = decl[:strings.Index(decl, ")")]
+	all64 = true
+	for _, line := range strings.Split(decl, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, ".param ") {
+			continue
+		}
+		n++
+		if f := strings.Fields(line); len(f) < 2 || (f[1] != ".u64" && f[1] != ".b64" && f[1] != ".s64") {
+			all64 = false
+		}
+	}
+	return n, all64
 }

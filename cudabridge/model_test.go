@@ -345,9 +345,10 @@ func TestCUDASourceMatchesConstants(t *testing.T) {
 		}
 	}
 	ptx := string(modelPTX)
-	for _, k := range []string{kernelNameEmbedPool, kernelNameDense, kernelNameStep} {
-		if !strings.Contains(ptx, ".entry "+k+"(") {
-			t.Errorf("model.ptx has no entry %s", k)
+	// The launches pass 6, 8 and 10 parameters of 8 bytes each.
+	for k, want := range map[string]int{kernelNameEmbedPool: 6, kernelNameDense: 8, kernelNameStep: 10} {
+		if n, all64 := ptxParams(ptx, k); n != want || !all64 {
+			t.Errorf("model.ptx entry %s: %d parameters (all 64-bit: %v), want %d of 64 bits", k, n, all64, want)
 		}
 	}
 	for _, bad := range []string{"fma.", ".ftz", ".approx", "mul.f32", "add.f32"} {
