@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -43,5 +45,110 @@ func TestSimExperiment(t *testing.T) {
 	}
 	if rep.Workload.RateRPS != 600 || rep.Workload.Devices != 4 || rep.Workload.DurationS != 2 || rep.Tenants["t"] == nil {
 		t.Errorf("merge-on for 2 s: workload %+v, tenants %v", rep.Workload, rep.Tenants)
+	}
+}
+
+// scenarioResult is the part of `batchd sim SCENARIO --json` the tests read.
+type scenarioResult struct {
+	Scenario string `json:"scenario"`
+	Seed     uint64 `json:"seed"`
+	Passed   bool   `json:"passed"`
+	Checks   []struct {
+		Check    string   `json:"check"`
+		Observed *float64 `json:"observed"`
+		Passed   bool     `json:"passed"`
+	} `json:"checks"`
+	Report struct {
+		TraceHash string `json:"trace_hash"`
+		Workload  struct {
+			Devices int `json:"devices"`
+		} `json:"workload"`
+	} `json:"report"`
+}
+
+func runJSON(t *testing.T, args ...string) (scenarioResult, int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	status := run(append([]string{"sim"}, args...), &stdout, &stderr)
+	var res scenarioResult
+	if stdout.Len() > 0 {
+		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+			t.Fatalf("batchd sim %q: not JSON (%v): %s", args, err, stdout.String())
+		}
+	}
+	return res, status, stderr.String()
+}
+
+// TestSimScenario: a built-in scenario by name runs with its own seed and
+// passes; the seed flag may come before or after the name and changes the
+// trace; a flag changes the scenario's fleet ("what if").
+func TestSimScenario(t *testing.T) {
+	res, status, stderr := runJSON(t, "reference", "--json")
+	if status != exitOK || !res.Passed || res.Scenario != "reference" || res.Seed != 1 || len(res.Checks) == 0 {
+		t.Fatalf("reference: status %d, result %+v, stderr %s", status, res, stderr)
+	}
+	before, _, _ := runJSON(t, "--seed", "2", "--json", "reference")
+	after, _, _ := runJSON(t, "reference", "--seed", "2", "--json")
+	if before.Seed != 2 || before.Report.TraceHash != after.Report.TraceHash || before.Report.TraceHash == res.Report.TraceHash {
+		t.Errorf("seed 2 before the name: %s, after: %s, seed 1: %s", before.Report.TraceHash, after.Report.TraceHash, res.Report.TraceHash)
+	}
+	small, status, _ := runJSON(t, "reference", "--devices", "2", "--json")
+	if small.Report.Workload.Devices != 2 {
+		t.Errorf("--devices 2 on reference: %d devices", small.Report.Workload.Devices)
+	}
+	if status != exitFail || small.Passed {
+		t.Errorf("reference on 2 devices: status %d, passed %v; its latency bound cannot hold there", status, small.Passed)
+	}
+}
+
+// TestSimScenarioFails: a scenario file with an expectation that cannot
+// hold exits 1 and names the check and the value; --out writes the same
+// result as report.json.
+func TestSimScenarioFails(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "s.yaml")
+	text := "name: s\nnodes: [{name: a, devices: 2}]\ntraffic: [{duration: 2s, rate: 100}]\nexpect:\n  - lost == 0\n  - p50_ms < 50\n"
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	status := run([]string{"sim", file, "--json", "--out", out}, &stdout, &stderr)
+	if status != exitFail || !strings.Contains(stderr.String(), `expect "p50_ms < 50": observed `) || !strings.Contains(stderr.String(), "s.yaml:6") {
+		t.Fatalf("status %d, stderr %q: want exit 1 naming the check, its line and the value", status, stderr.String())
+	}
+	data, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, stdout.Bytes()) {
+		t.Error("report.json differs from the JSON printed")
+	}
+	var res scenarioResult
+	if err := json.Unmarshal(data, &res); err != nil || res.Passed || !res.Checks[0].Passed || res.Checks[1].Passed {
+		t.Fatalf("report.json: %+v, %v", res, err)
+	}
+	if obs := res.Checks[1].Observed; obs == nil || *obs < 50 {
+		t.Errorf("p50 observed %v: a failed check must carry the value that failed it", obs)
+	}
+}
+
+// TestSimScenarioUsage: mistakes on the command line are usage errors
+// that say what is wrong.
+func TestSimScenarioUsage(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"sim", "no-such"}, "built-in: canary-95-5"},
+		{[]string{"sim", "reference", "--experiment", "merge-on"}, "give one"},
+		{[]string{"sim", "reference", "--rate", "5"}, "sources with rates of their own"},
+		{[]string{"sim", "reference", "extra"}, `unexpected argument "extra"`},
+		{[]string{"sim", "/nonexistent/s.yaml"}, "no such file"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if got := run(c.args, &stdout, &stderr); got != exitUsage || !strings.Contains(stderr.String(), c.stderr) {
+			t.Errorf("batchd %q: status %d, stderr %q; want %d and %q", c.args, got, stderr.String(), exitUsage, c.stderr)
+		}
 	}
 }
