@@ -173,6 +173,11 @@ type FidelityResult struct {
 	// HTTPOverheadMs is the live run's mean client latency minus its mean
 	// server latency: HTTP, the network stack and the generator.
 	HTTPOverheadMs float64 `json:"http_overhead_ms"`
+	// LiveServer are the live 200s' own figures of their time inside the
+	// server (arrival at the engine to the device's done): where the
+	// client's latency differs from them, the difference is HTTP and
+	// scheduling, not batching.
+	LiveServer loadgen.ServerTimes `json:"live_server"`
 	// NetDelayMs is the simulator's delay per message hop.
 	NetDelayMs float64 `json:"net_delay_ms"`
 	// SendLagP99Ms is the live generator's own lateness: large means the
@@ -198,7 +203,7 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.server == "" {
 		if o.server, err = os.Executable(); err != nil {
-			return fmt.Errorf("fidelity: %w", err)
+			return fmt.Errorf("find own binary: %w", err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -214,7 +219,7 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 		o.rate, o.duration, o.devices, o.latency, res.LoadAvgBefore)
 	dir, err := os.MkdirTemp("", "batchd-fidelity-")
 	if err != nil {
-		return fmt.Errorf("fidelity: %w", err)
+		return fmt.Errorf("temporary directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	recording := filepath.Join(dir, "live.jsonl")
@@ -229,6 +234,9 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	}
 	res.Live, res.HTTPOverheadMs = lf, overheadMs
 	res.SendLagP99Ms = live.SendLag.P99
+	if live.Server != nil {
+		res.LiveServer = *live.Server
+	}
 	res.LiveOther, res.LiveDropped = live.Requests.Other, live.Requests.Dropped
 
 	nd := o.netDelay
@@ -261,7 +269,7 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("write fidelity: %w", err)
 	}
 	if !res.Pass {
-		return fmt.Errorf("fidelity: a percentile is off by more than %g%%", o.targetPct)
+		return fmt.Errorf("a percentile is off by more than %g%%", o.targetPct)
 	}
 	return nil
 }
@@ -316,7 +324,7 @@ var ErrNoServerTimes = errors.New("the load report has no server times")
 func liveFigures(rep *loadgen.Report) (Figures, float64, error) {
 	ok := rep.Latency["ok"]
 	if ok.Count == 0 {
-		return Figures{}, 0, errors.New("fidelity: no request of the live run completed")
+		return Figures{}, 0, errors.New("no request of the live run completed")
 	}
 	f := Figures{
 		Completed:     ok.Count,
@@ -327,7 +335,7 @@ func liveFigures(rep *loadgen.Report) (Figures, float64, error) {
 		Rejected:      rep.Requests.Rejected,
 	}
 	if rep.Server == nil || rep.Server.Latency.Count == 0 {
-		return f, 0, fmt.Errorf("fidelity: %w", ErrNoServerTimes)
+		return f, 0, ErrNoServerTimes
 	}
 	return f, ok.Mean - rep.Server.Latency.Mean, nil
 }
@@ -354,10 +362,10 @@ func runLive(ctx context.Context, o fidelityOptions, recording string, stderr io
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("fidelity: %w", err)
+		return nil, fmt.Errorf("server stdout: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("fidelity: start server: %w", err)
+		return nil, fmt.Errorf("start server: %w", err)
 	}
 	// The reader goroutine ends when the server's stdout closes, which
 	// stopServer waits for.
@@ -382,12 +390,12 @@ func runLive(ctx context.Context, o fidelityOptions, recording string, stderr io
 		select {
 		case err := <-waited:
 			if err != nil {
-				return fmt.Errorf("fidelity: server: %w", err)
+				return fmt.Errorf("server: %w", err)
 			}
 			return nil
 		case <-time.After(serverStopMax):
 			_ = cmd.Process.Kill()
-			return errors.Join(errors.New("fidelity: server did not stop in time; killed"), <-waited)
+			return errors.Join(errors.New("server did not stop in time; killed"), <-waited)
 		}
 	}
 
@@ -395,11 +403,11 @@ func runLive(ctx context.Context, o fidelityOptions, recording string, stderr io
 	select {
 	case u, ok := <-urls:
 		if !ok {
-			return nil, errors.Join(errors.New("fidelity: the server exited before serving"), stopServer())
+			return nil, errors.Join(errors.New("the server exited before serving"), stopServer())
 		}
 		base = u
 	case <-time.After(serverStartMax):
-		return nil, errors.Join(errors.New("fidelity: the server did not start in time"), stopServer())
+		return nil, errors.Join(errors.New("the server did not start in time"), stopServer())
 	case <-ctx.Done():
 		return nil, errors.Join(ctx.Err(), stopServer())
 	}
@@ -428,7 +436,7 @@ func simFidelity(o fidelityOptions, netDelay time.Duration) (Figures, error) {
 func replayFidelity(o fidelityOptions, netDelay time.Duration, recording string) (Figures, error) {
 	cfg := fidelityConfig(o, netDelay)
 	if err := loadReplay(recording, &cfg); err != nil {
-		return Figures{}, fmt.Errorf("fidelity: %w", err)
+		return Figures{}, fmt.Errorf("replay the live arrivals: %w", err)
 	}
 	// The recording starts at the first request, with the generator;
 	// arrivals past the sending (none, normally) still fit.
@@ -458,10 +466,10 @@ func simFigures(cfg sim.Config, o fidelityOptions) (Figures, error) {
 	cfg.Observers = []sim.Observer{obs}
 	rep, err := sim.Run(cfg)
 	if err != nil {
-		return Figures{}, fmt.Errorf("fidelity: %w", err)
+		return Figures{}, fmt.Errorf("simulate: %w", err)
 	}
 	if err := rep.Check(); err != nil {
-		return Figures{}, fmt.Errorf("fidelity: %w", err)
+		return Figures{}, fmt.Errorf("simulate: %w", err)
 	}
 	return obs.figures(), nil
 }
@@ -554,6 +562,9 @@ func (r FidelityResult) WriteTable(w io.Writer) error {
 		p("error\t\t%+.2f%%\t%+.2f%%\t%+.2f%%\t%+.2f%%\t(the live arrivals replayed: no arrival noise)", 100*e.P50, 100*e.P95, 100*e.P99, 100*e.Throughput)
 	}
 	p("")
+	sv := r.LiveServer
+	p("live server\tp50 %.2f, p95 %.2f, p99 %.2f ms inside the server (queue p99 %.2f, compute p99 %.2f)",
+		sv.Latency.P50, sv.Latency.P95, sv.Latency.P99, sv.Queue.P99, sv.Compute.P99)
 	p("http overhead\t%.3f ms mean (client - server); sim net delay %.3f ms per hop", r.HTTPOverheadMs, r.NetDelayMs)
 	p("generator\tsend lag p99 %.2f ms, %d other, %d dropped", r.SendLagP99Ms, r.LiveOther, r.LiveDropped)
 	p("load average\t%.2f before, %.2f after", r.LoadAvgBefore, r.LoadAvgAfter)
