@@ -273,21 +273,22 @@ feed:
 	return out, nil
 }
 
-// Configure returns base with param set to v.
+// Configure returns base with param set to v, or an error wrapping
+// ErrSpec when the setting cannot be swept on this workload.
 func Configure(base sim.Config, param Param, v float64) (sim.Config, error) {
 	cfg := base
 	switch param {
 	case Rate:
 		switch {
 		case len(cfg.Replay) > 0:
-			return cfg, fmt.Errorf("sweep: rate: a replay's arrivals are recorded; sweep devices, batch-max or linger instead")
+			return cfg, fmt.Errorf("%w: rate: a replay's arrivals are recorded; sweep devices, batch-max or linger instead", ErrSpec)
 		case len(cfg.Sources) > 0:
 			total := 0.0
 			for _, s := range cfg.Sources {
 				total += s.Rate
 			}
 			if total <= 0 {
-				return cfg, errors.New("sweep: rate: the traffic sources offer nothing to scale")
+				return cfg, fmt.Errorf("%w: rate: the traffic sources offer nothing to scale", ErrSpec)
 			}
 			// A copy: the base's sources are shared by every point.
 			cfg.Sources = append([]sim.TrafficConfig(nil), cfg.Sources...)
@@ -305,7 +306,7 @@ func Configure(base sim.Config, param Param, v float64) (sim.Config, error) {
 		// Zero would mean "derived"; the sweep means "none".
 		cfg.Batcher.LingerMax = max(time.Duration(v*float64(time.Millisecond)), time.Nanosecond)
 	default:
-		return cfg, fmt.Errorf("sweep: unknown setting %q", param)
+		return cfg, fmt.Errorf("%w: unknown setting %q", ErrSpec, param)
 	}
 	return cfg, nil
 }

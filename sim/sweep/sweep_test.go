@@ -149,8 +149,8 @@ func TestConfigure(t *testing.T) {
 	}
 	r := base()
 	r.Replay = []sim.ReplayRequest{{Model: "m", InputLen: 1}}
-	if _, err := Configure(r, Rate, 10); err == nil {
-		t.Error("rate sweep of a replay accepted")
+	if _, err := Configure(r, Rate, 10); !errors.Is(err, ErrSpec) {
+		t.Errorf("rate sweep of a replay: %v, want ErrSpec", err)
 	}
 }
 
