@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/cudabridge"
@@ -191,5 +194,55 @@ func TestEngineBackendMapsErrors(t *testing.T) {
 	_, _, err := engineBackend{faultyBackend{context.Canceled}}.Run(context.Background(), "m", "v", []string{"x"})
 	if !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrDeviceFault) {
 		t.Errorf("other errors pass unchanged: %v", err)
+	}
+}
+
+type backendFunc func(ctx context.Context, model, version string, inputs []string) ([]string, []error, error)
+
+func (f backendFunc) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	return f(ctx, model, version, inputs)
+}
+
+// TestDeviceFaultRequeued: a cudabridge device fault, through the adapter,
+// gets the engine's device-failure semantics: the batch is re-queued and
+// its request still answered with the model's output, on a second attempt.
+func TestDeviceFaultRequeued(t *testing.T) {
+	f := config.Default()
+	f.Devices.Backend = config.BackendCPU
+	f.Devices.Count = 2
+	ecfg, closeBackends, err := engineConfig(f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBackends()
+	inner := ecfg.Backend
+	var faulted atomic.Bool
+	ecfg.Backend = func(i int) engine.Backend {
+		b := inner(i)
+		return backendFunc(func(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+			if faulted.CompareAndSwap(false, true) {
+				return engineBackend{faultyBackend{fmt.Errorf("injected: %w", cudabridge.ErrDeviceFault)}}.Run(ctx, model, version, inputs)
+			}
+			return b.Run(ctx, model, version, inputs)
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng, err := engine.New(ctx, ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := eng.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	r, err := eng.Do(ctx, actors.Request{Model: cudabridge.ModelName, Input: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cudabridge.NewWeights(cudabridge.WeightSeed).Infer([]byte("hello")).String()
+	if r.Outcome != actors.Completed || r.Output != want || r.Attempts != 2 || !faulted.Load() {
+		t.Errorf("reply %+v: want completed with %q on attempt 2, after the injected fault", r, want)
 	}
 }
