@@ -1,0 +1,121 @@
+package cudabridge
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/ebitengine/purego"
+)
+
+// TestBindingAgainstCFake runs the real purego binding (cudaDriver), not
+// the Go fake, against testdata/fakecuda.c: a C library with libcuda's
+// exported names and signatures whose contexts are thread-local, whose
+// launches decode kernelParams as the real driver does and whose kernels
+// are model.cu's in C. It checks, short of a GPU, what would break first
+// on one: symbol names, argument order and types (cuLaunchKernel's stack
+// arguments included), the void** parameter packing, the JIT log options,
+// out-parameters, error names and texts, page-locked host buffers, and a
+// context made current on whichever thread runs the batch. It needs a C
+// compiler to build the library, and skips without one.
+func TestBindingAgainstCFake(t *testing.T) {
+	cc := ""
+	for _, name := range []string{"cc", "gcc", "clang"} {
+		if p, err := exec.LookPath(name); err == nil {
+			cc = p
+			break
+		}
+	}
+	if cc == "" {
+		t.Skip("no C compiler (cc, gcc or clang) to build testdata/fakecuda.c")
+	}
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", lib, filepath.Join("testdata", "fakecuda.c")).CombinedOutput(); err != nil {
+		t.Skipf("%s cannot build the fake driver: %v: %s", cc, err, out)
+	}
+	drv, err := openDriver(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live, launches func() int32
+	purego.RegisterLibFunc(&live, h, "fakecuda_live")
+	purego.RegisterLibFunc(&launches, h, "fakecuda_launches")
+
+	v, devs, err := listDevices(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.String() != "12.4" || len(devs) != 1 || devs[0].Name != "Fake C GPU 0" || devs[0].MemoryBytes != 80<<30 {
+		t.Fatalf("version %v, devices %+v", v, devs)
+	}
+	var ce *CUDAError
+	if _, err := drv.DeviceGet(3); !errors.As(err, &ce) || ce.Code != 101 || ce.Error() != "cuDeviceGet: CUresult 101" {
+		t.Errorf("device 3: %v; want CUresult 101 without a name", err)
+	}
+
+	// The JIT error log comes back through the option arrays.
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		c, err := drv.PrimaryCtxRetain(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = drv.PrimaryCtxRelease(0) }()
+		if _, err := drv.ModuleLoadData([]byte("FAIL_JIT")); err == nil {
+			t.Fatal("a module load without a current context worked")
+		}
+		if err := drv.CtxSetCurrent(c); err != nil {
+			t.Fatal(err)
+		}
+		_, err = drv.ModuleLoadData([]byte("// FAIL_JIT"))
+		if !errors.As(err, &ce) || ce.Code != 218 || ce.Name != "CUDA_ERROR_INVALID_PTX" || ce.Text != "a PTX JIT compilation failed" ||
+			!strings.Contains(ce.Log, "fake JIT refused the image") {
+			t.Fatalf("failed JIT: %v; want CUDA_ERROR_INVALID_PTX with its text and log", err)
+		}
+	}()
+
+	d, err := openDevice(drv, DefaultDeviceConfig(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWeights(WeightSeed)
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, n := range []int{1, 5, BatchMax, 2} {
+		batch := randomBatch(r, n)
+		before := launches()
+		// Each batch runs on a goroutine that keeps its thread locked to
+		// its end, so the thread dies with it and the next batch runs on
+		// another: the context must be made current on each.
+		done := make(chan error, 1)
+		var outs []Output
+		go func() {
+			runtime.LockOSThread()
+			var err error
+			outs, err = d.Forward(context.Background(), batch)
+			done <- err
+		}()
+		if err := <-done; err != nil {
+			t.Fatalf("batch of %d: %v", n, err)
+		}
+		checkOutputs(t, w, batch, outs)
+		if got := launches() - before; got != 4+2*ContLen {
+			t.Errorf("batch of %d: %d launches, want %d", n, got, 4+2*ContLen)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := live(); n != 0 {
+		t.Errorf("after Close the fake driver holds %d allocations, streams, modules or retains", n)
+	}
+}
