@@ -19,13 +19,16 @@
 //   - Device is an Executor that emulates the seeds' GPU: it costs a batch
 //     with an actors.LatencyModel, answers with actors.EmulatedOutput, and
 //     injects faults (crashes, hangs, slow runs, batch and item errors,
-//     poison inputs) from a FaultPlan, switched on per run.
+//     poison inputs) from a FaultPlan, switched on per run, and faults at
+//     given times on given devices (Config.FaultSchedule, schedule.go);
+//     Config.LatencySpread makes its cost vary around the model.
 //   - Stream and NewStream derive independent random streams from the master
 //     seed and a name, so adding a consumer of randomness does not shift the
 //     numbers every other consumer sees.
-//   - Traffic is an actor that offers requests (Poisson or constant
-//     arrivals, model mix, tenants, input lengths, priorities, cancels);
-//     a run may have several (Config.Sources).
+//   - Traffic is an actor that offers requests (Poisson, constant,
+//     diurnal or burst arrivals, phases.go; model mix, tenants, input
+//     lengths, priorities, cancels); a run may have several
+//     (Config.Sources).
 //   - Ledger is the checker: it keeps one record per request and checks the
 //     architecture's invariants from the messages it observes; FlushCheck
 //     checks invariant 5 (no request waits past its flush bound while a
@@ -33,14 +36,15 @@
 //   - Run builds a world from a Config (the reference workload by default,
 //     or a named experiment), runs a safety phase under faults and a
 //     liveness phase that must drain, and returns a Report: percentiles
-//     per tenant and model, throughput, utilisation, batch sizes, queue
-//     wait against compute, fairness, the autoscaling signal over time.
+//     per tenant, model and version, throughput and goodput, utilisation,
+//     batch sizes, queue wait against compute, fairness, the autoscaling
+//     signal over time and, on request, a timeline (timeline.go).
 //
 // The event loop is the hot path of every simulation, so it avoids
 // container/heap and per-event allocation: events are concrete values in a
 // hand-written 4-ary heap, and events due at the current instant go through
 // a FIFO ring instead (see heap.go for why that keeps the exact order).
 //
-// Who imports it: cmd/batchd (the sim subcommand) and tests. sim imports
+// Who imports it: cmd/batchd (the sim subcommand), scenarios and tests. sim imports
 // actors and nothing else of batchd.
 package sim
