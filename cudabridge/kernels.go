@@ -44,25 +44,26 @@ func kernelDense(in, W, b, out []float32, n, inDim, outDim int, withReLU bool) {
 
 // kernelStep is bytenet_step: every (i, j) picks item i's printable byte c
 // with the highest o (the lowest on a tie) and computes hn[i*Hidden+j];
-// j == 0 writes c to cont[i*ContLen+step].
+// j == 0 writes c to cont[i*ContLen+step]. The pick is the same for every
+// j of an item, so it is made once per item here (each GPU thread makes
+// it again).
 func kernelStep(o, h, E, WH, WX, BH, hn []float32, cont []byte, n, step int) {
-	for idx := range n * Hidden {
-		i, j := idx/Hidden, idx%Hidden
+	for i := range n {
 		c := argmax(o[i*Vocab+PrintLo:][:PrintHi-PrintLo+1], PrintLo)
-		wh := WH[j*Hidden:][:Hidden]
 		hi := h[i*Hidden:][:Hidden]
-		a := BH[j]
-		for k := range Hidden {
-			a += float32(wh[k] * hi[k])
-		}
-		wx := WX[j*Embed:][:Embed]
 		e := E[c*Embed:][:Embed]
-		for k := range Embed {
-			a += float32(wx[k] * e[k])
+		for j := range Hidden {
+			wh := WH[j*Hidden:][:Hidden]
+			a := BH[j]
+			for k := range Hidden {
+				a += float32(wh[k] * hi[k])
+			}
+			wx := WX[j*Embed:][:Embed]
+			for k := range Embed {
+				a += float32(wx[k] * e[k])
+			}
+			hn[i*Hidden+j] = relu(a)
 		}
-		hn[idx] = relu(a)
-		if j == 0 {
-			cont[i*ContLen+step] = byte(c)
-		}
+		cont[i*ContLen+step] = byte(c)
 	}
 }
