@@ -23,6 +23,9 @@ type limits struct {
 type common struct {
 	version  string
 	priority int8
+	// prioritySet: the body named a priority (a durable job's items
+	// default to low instead of normal).
+	prioritySet bool
 	// timeout is the request's own, capped at TimeoutMax; zero when it
 	// set none (the batcher's SLO applies).
 	timeout time.Duration
@@ -114,6 +117,7 @@ func (b *commonBody) decode(lim limits) (common, *apiError) {
 		return c, badRequest("version longer than %d bytes", nameMaxBytes)
 	}
 	c.version = b.Version
+	c.prioritySet = b.Priority != ""
 	switch b.Priority {
 	case "", "normal":
 		c.priority = actors.PriorityNormal

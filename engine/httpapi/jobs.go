@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/jobs"
 )
 
@@ -71,6 +72,12 @@ func (h *Handler) submitJob(w http.ResponseWriter, r *http.Request, k *tenantKey
 	if h.draining.Load() {
 		h.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: codeDraining, msg: "shutting down: not accepting jobs", retryAfter: h.cfg.RetryAfterDefault})
 		return
+	}
+	// A job is patient: unless it says otherwise, its items run at low
+	// priority, behind the synchronous requests that wait on a
+	// connection (priority aging keeps them from starving).
+	if !c.prioritySet {
+		c.priority = actors.PriorityLow
 	}
 	key := r.Header.Get(IdempotencyKeyHeader)
 	if len(r.Header.Values(IdempotencyKeyHeader)) > 1 {

@@ -225,8 +225,16 @@ func TestJobTenantIsolation(t *testing.T) {
 	if r := serve(h, "GET", "/v1/requests/"+id, ""); r.status != 401 {
 		t.Errorf("no key: %d", r.status)
 	}
-	if f := f.requests(); len(f) != 5 || f[0].Tenant != "alice" {
-		t.Errorf("engine saw %d requests, tenant %q: a job's items carry its tenant", len(f), f[0].Tenant)
+	reqs := f.requests()
+	if len(reqs) != 5 || reqs[0].Tenant != "alice" || reqs[0].Priority != actors.PriorityLow {
+		t.Fatalf("engine saw %d requests, tenant %q, priority %d: a job's items carry its tenant, at low priority by default",
+			len(reqs), reqs[0].Tenant, reqs[0].Priority)
+	}
+	// A job that names its priority keeps it.
+	r = serve(h, "POST", "/v1/models/m/batch", batchBody(2, "hi", `, "async": true, "priority": "high"`), alice...)
+	pollJob(t, h, decodeJob(t, r).ID, alice...)
+	if reqs := f.requests(); len(reqs) != 7 || reqs[6].Priority != actors.PriorityHigh {
+		t.Errorf("high-priority job's item at priority %d", reqs[len(reqs)-1].Priority)
 	}
 }
 
