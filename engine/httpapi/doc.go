@@ -119,7 +119,9 @@
 // makes a submission idempotent per tenant: the same key with the same
 // request (its decoded fields hashed, so spacing and key order do not
 // matter) answers 202 with the original id and Idempotent-Replayed: true;
-// with another request, 409 idempotency_conflict. A full store is 503
+// with another request, 409 idempotency_conflict. A job's items run at
+// low priority unless its body names one: nobody waits on a connection
+// for them. A full store is 503
 // store_full with Retry-After. Job items are not counted in
 // batchd_requests_total (the runner calls the engine, not the handler).
 //
