@@ -234,6 +234,9 @@ func (r *Runner) loop(ctx context.Context, act []Job) {
 	defer timer.Stop()
 	sweep := time.NewTicker(r.cfg.SweepEvery)
 	defer sweep.Stop()
+	// stopCh is nil once the stop is seen: a closed channel in the select
+	// would make it spin while the last runs finish.
+	stopCh := r.stopCh
 	for {
 		r.intake(st)
 		now := time.Now()
@@ -267,11 +270,10 @@ func (r *Runner) loop(ctx context.Context, act []Job) {
 			} else if n > 0 {
 				r.log.Debug("jobs: retention sweep", "dropped", n)
 			}
-		case <-r.stopCh:
-			if !st.stopping {
-				st.stopping = true
-				r.dropRetries(st)
-			}
+		case <-stopCh:
+			stopCh = nil
+			st.stopping = true
+			r.dropRetries(st)
 		}
 		// Take whatever else finished, so one step writes it all.
 		for more := true; more; {

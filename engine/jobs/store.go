@@ -254,8 +254,10 @@ type Config struct {
 	Path string
 	// ItemsMax bounds the items of one job. Default 10,000.
 	ItemsMax int
-	// JobsMax bounds the jobs held, finished or not; past it a
-	// submission is refused (ErrFull) after a sweep. Default 10,000.
+	// JobsMax bounds the jobs held, finished or not. A submission at the
+	// bound (or at ItemsStoredMax) first drops the oldest finished job,
+	// retention or not; with none to drop it is refused (ErrFull).
+	// Default 10,000.
 	JobsMax int
 	// ItemsStoredMax bounds the items held in all jobs. Default 1,000,000.
 	ItemsStoredMax int
