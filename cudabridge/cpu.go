@@ -30,16 +30,10 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// forwarder runs a validated batch (1 to BatchMax inputs, none too long)
-// and returns one output per input.
-type forwarder interface {
-	Forward(ctx context.Context, inputs []string) ([]Output, error)
-}
-
 // serveBatch is the backends' Run: it checks the batch and each item, runs
 // the good items as one batch and formats their outputs. A bad item fails
 // alone; an error of the run fails the batch.
-func serveBatch(ctx context.Context, f forwarder, lim Limits, model, version string, inputs []string) ([]string, []error, error) {
+func serveBatch(ctx context.Context, f Forwarder, lim Limits, model, version string, inputs []string) ([]string, []error, error) {
 	itemErrs, err := checkBatch(model, version, inputs, lim.BatchMax, lim.InputLenMax)
 	if err != nil {
 		return nil, nil, err

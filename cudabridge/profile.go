@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// Forwarder runs one batch of inputs and returns their outputs: a CPU or a
-// Device. Profile measures one.
+// Forwarder runs one batch of inputs (1 to its BatchMax, none longer than
+// its InputLenMax) and returns one output per input: a CPU or a Device.
+// Profile measures one; the backends' Run validates a batch and calls it.
 type Forwarder interface {
 	Forward(ctx context.Context, inputs []string) ([]Output, error)
 }
