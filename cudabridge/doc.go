@@ -20,9 +20,10 @@
 // `label=coral next="x1?Qa b."`. Weights.Infer is the reference, one input
 // at a time; CPU runs a batch through the Go twins of the GPU kernels
 // (kernels.go). Both are plain float32 arithmetic in the kernels' order,
-// with every product rounded before it is added, so the CPU, the reference
-// and the GPU agree bit for bit (the GPU tests still allow 1e-5 relative on
-// logits, and require identical labels and continuations).
+// with every product rounded before it is added, so the CPU and the
+// reference agree bit for bit and the GPU is built to (the GPU tests allow
+// 1e-5 relative on logits, and require identical labels and
+// continuations).
 //
 // # The GPU backend
 //
