@@ -72,6 +72,8 @@ var metricDoc = map[string]string{
 	"expired_fraction":        "expired over offered",
 	"failed_fraction":         "failed over offered",
 	"share":                   "the group's offered over all offered (a canary's split)",
+	"queue_ms_mean":           "mean queue wait (enqueue to dispatch) of the group's completed requests; tenant:, model: or version: only",
+	"compute_ms_mean":         "mean compute (dispatch to done) of the group's completed requests; tenant:, model: or version: only",
 	"device_utilisation":      "device busy time over devices × simulated time; run-wide only",
 	"batch_size_mean":         "mean items per batch; run-wide only",
 	"batches":                 "batches dispatched, retries included; run-wide only",
@@ -111,6 +113,9 @@ var runOnly = map[string]bool{
 	"device_utilisation": true, "batch_size_mean": true, "batches": true, "queued_high": true,
 	"fairness_jain": true, "fairness_jain_weighted": true,
 }
+
+// groupOnly are the metrics only a tenant, model or version has.
+var groupOnly = map[string]bool{"share": true, "queue_ms_mean": true, "compute_ms_mean": true}
 
 var ops = []string{"<=", ">=", "==", "!=", "<", ">"}
 
@@ -198,8 +203,10 @@ func parseCheck(text string, s *Scenario) (Check, error) {
 		return c, fmt.Errorf("%s is sampled over the whole batcher: it takes no tenant:, model: or version:", c.Metric)
 	case groups > 0 && runOnly[c.Metric]:
 		return c, fmt.Errorf("%s is reported for the whole run only", c.Metric)
-	case c.Metric == "share" && groups == 0:
-		return c, errors.New("share needs a tenant:, model: or version: scope")
+	case groupOnly[c.Metric] && groups == 0:
+		return c, fmt.Errorf("%s needs a tenant:, model: or version: scope", c.Metric)
+	case groupOnly[c.Metric] && c.Windowed && c.Metric != "share":
+		return c, fmt.Errorf("%s is reported for the whole run, not per window", c.Metric)
 	}
 	return c, nil
 }
@@ -459,6 +466,10 @@ func observeGroup(ns sim.NameStats, rep *sim.Report, metric string) (float64, bo
 		return frac(ns.Expired)
 	case "failed_fraction":
 		return frac(ns.Failed)
+	case "queue_ms_mean":
+		return lat(ns.QueueMsMean)
+	case "compute_ms_mean":
+		return lat(ns.ComputeMsMean)
 	case "share":
 		if rep.Requests.Offered == 0 {
 			return 0, false

@@ -128,7 +128,10 @@ type Ledger struct {
 	// modelSLO the SLOs of the models that have their own (nil if none).
 	models   map[string][]int
 	modelSLO map[string]time.Duration
-	devs     map[actors.Address]*devState
+	// keySplit and tenantSplit sum the queue wait and compute of the
+	// completed requests by key and by tenant index (timeline.go).
+	keySplit, tenantSplit []splitSums
+	devs                  map[actors.Address]*devState
 	// sampler, when set, reads the batcher's Signals on a clock of its
 	// own; sampleAt is its next reading (never, without a sampler), so
 	// that the hot path pays one comparison for it.
@@ -506,6 +509,7 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 		l.latency.record(at - r.arrival)
 		l.queueWait.record(m.Dispatch - m.Enqueue)
 		l.compute.record(m.Done - m.Dispatch)
+		l.addSplit(r, m.Dispatch-m.Enqueue, m.Done-m.Dispatch)
 		if at <= r.deadline {
 			l.sloMet++
 		}

@@ -105,6 +105,12 @@ type NameStats struct {
 	// GoodputRPS is as the report's: completed by the deadline, per second
 	// of the safety phase (of the window, for Report.Windows).
 	GoodputRPS float64 `json:"goodput_rps"`
+	// QueueMsMean and ComputeMsMean split the completed requests' mean
+	// latency into waiting (enqueue to dispatch) and running (dispatch to
+	// done): slow because batching waits, or because the model is slow.
+	// Absent in Report.Windows.
+	QueueMsMean   float64 `json:"queue_ms_mean,omitempty"`
+	ComputeMsMean float64 `json:"compute_ms_mean,omitempty"`
 }
 
 // Fairness is Jain's index, (Σx)² / (n·Σx²), of the tenants' throughputs
@@ -307,7 +313,11 @@ func addBreakdown(rep *Report, in reportInput) {
 	var xs, ws []float64
 	for i, name := range tenants {
 		t := &byTenant[i]
-		rep.Tenants[name] = t.stats(in.safety)
+		st := t.stats(in.safety)
+		if i < len(l.tenantSplit) {
+			st.QueueMsMean, st.ComputeMsMean = l.tenantSplit[i].means()
+		}
+		rep.Tenants[name] = st
 		for r, n := range t.rejectedBy {
 			if n > 0 {
 				rep.Rejections[actors.Reason(r).String()] += n
@@ -322,13 +332,17 @@ func addBreakdown(rep *Report, in reportInput) {
 	}
 	rep.Models = make(map[string]NameStats, len(models))
 	for i, name := range models {
-		rep.Models[name] = byModel[i].stats(in.safety)
+		st := byModel[i].stats(in.safety)
+		st.QueueMsMean, st.ComputeMsMean = l.splitOf(ofKey, i).means()
+		rep.Models[name] = st
 	}
 	versions, ofVersion := l.versionGroups()
 	byVersion := l.tallies(len(versions), func(r *record) int { return ofVersion[r.key] }, 0, all, in.safety)
 	rep.Versions = make(map[string]NameStats, len(versions))
 	for i, name := range versions {
-		rep.Versions[name] = byVersion[i].stats(in.safety)
+		st := byVersion[i].stats(in.safety)
+		st.QueueMsMean, st.ComputeMsMean = l.splitOf(ofVersion, i).means()
+		rep.Versions[name] = st
 	}
 	rep.Fairness = Fairness{Tenants: len(tenants), JainThroughput: round(jain(xs), 6), JainWeighted: round(jain(ws), 6)}
 
@@ -627,11 +641,15 @@ func (r Report) writeBreakdown(w io.Writer) error {
 			return
 		}
 		p("")
-		p("%s\toffered\tcompleted\trejected\texpired\tfailed\tp50 ms\tp95 ms\tp99 ms\tSLO\treq/s\trejected by", title)
+		p("%s\toffered\tcompleted\trejected\texpired\tfailed\tp50 ms\tp95 ms\tp99 ms\tqueue/compute ms\tSLO\treq/s\trejected by", title)
 		for _, name := range sortedKeys(m) {
 			s := m[name]
-			p("%s\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.4f\t%.1f\t%s", name, s.Offered, s.Completed, s.Rejected, s.Expired, s.Failed,
-				s.LatencyMs.P50, s.LatencyMs.P95, s.LatencyMs.P99, s.SLOAttainment, s.ThroughputRPS, countList(s.RejectedBy))
+			split := "-"
+			if s.QueueMsMean > 0 || s.ComputeMsMean > 0 {
+				split = fmt.Sprintf("%.1f/%.1f", s.QueueMsMean, s.ComputeMsMean)
+			}
+			p("%s\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%s\t%.4f\t%.1f\t%s", name, s.Offered, s.Completed, s.Rejected, s.Expired, s.Failed,
+				s.LatencyMs.P50, s.LatencyMs.P95, s.LatencyMs.P99, split, s.SLOAttainment, s.ThroughputRPS, countList(s.RejectedBy))
 		}
 	}
 	table("tenant", r.Tenants)

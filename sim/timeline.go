@@ -127,3 +127,50 @@ func (l *Ledger) retried() int64 {
 	}
 	return n
 }
+
+// splitSums add up the queue wait and the compute of a group's completed
+// requests, for the per-group split of latency (NameStats.QueueMsMean and
+// ComputeMsMean): two additions a request, where a histogram per group
+// would cost hundreds of KB each.
+type splitSums struct {
+	n              int64
+	queue, compute time.Duration
+}
+
+// addSplit adds one completed request's queue wait and compute to its
+// key's and its tenant's sums.
+func (l *Ledger) addSplit(r *record, queue, compute time.Duration) {
+	if k := int(r.key); k >= len(l.keySplit) {
+		l.keySplit = append(l.keySplit, make([]splitSums, k+1-len(l.keySplit))...)
+	}
+	if t := int(r.tenant); t >= len(l.tenantSplit) {
+		l.tenantSplit = append(l.tenantSplit, make([]splitSums, t+1-len(l.tenantSplit))...)
+	}
+	for _, s := range [2]*splitSums{&l.keySplit[r.key], &l.tenantSplit[r.tenant]} {
+		s.n++
+		s.queue += queue
+		s.compute += compute
+	}
+}
+
+// means returns the mean queue wait and compute in milliseconds, at
+// microsecond resolution.
+func (s splitSums) means() (queueMs, computeMs float64) {
+	if s.n == 0 {
+		return 0, 0
+	}
+	return round(ms(s.queue/time.Duration(s.n)), 3), round(ms(s.compute/time.Duration(s.n)), 3)
+}
+
+// splitOf sums the split of the keys (by index) that group maps to g.
+func (l *Ledger) splitOf(ofKey []int, g int) splitSums {
+	var out splitSums
+	for k, s := range l.keySplit {
+		if k < len(ofKey) && ofKey[k] == g {
+			out.n += s.n
+			out.queue += s.queue
+			out.compute += s.compute
+		}
+	}
+	return out
+}
