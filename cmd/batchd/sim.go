@@ -37,7 +37,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	case name != "" && experiment != "":
 		return usagef("--experiment and a scenario (%s): give one", name)
 	case name != "":
-		if sc, err = scenarios.Find(name); err != nil {
+		if sc, err = scenarios.Find(name); errors.Is(err, scenarios.ErrUnknown) {
+			// Not a file, not a built-in: say it the way a stray argument
+			// of the flag-driven mode is said.
+			return usagef("unexpected argument %q: %w", name, err)
+		} else if err != nil {
 			return usageError{err}
 		}
 		if cfg, err = sc.SimConfig(sc.Seed); err != nil {
