@@ -3,10 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/batchd/batchd/scenarios"
+	"github.com/batchd/batchd/sim"
 )
 
 // TestSimExperiment: --experiment starts from a named configuration of
@@ -150,5 +157,52 @@ func TestSimScenarioUsage(t *testing.T) {
 		if got := run(c.args, &stdout, &stderr); got != exitUsage || !strings.Contains(stderr.String(), c.stderr) {
 			t.Errorf("batchd %q: status %d, stderr %q; want %d and %q", c.args, got, stderr.String(), exitUsage, c.stderr)
 		}
+	}
+}
+
+// TestSimProgress: the progress bar is off when stderr is not a terminal
+// (a pipe, a buffer) or the output is JSON; on a run it follows virtual
+// time to the end of the safety phase and leaves the run unchanged (same
+// trace hash).
+func TestSimProgress(t *testing.T) {
+	sc, err := scenarios.Builtin("reference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := sc.SimConfig(sc.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := cfg
+	long.Duration = time.Hour
+	if p := newProgress(&bytes.Buffer{}, long, false); p != nil {
+		t.Error("a bar on a buffer")
+	}
+	if p := newProgress(os.Stderr, long, true); p != nil {
+		t.Error("a bar with --json")
+	}
+	plain, err := sim.Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &progress{bar: progressbar.NewOptions64(int64(cfg.Duration/time.Second), progressbar.OptionSetWriter(io.Discard)), total: cfg.Duration}
+	withBar := cfg
+	withBar.Observers = []sim.Observer{p}
+	rep, err := sim.Run(withBar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TraceHash != plain.TraceHash {
+		t.Errorf("trace hash %s with the bar, %s without", rep.TraceHash, plain.TraceHash)
+	}
+	// It looked at the clock every progressEvery deliveries: it moved,
+	// and never past the safety phase though the drain runs on.
+	total := int64(cfg.Duration / time.Second)
+	if got := p.bar.State().CurrentNum; got < 1 || got > total {
+		t.Errorf("bar at %d of %d simulated seconds after the run", got, total)
+	}
+	p.close()
+	if got := p.bar.State().CurrentNum; got != total {
+		t.Errorf("bar at %d after close, want the full %d", got, total)
 	}
 }
