@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/actors"
 )
 
 // The tests named TestGPU run on a real GPU through libcuda.so.1 and skip,
@@ -108,9 +110,9 @@ func TestGPUMatchesReference(t *testing.T) {
 }
 
 // TestGPUProfile measures batch latency against batch size (1 to 100) and
-// input length on every GPU and writes each device's latency table (the
-// simulator's format) to -gpu.out. It asserts nothing about time: the
-// figures are the result.
+// input length on every GPU and writes each device's latency table to
+// -gpu.out; the table must parse as the simulator's latency table. It
+// asserts nothing about time: the figures are the result.
 func TestGPUProfile(t *testing.T) {
 	v, infos, devs := gpuDevices(t)
 	cfg := ProfileConfig{Lengths: []int{16, 128, InputLenMax}, Reps: 21, Warmup: 3}
@@ -129,6 +131,10 @@ func TestGPUProfile(t *testing.T) {
 		}
 		if err := WriteLatencyTable(&b, header, points, 128); err != nil {
 			t.Fatal(err)
+		}
+		// The table must be one the simulator reads: every size, in order.
+		if m, err := actors.ParseLatencyTable([]byte(b.String())); err != nil || len(m.Table) != len(cfg.Sizes) {
+			t.Errorf("device %d: the profile is not a %d-point latency table: %v", infos[k].Ordinal, len(cfg.Sizes), err)
 		}
 		writeReport(t, fmt.Sprintf("profile-gpu%d.txt", infos[k].Ordinal), b.String())
 		for _, l := range cfg.Lengths {
