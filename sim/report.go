@@ -340,6 +340,11 @@ func addBreakdown(rep *Report, in reportInput) {
 	byVersion := l.tallies(len(versions), func(r *record) int { return ofVersion[r.key] }, 0, all, in.safety)
 	rep.Versions = make(map[string]NameStats, len(versions))
 	for i, name := range versions {
+		if byVersion[i].offered == 0 {
+			// The key a request had before the batcher resolved its
+			// version, left with nothing once every request moved on.
+			continue
+		}
 		st := byVersion[i].stats(in.safety)
 		st.QueueMsMean, st.ComputeMsMean = l.splitOf(ofVersion, i).means()
 		rep.Versions[name] = st

@@ -305,7 +305,7 @@ func writeJSON(w io.Writer, v any) error {
 func writeScenarioTable(w io.Writer, res *scenarios.Result) error {
 	fmt.Fprintf(w, "scenario %s (%s, seed %d)\n", res.Scenario, res.File, res.Seed)
 	if d := strings.TrimSpace(res.Description); d != "" {
-		fmt.Fprintf(w, "%s\n", d)
+		fmt.Fprintln(w, wrap(d, 80))
 	}
 	fmt.Fprintln(w)
 	if err := res.Report.WriteTable(w); err != nil {
@@ -334,6 +334,27 @@ func writeScenarioTable(w io.Writer, res *scenarios.Result) error {
 	}
 	_, err := fmt.Fprintf(w, "\nscenario %s %s\n", res.Scenario, verdict)
 	return err
+}
+
+// wrap breaks text into lines of at most width bytes at spaces (a longer
+// word keeps a line of its own).
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for _, word := range strings.Fields(text) {
+		switch {
+		case n == 0:
+		case n+1+len(word) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(word)
+		n += len(word)
+	}
+	return b.String()
 }
 
 // experimentArg returns the value of --experiment in args, or "" (the
