@@ -75,6 +75,9 @@ var metricDoc = map[string]string{
 	"queue_ms_mean":           "mean queue wait (enqueue to dispatch) of the group's completed requests; tenant:, model: or version: only",
 	"compute_ms_mean":         "mean compute (dispatch to done) of the group's completed requests; tenant:, model: or version: only",
 	"device_utilisation":      "device busy time over devices × simulated time; run-wide only",
+	"device_utilization":      "the same as device_utilisation",
+	"device_busy_max":         "the busiest device's busy fraction; run-wide only",
+	"device_busy_min":         "the idlest device's busy fraction; run-wide only",
 	"batch_size_mean":         "mean items per batch; run-wide only",
 	"batches":                 "batches dispatched, retries included; run-wide only",
 	"queued_high":             "most items queued at once; run-wide only",
@@ -110,7 +113,7 @@ var runOnly = map[string]bool{
 	"queue_p50_ms": true, "queue_p95_ms": true, "queue_p99_ms": true,
 	"compute_p50_ms": true, "compute_p95_ms": true, "compute_p99_ms": true,
 	"accepted": true, "lost": true, "duplicated": true, "violations": true, "retried": true,
-	"device_utilisation": true, "batch_size_mean": true, "batches": true, "queued_high": true,
+	"device_utilisation": true, "device_utilization": true, "device_busy_max": true, "device_busy_min": true, "batch_size_mean": true, "batches": true, "queued_high": true,
 	"fairness_jain": true, "fairness_jain_weighted": true,
 }
 
@@ -402,8 +405,21 @@ func observeRun(rep *sim.Report, metric string) (float64, bool) {
 		return frac(q.Expired)
 	case "failed_fraction":
 		return frac(q.Failed)
-	case "device_utilisation":
+	case "device_utilisation", "device_utilization":
 		return rep.DeviceUtilization, true
+	case "device_busy_max", "device_busy_min":
+		if len(rep.DeviceBusy) == 0 {
+			return 0, false
+		}
+		x := rep.DeviceBusy[0]
+		for _, b := range rep.DeviceBusy[1:] {
+			if metric == "device_busy_max" {
+				x = math.Max(x, b)
+			} else {
+				x = math.Min(x, b)
+			}
+		}
+		return x, true
 	case "batch_size_mean":
 		return rep.BatchSizeMean, rep.Batches > 0
 	case "batches":

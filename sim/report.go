@@ -46,6 +46,11 @@ type Report struct {
 	// DeviceUtilization is total device busy time over devices × simulated
 	// time (the drain included).
 	DeviceUtilization float64 `json:"device_utilization"`
+	// DeviceBusy is each device's busy time over the simulated time, in
+	// device order (nodes one after another in a scenario): an uneven
+	// fleet (warm models placed badly, a device out of service) shows
+	// here, where the mean above hides it.
+	DeviceBusy []float64 `json:"device_busy"`
 	// Batches counts the batches dispatched (retries included).
 	Batches       int64         `json:"batches"`
 	BatchSizeMean float64       `json:"batch_size_mean"`
@@ -214,6 +219,8 @@ type reportInput struct {
 	offered   int64
 	ledger    *Ledger
 	busy      time.Duration
+	// perDevice is each device's busy time.
+	perDevice []time.Duration
 	devices   int
 	safety    time.Duration
 	simulated time.Duration
@@ -275,6 +282,9 @@ func newReport(in reportInput) Report {
 	}
 	if in.devices > 0 && in.simulated > 0 {
 		rep.DeviceUtilization = in.busy.Seconds() / (float64(in.devices) * in.simulated.Seconds())
+		for _, b := range in.perDevice {
+			rep.DeviceBusy = append(rep.DeviceBusy, round(b.Seconds()/in.simulated.Seconds(), 3))
+		}
 	}
 	if c.Batches > 0 {
 		rep.BatchSizeMean = round(float64(c.BatchItems)/float64(c.Batches), 3)
@@ -613,6 +623,16 @@ func (r Report) WriteTable(w io.Writer) error {
 	p("SLO attainment\t%.4f", r.SLOAttainment)
 	p("throughput\t%.1f req/s (goodput, within the SLO: %.1f req/s)", r.ThroughputRPS, r.GoodputRPS)
 	p("device utilization\t%.4f", r.DeviceUtilization)
+	if len(r.DeviceBusy) > 1 && len(r.DeviceBusy) <= deviceBusyRows {
+		var b strings.Builder
+		for i, x := range r.DeviceBusy {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%.2f", x)
+		}
+		p("device busy\t%s", b.String())
+	}
 	p("batches\t%d, mean size %.2f", r.Batches, r.BatchSizeMean)
 	var sizes strings.Builder
 	for i, b := range r.BatchSizes {
@@ -684,6 +704,10 @@ func (r Report) writeBreakdown(w io.Writer) error {
 	}
 	return tw.Flush()
 }
+
+// deviceBusyRows bounds the devices whose busy fraction the table prints
+// one by one (the JSON has them all).
+const deviceBusyRows = 64
 
 // autoscaleRows bounds the autoscaling readings the table prints.
 const autoscaleRows = 20

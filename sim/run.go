@@ -465,8 +465,10 @@ func Run(cfg Config) (Report, error) {
 	}
 
 	var busy time.Duration
+	perDevice := make([]time.Duration, len(devices))
 	for i, d := range devices {
 		busy += d.BusyTime()
+		perDevice[i] = d.BusyTime()
 		if n := d.Overlaps(); n > 0 {
 			extra = append(extra, fmt.Sprintf("device %d started %d jobs while one was running", i, n))
 			extraKinds = append(extraKinds, ViolationBatch)
@@ -507,6 +509,7 @@ func Run(cfg Config) (Report, error) {
 		sampler:       sampler,
 		windows:       cfg.Windows,
 		busy:          busy,
+		perDevice:     perDevice,
 		devices:       cfg.Devices,
 		safety:        cfg.Duration,
 		simulated:     end,
