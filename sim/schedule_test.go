@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -156,5 +157,16 @@ func TestTimelineSumsToReport(t *testing.T) {
 	}
 	if v, ok := rep.Versions["m@v1"]; !ok || v.Offered != rep.Requests.Offered {
 		t.Errorf("versions %v: want all requests under m@v1", rep.Versions)
+	}
+	// The devices' busy fractions average to the fleet's utilisation.
+	if len(rep.DeviceBusy) != cfg.Devices {
+		t.Fatalf("%d device busy fractions for %d devices", len(rep.DeviceBusy), cfg.Devices)
+	}
+	mean := 0.0
+	for _, b := range rep.DeviceBusy {
+		mean += b / float64(cfg.Devices)
+	}
+	if math.Abs(mean-rep.DeviceUtilization) > 0.001 {
+		t.Errorf("device busy %v: mean %.4f, utilisation %.4f", rep.DeviceBusy, mean, rep.DeviceUtilization)
 	}
 }
