@@ -117,11 +117,12 @@ func TestProfileCUDAWithoutDriver(t *testing.T) {
 // with the reference's output.
 func TestServeCPUBackend(t *testing.T) {
 	var stdout bytes.Buffer
-	base, stop := startServe(t, "devices:\n  backend: cpu\n  count: 2\n", &stdout)
+	// A generous SLO, so a loaded machine cannot make the request miss it.
+	base, stop := startServe(t, "devices:\n  backend: cpu\n  count: 2\npolicy:\n  slo: 5s\n", &stdout)
 	want := cudabridge.NewWeights(cudabridge.WeightSeed).Infer([]byte("hello")).String()
 	code, r := infer(t, base, cudabridge.ModelName, "hello")
 	if code != http.StatusOK || r.Output != want || r.Version != cudabridge.ModelVersion {
-		t.Fatalf("infer: %d %+v, want output %q", code, r, want)
+		t.Fatalf("infer: %d %+v (error %+v), want output %q", code, r, r.Error, want)
 	}
 	if !strings.Contains(stdout.String(), "2 cpu devices") || !strings.Contains(stdout.String(), "/v1/models/bytenet/infer") {
 		t.Errorf("startup line:\n%s", stdout.String())
