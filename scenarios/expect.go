@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/sim"
 )
 
@@ -214,8 +215,14 @@ func parseCheck(text string, s *Scenario) (Check, error) {
 	return c, nil
 }
 
+// reasons are the names of the reasons admission rejects for, as the
+// report counts them (rejected_REASON).
 func reasons() []string {
-	return []string{"invalid", "unknown_model", "rate_limited", "quota", "queue_full", "overloaded", "no_device", "draining"}
+	var out []string
+	for r := actors.ReasonInvalid; r <= actors.ReasonDraining; r++ {
+		out = append(out, r.String())
+	}
+	return out
 }
 
 func (s *Scenario) hasTenant(name string) bool {
