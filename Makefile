@@ -11,7 +11,7 @@ RATE     ?= 2000
 DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
-.PHONY: fidelity
+.PHONY: fidelity scenarios
 .PHONY: gpu-test ptx
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
@@ -26,6 +26,11 @@ load:
 
 sim:
 	$(GO) run ./cmd/batchd sim --rate 1000 --devices 6 --batch-max 100 --latency 100ms --duration 60s --seed 7
+
+# Every built-in scenario (scenarios/*.yaml), the simulated hour at 1000
+# req/s (reference-1h) included; `make test` runs all but that one.
+scenarios:
+	$(GO) test -count=1 -v -run TestScenarios ./scenarios -args -scenarios.long
 
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
