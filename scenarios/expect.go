@@ -73,8 +73,8 @@ var metricDoc = map[string]string{
 	"expired_fraction":        "expired over offered",
 	"failed_fraction":         "failed over offered",
 	"share":                   "the group's offered over all offered (a canary's split)",
-	"queue_ms_mean":           "mean queue wait (enqueue to dispatch) of the group's completed requests; tenant:, model: or version: only",
-	"compute_ms_mean":         "mean compute (dispatch to done) of the group's completed requests; tenant:, model: or version: only",
+	"queue_mean_ms":           "mean queue wait (enqueue to dispatch) of the group's completed requests; tenant:, model: or version: only",
+	"compute_mean_ms":         "mean compute (dispatch to done) of the group's completed requests; tenant:, model: or version: only",
 	"device_utilisation":      "device busy time over devices × simulated time; run-wide only",
 	"device_utilization":      "the same as device_utilisation",
 	"device_busy_max":         "the busiest device's busy fraction; run-wide only",
@@ -91,8 +91,8 @@ var metricDoc = map[string]string{
 	"busy_fraction_mean":      "mean of the sampled device busy fractions",
 	"keys_max":                "most compatibility keys with recent arrivals in one sample",
 	"batch_size_sampled_mean": "mean of the sampled recent batch sizes (keys weighted by arrival rate)",
-	"p95_ms_step_max":         "largest p95 of any timeline step (arrivals per sample_every)",
-	"p99_ms_step_max":         "largest p99 of any timeline step",
+	"p95_step_max_ms":         "largest p95 of any timeline step (arrivals per sample_every)",
+	"p99_step_max_ms":         "largest p99 of any timeline step",
 	"slo_attainment_step_min": "smallest SLO attainment of any timeline step with requests",
 }
 
@@ -106,7 +106,7 @@ func Metrics() map[string]string { return metricDoc }
 var sampled = map[string]bool{
 	"autoscale_max_devices": true, "autoscale_min_devices": true, "autoscale_mean_devices": true,
 	"queue_depth_max": true, "busy_fraction_mean": true, "keys_max": true, "batch_size_sampled_mean": true,
-	"p95_ms_step_max": true, "p99_ms_step_max": true, "slo_attainment_step_min": true,
+	"p95_step_max_ms": true, "p99_step_max_ms": true, "slo_attainment_step_min": true,
 }
 
 // runOnly are the metrics the report has only for the whole run.
@@ -119,7 +119,7 @@ var runOnly = map[string]bool{
 }
 
 // groupOnly are the metrics only a tenant, model or version has.
-var groupOnly = map[string]bool{"share": true, "queue_ms_mean": true, "compute_ms_mean": true}
+var groupOnly = map[string]bool{"share": true, "queue_mean_ms": true, "compute_mean_ms": true}
 
 var ops = []string{"<=", ">=", "==", "!=", "<", ">"}
 
@@ -489,10 +489,10 @@ func observeGroup(ns sim.NameStats, rep *sim.Report, metric string) (float64, bo
 		return frac(ns.Expired)
 	case "failed_fraction":
 		return frac(ns.Failed)
-	case "queue_ms_mean":
-		return lat(ns.QueueMsMean)
-	case "compute_ms_mean":
-		return lat(ns.ComputeMsMean)
+	case "queue_mean_ms":
+		return lat(ns.QueueMeanMs)
+	case "compute_mean_ms":
+		return lat(ns.ComputeMeanMs)
 	case "share":
 		if rep.Requests.Offered == 0 {
 			return 0, false
@@ -554,11 +554,11 @@ func (c Check) observeSampled(rep *sim.Report) (float64, bool) {
 				continue
 			}
 			switch c.Metric {
-			case "p95_ms_step_max":
+			case "p95_step_max_ms":
 				if st.Completed > 0 {
 					take(st.LatencyMs.P95, math.Max)
 				}
-			case "p99_ms_step_max":
+			case "p99_step_max_ms":
 				if st.Completed > 0 {
 					take(st.LatencyMs.P99, math.Max)
 				}

@@ -110,12 +110,12 @@ type NameStats struct {
 	// GoodputRPS is as the report's: completed by the deadline, per second
 	// of the safety phase (of the window, for Report.Windows).
 	GoodputRPS float64 `json:"goodput_rps"`
-	// QueueMsMean and ComputeMsMean split the completed requests' mean
+	// QueueMeanMs and ComputeMeanMs split the completed requests' mean
 	// latency into waiting (enqueue to dispatch) and running (dispatch to
 	// done): slow because batching waits, or because the model is slow.
 	// Absent in Report.Windows.
-	QueueMsMean   float64 `json:"queue_ms_mean,omitempty"`
-	ComputeMsMean float64 `json:"compute_ms_mean,omitempty"`
+	QueueMeanMs   float64 `json:"queue_mean_ms,omitempty"`
+	ComputeMeanMs float64 `json:"compute_mean_ms,omitempty"`
 }
 
 // Fairness is Jain's index, (Σx)² / (n·Σx²), of the tenants' throughputs
@@ -325,7 +325,7 @@ func addBreakdown(rep *Report, in reportInput) {
 		t := &byTenant[i]
 		st := t.stats(in.safety)
 		if i < len(l.tenantSplit) {
-			st.QueueMsMean, st.ComputeMsMean = l.tenantSplit[i].means()
+			st.QueueMeanMs, st.ComputeMeanMs = l.tenantSplit[i].means()
 		}
 		rep.Tenants[name] = st
 		for r, n := range t.rejectedBy {
@@ -343,7 +343,7 @@ func addBreakdown(rep *Report, in reportInput) {
 	rep.Models = make(map[string]NameStats, len(models))
 	for i, name := range models {
 		st := byModel[i].stats(in.safety)
-		st.QueueMsMean, st.ComputeMsMean = l.splitOf(ofKey, i).means()
+		st.QueueMeanMs, st.ComputeMeanMs = l.splitOf(ofKey, i).means()
 		rep.Models[name] = st
 	}
 	versions, ofVersion := l.versionGroups()
@@ -356,7 +356,7 @@ func addBreakdown(rep *Report, in reportInput) {
 			continue
 		}
 		st := byVersion[i].stats(in.safety)
-		st.QueueMsMean, st.ComputeMsMean = l.splitOf(ofVersion, i).means()
+		st.QueueMeanMs, st.ComputeMeanMs = l.splitOf(ofVersion, i).means()
 		rep.Versions[name] = st
 	}
 	rep.Fairness = Fairness{Tenants: len(tenants), JainThroughput: round(jain(xs), 6), JainWeighted: round(jain(ws), 6)}
@@ -670,8 +670,8 @@ func (r Report) writeBreakdown(w io.Writer) error {
 		for _, name := range sortedKeys(m) {
 			s := m[name]
 			split := "-"
-			if s.QueueMsMean > 0 || s.ComputeMsMean > 0 {
-				split = fmt.Sprintf("%.1f/%.1f", s.QueueMsMean, s.ComputeMsMean)
+			if s.QueueMeanMs > 0 || s.ComputeMeanMs > 0 {
+				split = fmt.Sprintf("%.1f/%.1f", s.QueueMeanMs, s.ComputeMeanMs)
 			}
 			p("%s\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%s\t%.4f\t%.1f\t%s", name, s.Offered, s.Completed, s.Rejected, s.Expired, s.Failed,
 				s.LatencyMs.P50, s.LatencyMs.P95, s.LatencyMs.P99, split, s.SLOAttainment, s.ThroughputRPS, countList(s.RejectedBy))

@@ -129,8 +129,8 @@ func (l *Ledger) retried() int64 {
 }
 
 // splitSums add up the queue wait and the compute of a group's completed
-// requests, for the per-group split of latency (NameStats.QueueMsMean and
-// ComputeMsMean): two additions a request, where a histogram per group
+// requests, for the per-group split of latency (NameStats.QueueMeanMs and
+// ComputeMeanMs): two additions a request, where a histogram per group
 // would cost hundreds of KB each.
 type splitSums struct {
 	n              int64
