@@ -9,8 +9,7 @@
 // The file is self-contained: it needs no CUDA headers, so clang compiles it
 // without the CUDA toolkit (regenerate the checked-in PTX with `make ptx`):
 //
-//   clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc \
-//     -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
+//   clang -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
 //
 // nvcc works too: nvcc -ptx -arch=sm_80 -fmad=false -o model.ptx model.cu
 //
@@ -25,31 +24,37 @@
 #define BN_PRINT_LO 32  // the continuation picks among printable bytes...
 #define BN_PRINT_HI 126 // ...32 to 126 inclusive
 
-#if defined(__clang__)
+#if defined(BN_HOST)
+// The host build: testdata/fakecuda.c, the tests' C stand-in for
+// libcuda.so.1, includes this file and runs each kernel once per "thread",
+// setting bn_host_index (plain C, float arithmetic, no contraction).
+#define BN_EXTERN_C
+#define __global__
+#define BN_INDEX() bn_host_index
+#define BN_MUL(a, b) ((a) * (b))
+#define BN_ADD(a, b) ((a) + (b))
+#define BN_DIV(a, b) ((a) / (b))
+#elif defined(__clang__)
+#define BN_EXTERN_C extern "C"
 #ifndef __global__
 #define __global__ __attribute__((global))
 #endif
-#define BN_TID() ((long long)__nvvm_read_ptx_sreg_tid_x())
-#define BN_CTAID() ((long long)__nvvm_read_ptx_sreg_ctaid_x())
-#define BN_NTID() ((long long)__nvvm_read_ptx_sreg_ntid_x())
+#define BN_INDEX() ((long long)__nvvm_read_ptx_sreg_ctaid_x() * __nvvm_read_ptx_sreg_ntid_x() + __nvvm_read_ptx_sreg_tid_x())
 #define BN_MUL(a, b) __nvvm_mul_rn_f((a), (b))
 #define BN_ADD(a, b) __nvvm_add_rn_f((a), (b))
 #define BN_DIV(a, b) __nvvm_div_rn_f((a), (b))
 #else // nvcc
-#define BN_TID() ((long long)threadIdx.x)
-#define BN_CTAID() ((long long)blockIdx.x)
-#define BN_NTID() ((long long)blockDim.x)
+#define BN_EXTERN_C extern "C"
+#define BN_INDEX() ((long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define BN_MUL(a, b) __fmul_rn((a), (b))
 #define BN_ADD(a, b) __fadd_rn((a), (b))
 #define BN_DIV(a, b) __fdiv_rn((a), (b))
 #endif
 
-#define BN_INDEX() (BN_CTAID() * BN_NTID() + BN_TID())
-
 // bytenet_embed_pool: p[i][d] = mean over t < len[i] of E[x[i][t]][d].
 // x is n rows of lpad bytes (padded to the batch's longest input); the
 // padding is never read. An empty input pools to zeros.
-extern "C" __global__ void bytenet_embed_pool(const unsigned char *x, const int *len,
+BN_EXTERN_C __global__ void bytenet_embed_pool(const unsigned char *x, const int *len,
                                               const float *E, float *p, long long n,
                                               long long lpad) {
   long long idx = BN_INDEX();
@@ -67,7 +72,7 @@ extern "C" __global__ void bytenet_embed_pool(const unsigned char *x, const int 
 
 // bytenet_dense: out[i][j] = b[j] + sum over k of W[j][k]*in[i][k], summed
 // in increasing k, then ReLU when relu is not 0.
-extern "C" __global__ void bytenet_dense(const float *in, const float *W, const float *b,
+BN_EXTERN_C __global__ void bytenet_dense(const float *in, const float *W, const float *b,
                                          float *out, long long n, long long in_dim,
                                          long long out_dim, long long relu) {
   long long idx = BN_INDEX();
@@ -89,7 +94,7 @@ extern "C" __global__ void bytenet_dense(const float *in, const float *W, const 
 // o[i] (ties: the lowest byte), and computes one element of the next state:
 // hn[i][j] = relu(BH[j] + sum_k WH[j][k]*h[i][k] + sum_k WX[j][k]*E[c][k]).
 // Thread j == 0 records c as byte `step` of item i's continuation.
-extern "C" __global__ void bytenet_step(const float *o, const float *h, const float *E,
+BN_EXTERN_C __global__ void bytenet_step(const float *o, const float *h, const float *E,
                                         const float *WH, const float *WX, const float *BH,
                                         float *hn, unsigned char *cont, long long n,
                                         long long step) {

@@ -5,9 +5,9 @@
 // current on the calling thread (contexts are thread-local here too), device
 // pointers that are live allocations, copies from and to page-locked host
 // memory, the JIT option arrays, launch dimensions, and kernel parameters
-// passed as void** pointing at each value. Its "kernels" are the kernels of
-// model.cu in C, so a batch through the real purego binding must give the
-// reference's outputs. Streams report CUDA_ERROR_NOT_READY twice before
+// passed as void** pointing at each value. Its "kernels" are model.cu's,
+// compiled for the host, so a batch through the real purego binding must
+// give the reference's outputs. Streams report CUDA_ERROR_NOT_READY twice before
 // done, to exercise the polling.
 //
 // Build: cc -shared -fPIC -O2 -ffp-contract=off -o libcuda.so.1 fakecuda.c
@@ -24,13 +24,6 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
 typedef unsigned long long CUdeviceptr;
-
-#define VOCAB 256
-#define EMBED 64
-#define HIDDEN 64
-#define CONT 8
-#define PRINT_LO 32
-#define PRINT_HI 126
 
 enum { MAXALLOC = 256 };
 static struct alloc { char *p; size_t n; int host; } allocs[MAXALLOC];
@@ -233,48 +226,12 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) 
   return 0;
 }
 
-// The kernels of model.cu, one loop iteration per GPU thread.
-static float relu(float a) { return a > 0.0f ? a : 0.0f; }
-
-static void embed_pool(long long idx, const unsigned char *x, const int *len, const float *E, float *p, long long n, long long lpad) {
-  if (idx >= n * EMBED) return;
-  long long i = idx / EMBED, d = idx % EMBED, m = len[i];
-  float s = 0.0f;
-  for (long long t = 0; t < m; t++) s = s + E[(long long)x[i * lpad + t] * EMBED + d];
-  if (m > 0) s = s / (float)m;
-  p[idx] = s;
-}
-
-static void dense(long long idx, const float *in, const float *W, const float *b, float *out, long long n, long long in_dim, long long out_dim, long long withrelu) {
-  if (idx >= n * out_dim) return;
-  long long i = idx / out_dim, j = idx % out_dim;
-  float a = b[j];
-  for (long long k = 0; k < in_dim; k++) {
-    float prod = W[j * in_dim + k] * in[i * in_dim + k];
-    a = a + prod;
-  }
-  out[idx] = withrelu ? relu(a) : a;
-}
-
-static void step(long long idx, const float *o, const float *h, const float *E, const float *WH, const float *WX, const float *BH, float *hn, unsigned char *cont, long long n, long long stp) {
-  if (idx >= n * HIDDEN) return;
-  long long i = idx / HIDDEN, j = idx % HIDDEN;
-  const float *oi = o + i * VOCAB;
-  long long c = PRINT_LO;
-  for (long long v = PRINT_LO + 1; v <= PRINT_HI; v++)
-    if (oi[v] > oi[c]) c = v;
-  float a = BH[j];
-  for (long long k = 0; k < HIDDEN; k++) {
-    float prod = WH[j * HIDDEN + k] * h[i * HIDDEN + k];
-    a = a + prod;
-  }
-  for (long long k = 0; k < EMBED; k++) {
-    float prod = WX[j * EMBED + k] * E[c * EMBED + k];
-    a = a + prod;
-  }
-  hn[idx] = relu(a);
-  if (j == 0) cont[i * CONT + stp] = (unsigned char)c;
-}
+// The kernels: model.cu itself, built for the host (BN_HOST), run once per
+// "thread" with bn_host_index set. So the tests run the very source the
+// PTX is made from.
+static long long bn_host_index;
+#define BN_HOST 1
+#include "../model.cu"
 
 #define P(i, T) (*(T *)params[i])
 
@@ -289,17 +246,19 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   launches++;
   not_ready = 2;
   for (long long t = 0; t < threads; t++) {
+    bn_host_index = t;
     switch (id) {
     case 1:
-      embed_pool(t, P(0, unsigned char *), P(1, int *), P(2, float *), P(3, float *), P(4, long long), P(5, long long));
+      bytenet_embed_pool(P(0, const unsigned char *), P(1, const int *), P(2, const float *), P(3, float *), P(4, long long),
+                         P(5, long long));
       break;
     case 2:
-      dense(t, P(0, float *), P(1, float *), P(2, float *), P(3, float *), P(4, long long), P(5, long long), P(6, long long),
-            P(7, long long));
+      bytenet_dense(P(0, const float *), P(1, const float *), P(2, const float *), P(3, float *), P(4, long long), P(5, long long),
+                    P(6, long long), P(7, long long));
       break;
     case 3:
-      step(t, P(0, float *), P(1, float *), P(2, float *), P(3, float *), P(4, float *), P(5, float *), P(6, float *),
-           P(7, unsigned char *), P(8, long long), P(9, long long));
+      bytenet_step(P(0, const float *), P(1, const float *), P(2, const float *), P(3, const float *), P(4, const float *),
+                   P(5, const float *), P(6, float *), P(7, unsigned char *), P(8, long long), P(9, long long));
       break;
     default:
       return 400;
