@@ -692,6 +692,16 @@ func (r Report) writeBreakdown(w io.Writer) error {
 	for _, win := range r.Windows {
 		table(fmt.Sprintf("%g-%g s", win.FromS, win.ToS), win.Tenants)
 	}
+	if len(r.Timeline) > 0 {
+		p("")
+		p("timeline\tfrom s\toffered\trejected\tunserved\tp50 ms\tp99 ms\tSLO")
+		// A long run is summed up by at most autoscaleRows steps.
+		step := (len(r.Timeline) + autoscaleRows - 1) / autoscaleRows
+		for i := 0; i < len(r.Timeline); i += step {
+			s := r.Timeline[i]
+			p("\t%g\t%d\t%d\t%d\t%.3f\t%.3f\t%.4f", s.FromS, s.Offered, s.Rejected, s.Unserved, s.LatencyMs.P50, s.LatencyMs.P99, s.SLOAttainment)
+		}
+	}
 	if len(r.Autoscale) > 0 {
 		p("")
 		p("autoscale\tt s\tdevices needed\tqueue depth\tbusy\tkeys\tbatch mean")
