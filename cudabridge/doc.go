@@ -36,7 +36,10 @@
 // hung kernel) returns an error wrapping ErrDeviceFault, and the device
 // re-creates its context on its next batch. The driver calls sit behind a
 // small interface so that all of this is tested without a GPU, by a fake
-// driver whose kernels run the Go kernels.
+// driver whose kernels run the Go kernels; and the binding itself is tested
+// against testdata/fakecuda.c, a C stand-in for libcuda.so.1 (built when a
+// C compiler is at hand) that runs model.cu's kernels compiled for the
+// host.
 //
 // # The kernels and their PTX
 //
