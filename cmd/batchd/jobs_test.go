@@ -56,7 +56,9 @@ type server struct {
 	cmd    *exec.Cmd
 	base   string
 	stderr *syncBuffer
-	exited chan error
+	// exited is closed once the process is gone; err is then its exit.
+	exited chan struct{}
+	err    error
 }
 
 var servingRE = regexp.MustCompile(`serving on (http://[0-9.:]+)`)
@@ -71,11 +73,19 @@ func startServer(t *testing.T, cfg string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	s := &server{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// However the test ends, the child does not outlive it.
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		select {
+		case <-s.exited:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	urls := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -88,12 +98,13 @@ func startServer(t *testing.T, cfg string) *server {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		s.exited <- cmd.Wait()
+		s.err = cmd.Wait()
+		close(s.exited)
 	}()
 	select {
 	case s.base = <-urls:
-	case err := <-s.exited:
-		t.Fatalf("server exited at start: %v\n%s", err, s.stderr.String())
+	case <-s.exited:
+		t.Fatalf("server exited at start: %v\n%s", s.err, s.stderr.String())
 	case <-time.After(60 * time.Second):
 		s.kill(t)
 		t.Fatalf("server did not start:\n%s", s.stderr.String())
@@ -274,9 +285,9 @@ jobs:
 		t.Fatal(err)
 	}
 	select {
-	case err := <-s.exited:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", err, s.stderr.String())
+	case <-s.exited:
+		if s.err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", s.err, s.stderr.String())
 		}
 	case <-time.After(60 * time.Second):
 		s.kill(t)

@@ -342,38 +342,35 @@ func (r *Runner) dropRetries(st *loopState) {
 	}
 }
 
-// wants decides what the next step claims: round robin over the jobs,
-// each up to its window, all within the total window; due retries first.
+// wants decides what the next step claims: round robin over the jobs;
+// every due retry (it already holds its place in the windows), then new
+// items up to the job's window, all within the total window.
 func (r *Runner) wants(st *loopState, now time.Time) []want {
-	if st.stopping || st.held >= r.cfg.WindowTotal || len(st.order) == 0 {
+	if st.stopping || len(st.order) == 0 {
 		return nil
 	}
-	room := r.cfg.WindowTotal - st.held
+	room := max(r.cfg.WindowTotal-st.held, 0)
 	var out []want
 	n := len(st.order)
-	for i := 0; i < n && room > 0; i++ {
+	for i := range n {
 		id := st.order[(st.next+i)%n]
 		run := st.runs[id]
 		if run.cancelled {
 			continue
 		}
-		jroom := min(r.cfg.WindowJob-run.window(), room)
-		if jroom <= 0 {
-			continue
-		}
 		w := want{id: id, from: run.cursor}
 		for _, rt := range run.retries {
-			if len(w.retry) < jroom && !rt.due.After(now) {
+			if !rt.due.After(now) {
 				w.retry = append(w.retry, rt.index)
 			}
 		}
 		if !run.exhausted {
-			w.n = jroom - len(w.retry)
+			w.n = max(min(r.cfg.WindowJob-run.window(), room), 0)
+			room -= w.n
 		}
 		if len(w.retry) == 0 && w.n == 0 {
 			continue
 		}
-		room -= len(w.retry) + w.n
 		out = append(out, w)
 	}
 	st.next++

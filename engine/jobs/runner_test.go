@@ -355,3 +355,24 @@ func TestRunnerDeadline(t *testing.T) {
 		t.Errorf("item %+v", items[0])
 	}
 }
+
+// Items waiting to retry hold the window; when they fill it, they must
+// still run (a refused job once stalled for ever this way).
+func TestRunnerRetriesFillWindow(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WindowJob, cfg.WindowTotal = 4, 4
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = time.Millisecond, 2*time.Millisecond
+	s := openStore(t, cfg, newClock())
+	f := newFake()
+	f.refusals = 2
+	r := startRunner(t, s, f)
+	in := inputs(20, "x")
+	j, _, _ := r.Submit(batchSpec("a", in))
+	waitDone(t, r, "a", j.ID)
+	checkOutputs(t, r, "a", j.ID, in, 1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.totalMax > 4 {
+		t.Errorf("%d in flight, window 4", f.totalMax)
+	}
+}
