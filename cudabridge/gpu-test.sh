@@ -13,6 +13,10 @@
 # Without a driver or GPU the GPU tests skip and say what is missing; the
 # binaries are self-contained (no cgo, PTX embedded), so copy BIN and this
 # script to a GPU host and run it there: sh gpu-test.sh BIN OUT
+# A dry run of this script without a GPU: build the tests' C stand-in,
+#   cc -shared -fPIC -O2 -ffp-contract=off -o DIR/libcuda.so.1 cudabridge/testdata/fakecuda.c
+# and run with LD_LIBRARY_PATH=DIR. Its "GPU" figures are the CPU's: never
+# record them.
 set -u
 bin=${1:-bin}
 out=${2:-bin/gpu-results}
