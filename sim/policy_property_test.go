@@ -416,8 +416,17 @@ func fairnessRun(t *rapid.T, weighted, shared bool) (Config, []float64, []float6
 	full := cfg.Latency.Predict(b.BatchMax, 64)
 	// Room to queue two full batches or more: the fair discipline shares
 	// out what is queued, and with no room to queue, admission (first
-	// come) is all that decides.
-	b.SLO = frac(t, full, 3, 5, "slo_per_full_batch") + b.Margin
+	// come) is all that decides. Sharing a key, three: at an SLO of three
+	// batch times a light tenant's admitted requests are overtaken by the
+	// heavier tenants' later ones often enough to expire, and it stays
+	// 10% short of its share however long the run (weights 3, 3 and 1,
+	// one device, the light tenant offering 1.5x its share: 38.7 req/s
+	// against 43.0 over 30 times the usual duration).
+	lo, hi := 3.0, 5.0
+	if shared {
+		lo, hi = 4, 6
+	}
+	b.SLO = frac(t, full, lo, hi, "slo_per_full_batch") + b.Margin
 	// Across keys only PolicyFair weighs tenants; inside one key both
 	// policies take requests by the tenants' weighted service.
 	b.KeyPolicy = actors.PolicyFair
@@ -971,7 +980,11 @@ func TestPropertyLowPriorityBound(t *testing.T) {
 		if rapid.Bool().Draw(t, "own_tenant") {
 			lo.Tenants = []string{"lo"}
 		}
-		lo.Rate = max(capacity*0.01, 20)
+		// A trickle: at most 5% of capacity, or the low requests queue
+		// behind each other rather than behind the high load (a floor of
+		// 20 req/s on a fleet of 25 once made them 80% of it, and the
+		// bound, which is about one request, failed by a few ms).
+		lo.Rate = min(max(capacity*0.01, 20), capacity*0.05)
 		lo.Timeout = 1000 * b.SLO
 		cfg.Sources = []TrafficConfig{hi, lo}
 		cfg.Duration = time.Duration(rapid.IntRange(20, 100).Draw(t, "duration_batches")) * full
