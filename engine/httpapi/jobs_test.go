@@ -307,6 +307,7 @@ func TestJobIdempotency(t *testing.T) {
 		t.Errorf("bob's same key: %d %s", r4.status, r4.body)
 	}
 	pollJob(t, h, id, alice[:2]...)
+	pollJob(t, h, decodeJob(t, r4).ID, "Authorization", "Bearer key-b")
 	if n := len(f.requests()); n != 4 {
 		t.Errorf("%d engine calls, want 4 (two jobs of two)", n)
 	}
