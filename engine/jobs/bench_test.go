@@ -46,3 +46,27 @@ func BenchmarkJob10k(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(in))/time.Since(start).Seconds(), "items/s")
 }
+
+// BenchmarkSubmitInfer submits one-item jobs (async infers) from 64
+// goroutines at once: concurrent submissions share commits (bbolt's
+// Batch), so the rate is not one fsync per request.
+func BenchmarkSubmitInfer(b *testing.B) {
+	cfg := DefaultConfig(filepath.Join(b.TempDir(), "jobs.db"))
+	cfg.JobsMax, cfg.ItemsStoredMax = 1<<24, 1<<24
+	s, err := Open(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.SetParallelism(32) // 32 × GOMAXPROCS submitters
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, _, err := s.Submit(Spec{Kind: KindInfer, Tenant: "a", Model: "m", Inputs: []string{"x"}}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+}

@@ -362,6 +362,9 @@ var (
 // refused at Open rather than misread.
 const formatVersion = 1
 
+// submitBatchDelay is the longest a submission waits to share a commit.
+const submitBatchDelay = 2 * time.Millisecond
+
 // keyMaxBytes bounds an idempotency key.
 const keyMaxBytes = 256
 
@@ -396,6 +399,9 @@ func Open(cfg Config, now func() time.Time) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A submission waits at most this long for others to share its
+	// commit (bbolt's default is 10 ms).
+	db.MaxBatchDelay = submitBatchDelay
 	s := &Store{db: db, cfg: cfg, path: cfg.Path, now: now}
 	if err := s.guard(s.check); err != nil {
 		_ = db.Close()
@@ -689,7 +695,12 @@ func (s *Store) Submit(sp Spec) (Job, bool, error) {
 	var out Job
 	existing := false
 	err := s.guard(func() error {
-		return s.db.Update(func(tx *bbolt.Tx) error {
+		// Batch: concurrent submissions (async infers, each a job of one
+		// item) share a transaction and its fsync. The function may run
+		// more than once (bbolt retries a failed batch call alone), so it
+		// only sets out and existing, and the id is drawn outside it.
+		return s.db.Batch(func(tx *bbolt.Tx) error {
+			out, existing = Job{}, false
 			if sp.IdempotencyKey != "" {
 				if prev := tx.Bucket(bucketIdem).Get(idemKey(sp.Tenant, sp.IdempotencyKey)); prev != nil {
 					j, err := s.job(tx, string(prev))
