@@ -28,6 +28,10 @@
 //	done    finish time (unix ns, big-endian) + job id, for finished jobs
 //	        oldest first: what the retention sweep drops
 //
+// A submission is one transaction, shared with the submissions that
+// arrive within 2 ms of it (bbolt's Batch): an async infer is a job of
+// one item, and one fsync each would cap them at the disk's sync rate.
+//
 // Everything is bounded: items per job (ItemsMax), jobs held (JobsMax),
 // items held (ItemsStoredMax), finished jobs kept (RetainMax, and none
 // older than RetainAge; a background sweep every SweepEvery). A submission
