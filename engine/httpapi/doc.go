@@ -123,7 +123,8 @@
 // low priority unless its body names one: nobody waits on a connection
 // for them. A full store is 503
 // store_full with Retry-After. Job items are not counted in
-// batchd_requests_total (the runner calls the engine, not the handler).
+// batchd_requests_total (the runner calls the engine, not the handler):
+// they have batchd_job_* series of their own.
 //
 // # Cancellation and deadlines
 //
@@ -163,6 +164,9 @@
 //	batchd_queue_wait_seconds{model}                     arrival to dispatch (completed requests)
 //	batchd_compute_seconds{model}                        dispatch to reply (completed requests)
 //	batchd_batch_size{model}                             the batch each completed request ran in
+//	batchd_job_items_total{outcome}                      durable job items the runner wrote finished
+//	batchd_job_item_retries_total                        job item runs refused for load, queued again
+//	batchd_job_items_held, batchd_jobs_active            job items in the engine or waiting; open jobs
 //
 // and, when Config.Signals is set, gauges read from the batcher at scrape
 // time by a prometheus.Collector: batchd_queue_depth,

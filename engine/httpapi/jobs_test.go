@@ -190,6 +190,11 @@ func TestJobBatch(t *testing.T) {
 	if got := len(f.requests()); got != n {
 		t.Errorf("%d engine calls for %d items", got, n)
 	}
+	eventually(t, "job metrics", func() bool {
+		m := string(serve(h, "GET", "/metrics", "").body)
+		return strings.Contains(m, `batchd_job_items_total{outcome="completed"} 2500`+"\n") &&
+			strings.Contains(m, "batchd_job_items_held 0\n") && strings.Contains(m, "batchd_jobs_active 0\n")
+	})
 	// A small batch stays synchronous; "async" makes it a job.
 	if r := serve(h, "POST", "/v1/models/m/batch", batchBody(3, "s", "")); r.status != 200 {
 		t.Errorf("small batch: %d %s", r.status, r.body)

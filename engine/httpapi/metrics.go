@@ -113,6 +113,9 @@ func newMetrics(cfg Config) *metrics {
 	if cfg.Signals != nil {
 		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout))
 	}
+	if js, ok := cfg.Jobs.(jobStats); ok {
+		registerJobMetrics(m.reg, js)
+	}
 	return m
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batchd/batchd/actors"
@@ -43,11 +44,39 @@ type Runner struct {
 	// cancelAll ends every run in flight (Stop past its ctx).
 	cancelAll context.CancelFunc
 
+	stats runnerStats
+
 	mu        sync.Mutex
 	incoming  []Job
 	cancelled []string
 	started   bool
 	stopOnce  sync.Once
+}
+
+// Stats are the runner's counters since it started, for /metrics.
+type Stats struct {
+	// Items written in a terminal state, by state.
+	Completed, Failed, Cancelled, Expired uint64
+	// Retries counts runs refused for load (or past the SLO) and queued
+	// to run again.
+	Retries uint64
+	// Held is the items in the engine or waiting to retry now; Jobs the
+	// unfinished jobs the runner tracks.
+	Held, Jobs int64
+}
+
+type runnerStats struct {
+	completed, failed, cancelled, expired, retries atomic.Uint64
+	held, jobs                                     atomic.Int64
+}
+
+// Stats returns the runner's counters; safe for concurrent use.
+func (r *Runner) Stats() Stats {
+	s := &r.stats
+	return Stats{
+		Completed: s.completed.Load(), Failed: s.failed.Load(), Cancelled: s.cancelled.Load(),
+		Expired: s.expired.Load(), Retries: s.retries.Load(), Held: s.held.Load(), Jobs: s.jobs.Load(),
+	}
 }
 
 // result is one run's end, as a worker reports it.
@@ -386,6 +415,18 @@ func (r *Runner) step(ctx context.Context, st *loopState, wants []want, now time
 		st.failing = now.Add(stepFailBackoff)
 		return
 	}
+	for _, o := range st.pending {
+		switch o.next {
+		case Completed:
+			r.stats.completed.Add(1)
+		case Failed:
+			r.stats.failed.Add(1)
+		case Cancelled:
+			r.stats.cancelled.Add(1)
+		case Expired:
+			r.stats.expired.Add(1)
+		}
+	}
 	st.pending = st.pending[:0]
 	st.failing = time.Time{}
 	if res.stale > 0 {
@@ -425,6 +466,8 @@ func (r *Runner) step(ctx context.Context, st *loopState, wants []want, now time
 		}
 	}
 	r.prune(st)
+	r.stats.held.Store(int64(st.held))
+	r.stats.jobs.Store(int64(len(st.order)))
 }
 
 // prune forgets the jobs with nothing left to do here.
@@ -488,6 +531,7 @@ func (r *Runner) received(st *loopState, res result) {
 		} else if !st.stopping && !run.cancelled {
 			run.retries = append(run.retries, retry{index: res.index, due: time.Now().Add(r.backoff(n, retryAfter))})
 			st.held++
+			r.stats.retries.Add(1)
 		}
 	}
 	if o.next.Terminal() {

@@ -215,6 +215,11 @@ func TestRunnerRetriesRefusals(t *testing.T) {
 	if n := f.callsTotal(); n != 150 {
 		t.Errorf("%d calls, want 150 (two refusals and a run each)", n)
 	}
+	// The counters follow the commit that made the job done.
+	eventually(t, "stats", func() bool { return r.Stats().Completed == 50 })
+	if st := r.Stats(); st.Retries != 100 || st.Failed != 0 || st.Held != 0 {
+		t.Errorf("stats %+v: want 100 retries, nothing failed or held", st)
+	}
 }
 
 func TestRunnerGivesUp(t *testing.T) {
@@ -286,6 +291,8 @@ func TestRunnerCancel(t *testing.T) {
 	if n := f.callsTotal(); n != 10 {
 		t.Errorf("%d items fed, want only the 10 in flight at the cancel", n)
 	}
+	// The runner wrote the 10 it withdrew; the store cancelled the rest.
+	eventually(t, "stats", func() bool { return r.Stats().Cancelled == 10 })
 	if again, err := r.Cancel("a", j.ID); err != nil || again.Status() != Cancelled || again.Counts != got.Counts {
 		t.Errorf("second cancel: %s %+v %v", again.Status(), again.Counts, err)
 	}
