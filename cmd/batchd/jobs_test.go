@@ -28,8 +28,32 @@ func init() {
 	if os.Getenv(helperEnv) != "" {
 		return // the helper's parent chose its directory
 	}
-	if dir, err := os.MkdirTemp("", "batchd-cmd-test-"); err == nil {
+	removeStaleStateDirs()
+	if dir, err := os.MkdirTemp("", stateDirPrefix); err == nil {
 		os.Setenv("XDG_STATE_HOME", dir)
+	}
+}
+
+// stateDirPrefix names the per-process state directories of init.
+const stateDirPrefix = "batchd-cmd-test-"
+
+// staleAfter: a state directory this old belongs to a test binary that
+// has ended (go test's timeout is far shorter); the binary cannot remove
+// its own (goleak's TestMain exits without running deferred calls).
+const staleAfter = 30 * time.Minute
+
+// staleScanMax bounds the directories one start looks at.
+const staleScanMax = 1000
+
+func removeStaleStateDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), stateDirPrefix+"*"))
+	for i, d := range dirs {
+		if i == staleScanMax {
+			return
+		}
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > staleAfter {
+			_ = os.RemoveAll(d)
+		}
 	}
 }
 
