@@ -20,43 +20,6 @@ import (
 	"github.com/batchd/batchd/actors"
 )
 
-// The serve tests of this package run the embedded configuration, whose
-// job store defaults to the user's state directory: point that at a
-// directory of this test process instead, so tests neither touch the
-// user's store nor contend for its lock with a running batchd.
-func init() {
-	if os.Getenv(helperEnv) != "" {
-		return // the helper's parent chose its directory
-	}
-	removeStaleStateDirs()
-	if dir, err := os.MkdirTemp("", stateDirPrefix); err == nil {
-		os.Setenv("XDG_STATE_HOME", dir)
-	}
-}
-
-// stateDirPrefix names the per-process state directories of init.
-const stateDirPrefix = "batchd-cmd-test-"
-
-// staleAfter: a state directory this old belongs to a test binary that
-// has ended (go test's timeout is far shorter); the binary cannot remove
-// its own (goleak's TestMain exits without running deferred calls).
-const staleAfter = 30 * time.Minute
-
-// staleScanMax bounds the directories one start looks at.
-const staleScanMax = 1000
-
-func removeStaleStateDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), stateDirPrefix+"*"))
-	for i, d := range dirs {
-		if i == staleScanMax {
-			return
-		}
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > staleAfter {
-			_ = os.RemoveAll(d)
-		}
-	}
-}
-
 // helperEnv, when set in a child test process, makes TestJobsServeHelper
 // run `batchd serve` with the arguments in it (separated by "\x1f", the unit separator) until it is
 // killed: the real command's code path (run, as main calls it), in a
