@@ -3,6 +3,7 @@
 //	batchd serve [flags]  serve inference over HTTP on the live engine
 //	batchd load [flags]   send load to a server and report latency percentiles
 //	batchd sim [flags]    run the deterministic simulator and print its report
+//	batchd fidelity       run one workload live and simulated; compare percentiles
 //
 // Later issues add plan. main stays thin: it parses flags
 // into a package's Config, validates it there, runs, and maps the outcome
