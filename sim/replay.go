@@ -15,8 +15,8 @@ import (
 )
 
 // ReplayRequest is one recorded request to offer again: its arrival and
-// everything that decides how it is batched, but not its input text, which
-// the replay makes up at the recorded length.
+// everything that decides how it is batched, and its input text if the
+// recording has it (else the replay makes one up at the recorded length).
 type ReplayRequest struct {
 	// Arrival is the time the request arrives in the replay.
 	Arrival  time.Duration
@@ -30,6 +30,10 @@ type ReplayRequest struct {
 	Timeout time.Duration
 	// InputLen is the input's length in bytes, at least 1.
 	InputLen int
+	// Input, when not empty, is the recorded input text (serve
+	// --record-inputs), offered as it was; InputLen is then its length.
+	// Empty: the replay makes up InputLen random letters.
+	Input string
 }
 
 // ReplayLimit bounds the requests of one replay: what the ledger tracks
@@ -39,6 +43,10 @@ const ReplayLimit = LedgerRequestsLimit / 2
 // replayLineMax bounds one line of a recording (a recorded input of up to
 // InputLenLimit bytes, escaped, fits).
 const replayLineMax = 8 << 20
+
+// replayInputBytesMax bounds the recorded input text one replay holds in
+// memory, 1 GiB (what the recorder writes at most by default).
+const replayInputBytesMax = 1 << 30
 
 // replayLine is the part of a `batchd serve --record` line a replay reads
 // (engine/record.Entry writes it; a test in cmd/batchd checks that the
@@ -53,6 +61,7 @@ type replayLine struct {
 	Priority  int8     `json:"priority"`
 	TimeoutMs float64  `json:"timeout_ms"`
 	InputLen  *int     `json:"input_len"`
+	Input     string   `json:"input"`
 }
 
 // ErrReplayLine is wrapped by ReadReplay's errors about a line.
@@ -71,7 +80,7 @@ func ReadReplay(r io.Reader, limit int) ([]ReplayRequest, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), replayLineMax)
 	var out []ReplayRequest
-	line := 0
+	line, inputBytes := 0, 0
 	for sc.Scan() {
 		line++
 		b := bytes.TrimSpace(sc.Bytes())
@@ -84,6 +93,9 @@ func ReadReplay(r io.Reader, limit int) ([]ReplayRequest, error) {
 		req, err := parseReplayLine(b)
 		if err != nil {
 			return nil, fmt.Errorf("replay: line %d: %w: %w", line, ErrReplayLine, err)
+		}
+		if inputBytes += len(req.Input); inputBytes > replayInputBytesMax {
+			return nil, fmt.Errorf("replay: line %d: more than %d bytes of recorded inputs", line, replayInputBytesMax)
 		}
 		out = append(out, req)
 	}
@@ -131,6 +143,8 @@ func parseReplayLine(b []byte) (ReplayRequest, error) {
 		return ReplayRequest{}, errors.New("no input_len")
 	case *l.InputLen < 0 || *l.InputLen > InputLenLimit:
 		return ReplayRequest{}, fmt.Errorf("input_len %d: need 0 to %d", *l.InputLen, InputLenLimit)
+	case l.Input != "" && len(l.Input) != *l.InputLen:
+		return ReplayRequest{}, fmt.Errorf("input of %d bytes, input_len %d: they must agree", len(l.Input), *l.InputLen)
 	case l.Priority < actors.PriorityLow || l.Priority > actors.PriorityHigh:
 		return ReplayRequest{}, fmt.Errorf("priority %d: need %d to %d", l.Priority, actors.PriorityLow, actors.PriorityHigh)
 	case !(l.TimeoutMs >= 0) || l.TimeoutMs > DurationLimit.Seconds()*1e3:
@@ -147,6 +161,7 @@ func parseReplayLine(b []byte) (ReplayRequest, error) {
 		// An empty input still costs a batch slot; the simulated device
 		// wants at least one byte.
 		InputLen: max(*l.InputLen, 1),
+		Input:    l.Input,
 	}, nil
 }
 
@@ -166,6 +181,8 @@ func validateReplay(rs []ReplayRequest, d time.Duration) error {
 			return fmt.Errorf("request %d: no model", i)
 		case r.InputLen < 1 || r.InputLen > InputLenLimit:
 			return fmt.Errorf("request %d: InputLen %d: need 1 to %d", i, r.InputLen, InputLenLimit)
+		case r.Input != "" && len(r.Input) != r.InputLen:
+			return fmt.Errorf("request %d: Input of %d bytes, InputLen %d", i, len(r.Input), r.InputLen)
 		case r.Timeout < 0:
 			return fmt.Errorf("request %d: negative Timeout", i)
 		}
@@ -183,8 +200,9 @@ func ReplayDuration(rs []ReplayRequest) time.Duration {
 }
 
 // replaySource is the actor that offers Config.Replay: each request at its
-// arrival time, IDs 1, 2, ... in arrival order, with inputs of the
-// recorded lengths cut from one buffer of random letters.
+// arrival time, IDs 1, 2, ... in arrival order, with the recorded inputs
+// or, where none was recorded, inputs of the recorded lengths cut from one
+// buffer of random letters.
 type replaySource struct {
 	reqs    []ReplayRequest
 	target  actors.Address
@@ -236,7 +254,13 @@ func (s *replaySource) arm(ctx actors.Context) {
 
 func (s *replaySource) send(ctx actors.Context, r ReplayRequest, now time.Duration) {
 	s.next++
+	// One draw whatever the input, so recorded inputs do not shift the
+	// stream.
 	off := ctx.Rand().IntN(len(s.buf) - r.InputLen + 1)
+	input := r.Input
+	if input == "" {
+		input = s.buf[off : off+r.InputLen]
+	}
 	req := actors.Request{
 		ID:       uint64(s.next),
 		Tenant:   r.Tenant,
@@ -244,7 +268,7 @@ func (s *replaySource) send(ctx actors.Context, r ReplayRequest, now time.Durati
 		Version:  r.Version,
 		Params:   r.Params,
 		Priority: r.Priority,
-		Input:    s.buf[off : off+r.InputLen],
+		Input:    input,
 		Arrival:  now,
 		ReplyTo:  s.replyTo,
 	}

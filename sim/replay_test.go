@@ -51,6 +51,7 @@ func TestReadReplayErrors(t *testing.T) {
 		{`{"arrival_s": 1, "model": "m", "input_len": -2}`, "input_len -2"},
 		{`{"arrival_s": 1, "model": "m", "input_len": 2, "priority": 5}`, "priority 5"},
 		{`{"arrival_s": 1, "model": "m", "input_len": 2, "timeout_ms": -5}`, "timeout_ms -5"},
+		{`{"arrival_s": 1, "model": "m", "input_len": 2, "input": "abc"}`, "input of 3 bytes, input_len 2"},
 		{"\n\n", "no requests"},
 		{good + good + good, "line 3: more than 2 requests"},
 	} {
@@ -138,5 +139,27 @@ func TestReplayValidate(t *testing.T) {
 	cfg = replayConfig([]ReplayRequest{{Model: "m"}})
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "InputLen 0") {
 		t.Errorf("empty input: %v", err)
+	}
+}
+
+// TestReplayInputs: a recorded input is offered as it was: a poison input
+// fails its request (and only it), where a made-up one would not.
+func TestReplayInputs(t *testing.T) {
+	got, err := ReadReplay(strings.NewReader(`{"arrival_s": 0, "model": "m", "input_len": 8, "input": "poison-1"}`+"\n"), 0)
+	if err != nil || len(got) != 1 || got[0].Input != "poison-1" || got[0].InputLen != 8 {
+		t.Fatalf("read %+v, %v", got, err)
+	}
+	reqs := []ReplayRequest{
+		{Arrival: 0, Tenant: "a", Model: "m", InputLen: 8, Input: "poison-1"},
+		{Arrival: time.Second, Tenant: "a", Model: "m", InputLen: 8},
+	}
+	cfg := replayConfig(reqs)
+	cfg.Faults.PoisonPrefix = "poison"
+	rep, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := rep.Requests; q.Failed != 1 || q.Completed != 1 {
+		t.Errorf("requests %+v, want the poison one failed and the other completed", q)
 	}
 }

@@ -49,7 +49,7 @@ func bindSimExtras(fs *flag.FlagSet) *simExtras {
 	x := &simExtras{}
 	fs.StringVar(&x.sweep, "sweep", "", sweepUsage)
 	fs.IntVar(&x.parallel, "sweep-parallel", 0, "with --sweep, runs at once (0: GOMAXPROCS)")
-	fs.StringVar(&x.replay, "replay", "", "replay a recording of 'batchd serve --record FILE' (arrival times, tenants, models, versions, input lengths) instead of generated traffic; the run lasts as long as the recording")
+	fs.StringVar(&x.replay, "replay", "", "replay a recording of 'batchd serve --record FILE' (arrival times, tenants, models, versions, input lengths, and the inputs if recorded with --record-inputs) instead of generated traffic; the run lasts as long as the recording")
 	fs.StringVar(&x.fleet, "fleet", "", "the fleet to try, as devices=N,latency=100ms,latency-per-item=1ms,batch-max=N (any of them; instead of --devices, --latency, --latency-per-item, --batch-max)")
 	fs.StringVar(&x.out, "out", "", "write charts into this directory as PNG and SVG: latency CDF per tenant, latency and queue depth over time, batch sizes (with --sweep: the throughput-latency curves)")
 	return x
