@@ -126,6 +126,12 @@ func latencyPlot(s Series) (*plot.Plot, error) {
 	p.X.Label.Text = "arrival time (s)"
 	p.Y.Label.Text = "latency (ms)"
 	p.Y.Min = 0
+	// Headroom above the highest p99 for the legend.
+	top := 0.0
+	for _, xy := range p99 {
+		top = max(top, xy.Y)
+	}
+	p.Y.Max = 1.3 * top
 	if err := plotutil.AddLines(p, "p50", p50, "p95", p95, "p99", p99); err != nil {
 		return nil, err
 	}
