@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -157,7 +158,9 @@ func TestRecorderBound(t *testing.T) {
 	lineLen := int64(out.Len())
 	out.Reset()
 
-	rec, err := record.New(f, &out, record.Config{BytesMax: 2*lineLen + lineLen/2, WallNow: wall})
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	rec, err := record.New(f, &out, record.Config{BytesMax: 2*lineLen + lineLen/2, WallNow: wall, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +172,9 @@ func TestRecorderBound(t *testing.T) {
 	}
 	if s := rec.Stats(); s.Lines != 2 || s.Skipped != 3 || !s.Full || s.Bytes != 2*lineLen {
 		t.Errorf("stats %+v, want 2 lines of %d bytes, 3 skipped, full", s, lineLen)
+	}
+	if n := strings.Count(logged.String(), "size bound reached"); n != 1 || !strings.Contains(logged.String(), "level=WARN") {
+		t.Errorf("want one warning, logged:\n%s", logged.String())
 	}
 	rec.Close()
 	if _, err := rec.Do(context.Background(), actors.Request{Tenant: "t", Model: "m", Input: "x"}); err != nil {
