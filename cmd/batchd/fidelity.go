@@ -355,7 +355,10 @@ func parseServing(line string) (string, bool) {
 // runLive starts `batchd serve` as a child process on a free loopback
 // port, sends the open-loop load, and stops the server gracefully.
 func runLive(ctx context.Context, o fidelityOptions, recording string, stderr io.Writer) (*loadgen.Report, error) {
+	// The job store goes next to the recording: the default one is shared
+	// with any other batchd on the machine (`make run`), and locked.
 	cmd := exec.Command(o.server, "serve", "--addr", "127.0.0.1:0", "--record", recording,
+		"--data-dir", filepath.Join(filepath.Dir(recording), "jobs"),
 		"--devices", strconv.Itoa(o.devices), "--latency", o.latency.String(),
 		"--batch-max", strconv.Itoa(o.batchMax), "--slo", o.slo.String(),
 		"--seed", strconv.FormatUint(o.seed, 10), "--log-level", "warn")
