@@ -4,6 +4,8 @@
 //	batchd load [flags]   send load to a server and report latency percentiles
 //	batchd sim [flags]    run the deterministic simulator and print its report
 //	batchd fidelity       run one workload live and simulated; compare percentiles
+//	batchd devices        list the GPUs the CUDA driver sees, or say why none
+//	batchd profile        measure batch latency by size and input length; write a latency table
 //
 // Later issues add plan. main stays thin: it parses flags
 // into a package's Config, validates it there, runs, and maps the outcome
