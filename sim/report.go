@@ -604,8 +604,14 @@ func (r Report) WriteTable(w io.Writer) error {
 	wl := r.Workload
 	p("seed\t%d", r.Seed)
 	p("trace hash\t%s", r.TraceHash)
-	p("workload\t%g req/s, %d devices, batch max %d, latency %g ms, SLO %g ms, %g s, faults %v",
-		wl.RateRPS, wl.Devices, wl.BatchMax, wl.LatencyMs, wl.SLOMs, wl.DurationS, wl.Faults)
+	// RateRPS sums the sources' rates, which overstates traffic whose
+	// sources take turns (phases); the mean is what was offered.
+	rate := fmt.Sprintf("%g req/s", wl.RateRPS)
+	if mean := float64(r.Requests.Offered) / wl.DurationS; wl.DurationS > 0 && math.Abs(mean-wl.RateRPS) > 0.1*wl.RateRPS {
+		rate = fmt.Sprintf("%.0f req/s offered on average (sources' rates sum to %g)", mean, wl.RateRPS)
+	}
+	p("workload\t%s, %d devices, batch max %d, latency %g ms, SLO %g ms, %g s, faults %v",
+		rate, wl.Devices, wl.BatchMax, wl.LatencyMs, wl.SLOMs, wl.DurationS, wl.Faults)
 	p("")
 	q := r.Requests
 	p("requests\toffered\taccepted\tcompleted\trejected\texpired\tfailed\tcancelled\tlost\tduplicated\tretried")
