@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,9 @@ type serveOptions struct {
 	logLevel    slog.Level
 	// record is --record and its companions (see replay.go).
 	record recordOptions
+	// cpuProfile is --cpuprofile: a file to write a CPU profile of the
+	// whole run to (go tool pprof), for finding where a request's CPU goes.
+	cpuProfile string
 }
 
 // serveFlag is a flag that overrides one key of the configuration file.
@@ -120,6 +124,7 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	path := fs.String("config", "", "YAML configuration file (default: the embedded one, see --print-config)")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration (file and flags) as YAML and exit")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof), until the server stops")
 	var rec recordOptions
 	rec.bind(fs)
 	setters := map[string]func(*config.File){}
@@ -168,7 +173,7 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	if err := rec.validate(); err != nil {
 		return serveOptions{}, err
 	}
-	return serveOptions{file: f, printConfig: *printConfig, logLevel: lvl, record: rec}, nil
+	return serveOptions{file: f, printConfig: *printConfig, logLevel: lvl, record: rec, cpuProfile: *cpuProfile}, nil
 }
 
 func serveUsage(w io.Writer, fs *flag.FlagSet) {
@@ -206,6 +211,17 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	// After the first signal the default action is back, so a second one
 	// ends the process at once.
 	context.AfterFunc(ctx, stop)
+	if opts.cpuProfile != "" {
+		pf, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return serveRecorded(ctx, opts.file, opts.record, stdout, log, nil)
 }
 

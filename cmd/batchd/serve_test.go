@@ -235,7 +235,10 @@ func TestServeSignal(t *testing.T) {
 	out := &syncBuffer{}
 	var stderr syncBuffer
 	status := make(chan int, 1)
-	go func() { status <- run([]string{"serve", "--addr", "127.0.0.1:0", "--latency", "20ms"}, out, &stderr) }()
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	go func() {
+		status <- run([]string{"serve", "--addr", "127.0.0.1:0", "--latency", "20ms", "--cpuprofile", prof}, out, &stderr)
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "serving on") {
 		if time.Now().After(deadline) {
@@ -258,6 +261,10 @@ func TestServeSignal(t *testing.T) {
 	case s := <-status:
 		if s != exitOK || !strings.Contains(stderr.String(), "stopped: every request answered") {
 			t.Errorf("status %d after SIGTERM:\n%s", s, stderr.String())
+		}
+		// The profile is written when the server stops: gzipped protobuf.
+		if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("--cpuprofile: %d bytes, err %v: want a gzipped profile", len(b), err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit after SIGTERM")
