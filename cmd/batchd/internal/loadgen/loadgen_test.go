@@ -185,7 +185,8 @@ func TestOutcomes(t *testing.T) {
 }
 
 // TestTimeout: a server that never answers costs a run no more than its
-// duration and one Timeout, and its requests count as timeouts.
+// duration and one Timeout (plus graceSlack), and its requests count as
+// timeouts.
 func TestTimeout(t *testing.T) {
 	release := make(chan struct{})
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

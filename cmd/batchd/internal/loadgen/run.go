@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// Requests get their own context: it outlives the sending (answers
 	// are awaited), and a Ctrl-C (ctx) cuts the wait short only after
-	// the grace of one Timeout.
+	// the grace of one Timeout (and graceSlack).
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReqs()
 	stopRSS := g.sampleRSS()
@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	sendingEnded := time.Now()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	grace := time.NewTimer(cfg.Timeout)
+	grace := time.NewTimer(cfg.Timeout + graceSlack)
 	defer grace.Stop()
 	select {
 	case <-done:
@@ -87,6 +87,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.GeneratorCPUS = (selfCPU() - cpu0).Seconds()
 	return rep, nil
 }
+
+// graceSlack is how much longer than one Timeout the run waits for the
+// answers once sending has ended: a request handed out at the end leaves a
+// little later (a worker must wake), and its own Timeout, not the run's
+// cutoff, should end it. Without it, on a busy machine, the last request
+// of a run against a server that never answers was counted cancelled
+// rather than timed out.
+const graceSlack = 250 * time.Millisecond
 
 func newGenerator(cfg Config) (*generator, error) {
 	base, err := url.Parse(cfg.URL)
