@@ -345,25 +345,83 @@ func (c Check) observe(rep *sim.Report) (float64, bool) {
 	return observeGroup(ns, rep, c.Metric)
 }
 
+// tally is what the whole run and one group (tenant, model, version) both
+// report, so the metrics they share are read in one place.
+type tally struct {
+	offered, completed, rejected, expired, failed, cancelled int64
+	latencyMs                                                sim.Percentiles
+	sloAttainment, throughputRPS, goodputRPS                 float64
+	// sloDefined: some request was accepted and not cancelled.
+	sloDefined bool
+	rejectedBy map[string]int64
+}
+
+// observe reads a metric both scopes have; known is false for any other.
+func (t tally) observe(metric string) (x float64, defined, known bool) {
+	frac := func(n int64) (float64, bool, bool) {
+		if t.offered == 0 {
+			return 0, false, true
+		}
+		return float64(n) / float64(t.offered), true, true
+	}
+	lat := func(x float64) (float64, bool, bool) { return x, t.completed > 0, true }
+	count := func(n int64) (float64, bool, bool) { return float64(n), true, true }
+	switch metric {
+	case "p50_ms":
+		return lat(t.latencyMs.P50)
+	case "p95_ms":
+		return lat(t.latencyMs.P95)
+	case "p99_ms":
+		return lat(t.latencyMs.P99)
+	case "max_ms":
+		return lat(t.latencyMs.Max)
+	case "slo_attainment":
+		return t.sloAttainment, t.sloDefined, true
+	case "throughput_rps":
+		return t.throughputRPS, true, true
+	case "goodput_rps":
+		return t.goodputRPS, true, true
+	case "offered":
+		return count(t.offered)
+	case "completed":
+		return count(t.completed)
+	case "rejected":
+		return count(t.rejected)
+	case "expired":
+		return count(t.expired)
+	case "failed":
+		return count(t.failed)
+	case "cancelled":
+		return count(t.cancelled)
+	case "completed_fraction":
+		return frac(t.completed)
+	case "rejected_fraction":
+		return frac(t.rejected)
+	case "expired_fraction":
+		return frac(t.expired)
+	case "failed_fraction":
+		return frac(t.failed)
+	}
+	if reason, ok := strings.CutPrefix(metric, "rejected_"); ok {
+		return count(t.rejectedBy[reason])
+	}
+	return 0, false, false
+}
+
 // observeRun reads a run-wide metric.
 func observeRun(rep *sim.Report, metric string) (float64, bool) {
 	q := rep.Requests
-	frac := func(n int64) (float64, bool) {
-		if q.Offered == 0 {
-			return 0, false
-		}
-		return float64(n) / float64(q.Offered), true
+	all := tally{
+		offered: q.Offered, completed: q.Completed, rejected: q.Rejected, expired: q.Expired,
+		failed: q.Failed, cancelled: q.Cancelled, latencyMs: rep.LatencyMs,
+		sloAttainment: rep.SLOAttainment, throughputRPS: rep.ThroughputRPS, goodputRPS: rep.GoodputRPS,
+		sloDefined: q.Accepted > 0, rejectedBy: rep.Rejections,
+	}
+	if x, defined, known := all.observe(metric); known {
+		return x, defined
 	}
 	lat := func(x float64) (float64, bool) { return x, q.Completed > 0 }
 	switch metric {
-	case "p50_ms":
-		return lat(rep.LatencyMs.P50)
-	case "p95_ms":
-		return lat(rep.LatencyMs.P95)
-	case "p99_ms":
-		return lat(rep.LatencyMs.P99)
-	case "max_ms":
-		return lat(rep.LatencyMs.Max)
 	case "queue_p50_ms":
 		return lat(rep.QueueMs.P50)
 	case "queue_p95_ms":
@@ -376,26 +434,8 @@ func observeRun(rep *sim.Report, metric string) (float64, bool) {
 		return lat(rep.ComputeMs.P95)
 	case "compute_p99_ms":
 		return lat(rep.ComputeMs.P99)
-	case "slo_attainment":
-		return rep.SLOAttainment, q.Accepted > 0
-	case "throughput_rps":
-		return rep.ThroughputRPS, true
-	case "goodput_rps":
-		return rep.GoodputRPS, true
-	case "offered":
-		return float64(q.Offered), true
 	case "accepted":
 		return float64(q.Accepted), true
-	case "completed":
-		return float64(q.Completed), true
-	case "rejected":
-		return float64(q.Rejected), true
-	case "expired":
-		return float64(q.Expired), true
-	case "failed":
-		return float64(q.Failed), true
-	case "cancelled":
-		return float64(q.Cancelled), true
 	case "lost":
 		return float64(q.Lost), true
 	case "duplicated":
@@ -404,14 +444,6 @@ func observeRun(rep *sim.Report, metric string) (float64, bool) {
 		return float64(q.Retried), true
 	case "violations":
 		return float64(rep.Violations.Count), true
-	case "completed_fraction":
-		return frac(q.Completed)
-	case "rejected_fraction":
-		return frac(q.Rejected)
-	case "expired_fraction":
-		return frac(q.Expired)
-	case "failed_fraction":
-		return frac(q.Failed)
 	case "device_utilisation", "device_utilization":
 		return rep.DeviceUtilization, true
 	case "device_busy_max", "device_busy_min":
@@ -438,69 +470,31 @@ func observeRun(rep *sim.Report, metric string) (float64, bool) {
 	case "fairness_jain_weighted":
 		return rep.Fairness.JainWeighted, rep.Fairness.Tenants > 0
 	}
-	if reason, ok := strings.CutPrefix(metric, "rejected_"); ok {
-		return float64(rep.Rejections[reason]), true
-	}
 	panic("scenarios: unknown run metric " + metric)
 }
 
 // observeGroup reads a metric of one tenant's, model's or version's
 // figures.
 func observeGroup(ns sim.NameStats, rep *sim.Report, metric string) (float64, bool) {
-	frac := func(n int64) (float64, bool) {
-		if ns.Offered == 0 {
-			return 0, false
-		}
-		return float64(n) / float64(ns.Offered), true
+	group := tally{
+		offered: ns.Offered, completed: ns.Completed, rejected: ns.Rejected, expired: ns.Expired,
+		failed: ns.Failed, cancelled: ns.Cancelled, latencyMs: ns.LatencyMs,
+		sloAttainment: ns.SLOAttainment, throughputRPS: ns.ThroughputRPS, goodputRPS: ns.GoodputRPS,
+		sloDefined: ns.Offered-ns.Rejected-ns.Cancelled > 0, rejectedBy: ns.RejectedBy,
 	}
-	lat := func(x float64) (float64, bool) { return x, ns.Completed > 0 }
+	if x, defined, known := group.observe(metric); known {
+		return x, defined
+	}
 	switch metric {
-	case "p50_ms":
-		return lat(ns.LatencyMs.P50)
-	case "p95_ms":
-		return lat(ns.LatencyMs.P95)
-	case "p99_ms":
-		return lat(ns.LatencyMs.P99)
-	case "max_ms":
-		return lat(ns.LatencyMs.Max)
-	case "slo_attainment":
-		return ns.SLOAttainment, ns.Offered-ns.Rejected-ns.Cancelled > 0
-	case "throughput_rps":
-		return ns.ThroughputRPS, true
-	case "goodput_rps":
-		return ns.GoodputRPS, true
-	case "offered":
-		return float64(ns.Offered), true
-	case "completed":
-		return float64(ns.Completed), true
-	case "rejected":
-		return float64(ns.Rejected), true
-	case "expired":
-		return float64(ns.Expired), true
-	case "failed":
-		return float64(ns.Failed), true
-	case "cancelled":
-		return float64(ns.Cancelled), true
-	case "completed_fraction":
-		return frac(ns.Completed)
-	case "rejected_fraction":
-		return frac(ns.Rejected)
-	case "expired_fraction":
-		return frac(ns.Expired)
-	case "failed_fraction":
-		return frac(ns.Failed)
 	case "queue_mean_ms":
-		return lat(ns.QueueMeanMs)
+		return ns.QueueMeanMs, ns.Completed > 0
 	case "compute_mean_ms":
-		return lat(ns.ComputeMeanMs)
+		return ns.ComputeMeanMs, ns.Completed > 0
 	case "share":
 		if rep.Requests.Offered == 0 {
 			return 0, false
 		}
 		return float64(ns.Offered) / float64(rep.Requests.Offered), true
-	}
-	if reason, ok := strings.CutPrefix(metric, "rejected_"); ok {
-		return float64(ns.RejectedBy[reason]), true
 	}
 	panic("scenarios: unknown group metric " + metric)
 }
