@@ -149,7 +149,7 @@ func runProfile(args []string, stdout, _ io.Writer) error {
 		if err := os.WriteFile(t.out, []byte(b.String()), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s (use: batchd sim --latency-table %s)\n", t.out, t.out)
+		fmt.Fprintf(stdout, "wrote %s (use: batchd sim --latency-table %s, or batchd serve --backend %s --latency-table %s)\n", t.out, t.out, o.backend, t.out)
 	}
 	return nil
 }

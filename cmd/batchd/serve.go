@@ -125,6 +125,7 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	printConfig := fs.Bool("print-config", false, "print the effective configuration (file and flags) as YAML and exit")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof), until the server stops")
+	latencyTable := fs.String("latency-table", "", "a measured batch-latency table (batchd profile --out FILE) the devices' cost model plans with, in place of devices.latency and latency_model")
 	var rec recordOptions
 	rec.bind(fs)
 	setters := map[string]func(*config.File){}
@@ -161,12 +162,28 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	for _, sf := range serveFlags {
 		byPath[sf.name] = sf.path
 	}
+	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) {
+		given[fl.Name] = true
 		if set := setters[fl.Name]; set != nil {
 			set(f)
 			f.SetBy(byPath[fl.Name], "--"+fl.Name)
 		}
 	})
+	if *latencyTable != "" {
+		if given["latency"] {
+			return serveOptions{}, usagef("--latency-table and --latency: give one")
+		}
+		data, err := os.ReadFile(*latencyTable)
+		if err != nil {
+			return serveOptions{}, usagef("--latency-table: %w", err)
+		}
+		m, err := actors.ParseLatencyTable(data)
+		if err != nil {
+			return serveOptions{}, usagef("--latency-table %s: %w", *latencyTable, err)
+		}
+		f.SetLatencyTable(m, "--latency-table")
+	}
 	if err := f.Validate(); err != nil {
 		return serveOptions{}, usageError{err}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +57,45 @@ func TestServeUsage(t *testing.T) {
 		got := run(c.args, &stdout, &stderr)
 		if got != c.status || !strings.Contains(stdout.String(), c.stdout) || !strings.Contains(stderr.String(), c.stderr) {
 			t.Errorf("batchd %q: status %d\nstdout %q\nstderr %q\nwant %d, %q, %q", c.args, got, stdout.String(), stderr.String(), c.status, c.stdout, c.stderr)
+		}
+	}
+}
+
+// TestServeLatencyTable: --latency-table makes a profile file the devices'
+// cost model, over the embedded default's fixed latency and over a file's
+// latency_model; a bad table or --latency beside it is a usage error.
+func TestServeLatencyTable(t *testing.T) {
+	table := writeFile(t, "# batchd profile\n1,2.5\n10,4ms\n100,20ms\n")
+	want := []config.LatencyPoint{{BatchSize: 1, Latency: 2500 * time.Microsecond}, {BatchSize: 10, Latency: 4 * time.Millisecond}, {BatchSize: 100, Latency: 20 * time.Millisecond}}
+	withModel := writeFile(t, "devices:\n  latency_model: {base: 30ms, per_item: 1ms}\n")
+	for _, args := range [][]string{
+		{"--latency-table", table},
+		{"--config", withModel, "--latency-table", table},
+	} {
+		opts, err := parseServe(args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		m := opts.file.Devices.LatencyModel
+		if m == nil || m.Base != 0 || m.PerItem != 0 || !slices.Equal(m.Table, want) {
+			t.Errorf("%v: latency model %+v, want the table %v alone", args, m, want)
+		}
+		ec, err := opts.file.EngineConfig(nil)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if b, d := ec.Batcher.Latency.Predict(10, 0), ec.Device.Latency.Predict(10, 0); b != 4*time.Millisecond || d != b {
+			t.Errorf("%v: the batcher plans a batch of 10 at %v and the device at %v, want the table's 4ms", args, b, d)
+		}
+	}
+	bad := writeFile(t, "1,fast\n")
+	for _, args := range [][]string{
+		{"--latency-table", bad},
+		{"--latency-table", filepath.Join(t.TempDir(), "missing")},
+		{"--latency-table", table, "--latency", "5ms"},
+	} {
+		if _, err := parseServe(args, io.Discard); !errors.As(err, new(usageError)) {
+			t.Errorf("%v: %v, want a usage error", args, err)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/batchd/batchd/actors"
 )
 
 // Embedded is the default configuration file, the one `make run` and a
@@ -349,6 +351,19 @@ func (f *File) SetBy(path, by string) {
 		f.src = map[string]string{}
 	}
 	f.src[path] = by
+}
+
+// SetLatencyTable makes the devices' cost model the measured table m (a
+// profile, actors.ParseLatencyTable) in place of devices.latency and any
+// latency_model, set by by (a flag, say).
+func (f *File) SetLatencyTable(m actors.LatencyModel, by string) {
+	lm := &LatencyModel{Base: m.Base, PerItem: m.PerItem, PerPaddedByte: m.PerPaddedByte}
+	for _, p := range m.Table {
+		lm.Table = append(lm.Table, LatencyPoint{BatchSize: p.BatchSize, Latency: p.Latency})
+	}
+	f.Devices.LatencyModel = lm
+	delete(f.src, "devices.latency")
+	f.SetBy("devices.latency_model", by)
 }
 
 // Has reports whether the value at path was set by the file or SetBy.
