@@ -196,6 +196,9 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		}
 		b.timer = 0
 	case Start:
+		for _, d := range b.cfg.Devices {
+			ctx.Send(d, Reannounce{})
+		}
 	default:
 		panic(fmt.Sprintf("batchd: batcher got unknown message %T", msg))
 	}
@@ -455,6 +458,10 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 	case d.phase == devIdle:
 		// Already in the ready list; a restart of an idle device loses nothing.
 		d.incarnation, d.models = m.Incarnation, m.Models
+		return
+	case d.phase == devBusy && m.Incarnation == d.incarnation:
+		// A re-announcement (Reannounce) that crossed the batch on its
+		// way there: the device will run it and say BatchDone.
 		return
 	case d.phase == devBusy:
 		// A new incarnation forgot the batch the old one was running.

@@ -211,3 +211,40 @@ func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
 		t.Fatalf("books after the trim: %+v", s)
 	}
 }
+
+// TestBatcherStartAsksDevicesToAnnounce: a batcher (a restarted one knows
+// no device) asks its configured devices to announce themselves; a
+// re-announcement of the same incarnation that crosses a batch on its way
+// to the device leaves the batch alone, as the device will run it.
+func TestBatcherStartAsksDevicesToAnnounce(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 2
+	cfg.Devices = []Address{{ID: 100}, {ID: 101}}
+	b, err := NewBatcher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newFakeCtx(batcherAddr)
+	b.Receive(c, Start{})
+	got := c.take()
+	if len(got) != 2 || got[0].to != cfg.Devices[0] || got[1].to != cfg.Devices[1] || len(ofType[Reannounce](got)) != 2 {
+		t.Fatalf("want a Reannounce to each configured device, got %+v", got)
+	}
+	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 3})
+	submit(b, c, 1)
+	submit(b, c, 2)
+	if rb := ofType[RunBatch](c.take()); len(rb) != 1 {
+		t.Fatalf("want one batch on the announced device, got %+v", rb)
+	}
+	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 3})
+	if out := c.take(); len(out) != 0 {
+		t.Fatalf("a re-announcement of the running incarnation re-queued or re-sent the batch: %+v", out)
+	}
+	if s := b.Stats(); s.Held != 2 || s.Retried != 0 {
+		t.Fatalf("books after a re-announcement: %+v", s)
+	}
+	cfg.Devices = make([]Address, cfg.DevicesMax+1)
+	if _, err := NewBatcher(cfg); err == nil {
+		t.Fatal("more Devices than DevicesMax accepted")
+	}
+}

@@ -21,6 +21,13 @@ type BatcherConfig struct {
 	KeysMax int
 	// DevicesMax bounds the devices one batcher schedules. Default 1,024.
 	DevicesMax int
+	// Devices are the device actors the batcher asks, when it starts, to
+	// announce themselves (Reannounce). A batcher that restarts (after a
+	// panic, under supervision) has forgotten every device, and an idle
+	// device announces itself only when it starts or restarts: without
+	// this, a restarted batcher would have no device for ever. Empty by
+	// default: devices register only by announcing themselves.
+	Devices []Address
 	// SLO is the latency target: a request without its own deadline must be
 	// answered within SLO of its arrival. Default 200 ms, the seeds' p95.
 	SLO time.Duration
@@ -168,6 +175,8 @@ func (c BatcherConfig) Validate() error {
 		return fmt.Errorf("batcher config: QueueMax %d, QueueTotalMax %d: need 1 <= QueueMax <= QueueTotalMax", c.QueueMax, c.QueueTotalMax)
 	case c.KeysMax < 1 || c.DevicesMax < 1:
 		return fmt.Errorf("batcher config: KeysMax and DevicesMax must be at least 1")
+	case len(c.Devices) > c.DevicesMax:
+		return fmt.Errorf("batcher config: %d Devices, more than DevicesMax %d", len(c.Devices), c.DevicesMax)
 	case c.SLO <= 0 || c.TimeoutMax < c.SLO:
 		return fmt.Errorf("batcher config: SLO %v, TimeoutMax %v: need 0 < SLO <= TimeoutMax", c.SLO, c.TimeoutMax)
 	case c.Margin < 0 || c.LingerMax < 0 || c.NoDeviceRetryAfter < 0:

@@ -35,6 +35,9 @@ type Device struct {
 	watchdog    TimerID
 	failures    int // in a row
 	restartGen  uint64
+	// reannounce: a batcher asked (Reannounce) while a batch ran; tell it
+	// once the batch is done.
+	reannounce bool
 }
 
 type devicePhase uint8
@@ -96,14 +99,32 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		if m.gen == d.restartGen && d.phase == deviceRestarting {
 			d.announce(ctx)
 		}
+	case Reannounce:
+		// The same incarnation: nothing sent to this device is lost, so a
+		// batcher that knows it, and may have a batch on its way here,
+		// must not re-queue that batch.
+		switch d.phase {
+		case deviceIdle:
+			d.ready(ctx)
+		case deviceRunning:
+			d.reannounce = true // once the batch is done (see next)
+		}
+		// Restarting: restartDue announces it.
 	default:
 		panic(fmt.Sprintf("batchd: device got unknown message %T", msg))
 	}
 }
 
+// announce starts a new incarnation, idle: whatever the batcher had sent
+// the previous one is lost.
 func (d *Device) announce(ctx Context) {
 	d.incarnation++
 	d.phase = deviceIdle
+	d.ready(ctx)
+}
+
+// ready tells the batcher the device is idle, in its current incarnation.
+func (d *Device) ready(ctx Context) {
 	ctx.Send(d.batcher, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models})
 }
 
@@ -115,6 +136,12 @@ func (d *Device) next(ctx Context) {
 		id := d.batch.ID
 		d.batch = Batch{}
 		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id})
+		if d.reannounce {
+			// A batcher that (re)started meanwhile does not know this
+			// batch, and ignores its BatchDone.
+			d.reannounce = false
+			d.ready(ctx)
+		}
 		return
 	}
 	run := d.todo[len(d.todo)-1]
@@ -196,6 +223,7 @@ func (d *Device) fail(ctx Context, reason string) {
 	}
 	ctx.Send(d.batcher, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
 	d.batch, d.todo, d.cur = Batch{}, d.todo[:0], nil
+	d.reannounce = false // the restart announces it
 	d.failures++
 	d.phase = deviceRestarting
 	d.restartGen++

@@ -171,3 +171,42 @@ func TestDeviceSplitExpiresWhatCanNoLongerMakeIt(t *testing.T) {
 		t.Fatalf("want 2 runs, poison failed and b expired; got %d runs, %+v", len(c.jobs), rs)
 	}
 }
+
+// TestDeviceReannounce: asked to announce itself again, an idle device says
+// DeviceReady at once and a running one once its batch is done (after its
+// BatchDone), both in the same incarnation: nothing sent to it is lost.
+func TestDeviceReannounce(t *testing.T) {
+	d, c := newTestDevice(t)
+	d.Receive(c, Reannounce{})
+	if r := ofType[DeviceReady](c.take()); len(r) != 1 || r[0].Incarnation != 1 {
+		t.Fatalf("idle: want DeviceReady incarnation 1, got %+v", r)
+	}
+	d.Receive(c, RunBatch{Batch: testBatch(3, "a", "b")})
+	d.Receive(c, Reannounce{})
+	if r := ofType[DeviceReady](c.sent); len(r) != 0 {
+		t.Fatalf("running: announced before the batch was done: %+v", r)
+	}
+	runBackend(d, c)
+	got := c.take()
+	var order []string
+	for _, s := range got {
+		switch m := s.msg.(type) {
+		case BatchDone:
+			order = append(order, "done")
+		case DeviceReady:
+			if m.Incarnation != 1 {
+				t.Fatalf("running: re-announced as incarnation %d, want 1", m.Incarnation)
+			}
+			order = append(order, "ready")
+		}
+	}
+	if strings.Join(order, ",") != "done,ready" {
+		t.Fatalf("running: want BatchDone then DeviceReady, got %v", order)
+	}
+	// Once only: the next batch ends with BatchDone alone.
+	d.Receive(c, RunBatch{Batch: testBatch(4, "c")})
+	runBackend(d, c)
+	if r := ofType[DeviceReady](c.take()); len(r) != 0 {
+		t.Fatalf("re-announced again unasked: %+v", r)
+	}
+}

@@ -169,6 +169,13 @@ type DeviceReady struct {
 	Models []string
 }
 
+// Reannounce asks a device to announce itself again with DeviceReady: a
+// batcher sends it to its configured devices when it starts, since one
+// that restarted knows no device. A device that is running a batch
+// announces itself once the batch is done; one that is restarting does
+// anyway.
+type Reannounce struct{}
+
 // BatchDone reports that a device has answered every item of a batch
 // itself (completed or failed) and is ready for the next one.
 type BatchDone struct {

@@ -246,6 +246,13 @@ func (e *Engine) start(ctx context.Context) error {
 	if err := e.rt.Listen(e.waiter, e.receive); err != nil {
 		return fmt.Errorf("engine: waiter: %w", err)
 	}
+	// A batcher that restarts asks these to announce themselves again
+	// (actors.Reannounce), or it would know no device.
+	addrs := make([]actors.Address, cfg.Devices)
+	for i := range addrs {
+		addrs[i] = actors.Address{Node: cfg.Node, ID: deviceID0 + uint64(i)}
+	}
+	cfg.Batcher.Devices = addrs
 	// Validated above, so NewBatcher and NewDevice cannot fail, and a
 	// restart can make a fresh value the same way.
 	if _, err := actors.NewBatcher(cfg.Batcher); err != nil {
@@ -261,8 +268,7 @@ func (e *Engine) start(ctx context.Context) error {
 	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
 		return fmt.Errorf("engine: batcher: %w", err)
 	}
-	for i := 0; i < cfg.Devices; i++ {
-		addr := actors.Address{Node: cfg.Node, ID: deviceID0 + uint64(i)}
+	for i, addr := range addrs {
 		b, err := e.backend(i)
 		if err != nil {
 			return err

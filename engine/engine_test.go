@@ -424,3 +424,35 @@ func TestSignals(t *testing.T) {
 		t.Fatalf("signals: %d healthy of %d devices, %d keys; want %d devices and a key", s.DevicesHealthy, len(s.Devices), len(s.Keys), c.Devices)
 	}
 }
+
+// poison is a message no actor knows: the batcher panics on it.
+type poison struct{}
+
+// TestBatcherRestartFindsDevices: a batcher that panics is restarted by
+// supervision with a fresh value that knows no device; it asks the
+// engine's devices to announce themselves again (actors.Reannounce), so
+// requests are served after the restart instead of being turned away for
+// want of a device. Seen to fail with Batcher.Devices left empty: every
+// request after the restart is rejected (no_device).
+func TestBatcherRestartFindsDevices(t *testing.T) {
+	c := fastConfig()
+	var rt *protoactor.Runtime
+	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
+		rt = protoactor.NewRuntime(o)
+		return rt, nil
+	}
+	e := start(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	if r, err := e.Do(ctx, request(0)); err != nil || r.Outcome != actors.Completed {
+		t.Fatalf("before the restart: %+v, %v", r, err)
+	}
+	rt.Send(actors.Address{Node: c.Node, ID: 1}, poison{})
+	eventually(t, "the batcher's restart", func() bool { return rt.Restarts() >= 1 })
+	eventually(t, "every device known again", func() bool { return stats(t, e).Batcher.Devices == c.Devices })
+	for i := 1; i <= 20; i++ {
+		if r, err := e.Do(ctx, request(i)); err != nil || r.Outcome != actors.Completed {
+			t.Fatalf("request %d after the restart: %+v, %v", i, r, err)
+		}
+	}
+}
