@@ -42,8 +42,10 @@ type FlushCheckConfig struct {
 //     a RunBatch that carries the request, takes it out of the queue (so a
 //     request answered Rejected at its own Submit was never queued); the
 //     pending items of a BatchAborted, and the whole batch of a device that
-//     is quarantined or re-announced while busy, re-enter the queue when
-//     that message is delivered, with their first enqueue time.
+//     is quarantined or announces a new incarnation while busy, re-enter
+//     the queue when that message is delivered, with their first enqueue
+//     time (a DeviceReady of the same incarnation, a re-announcement, leaves
+//     a busy device busy).
 //
 // A request's key is the batcher's compatibility key, derived from the
 // request and the batcher's configuration as the batcher documents it:
@@ -170,11 +172,12 @@ const (
 )
 
 type fcDev struct {
-	addr     actors.Address
-	phase    fcPhase
-	models   []string
-	batchID  uint64
-	inflight []*fcItem
+	addr        actors.Address
+	phase       fcPhase
+	incarnation uint64
+	models      []string
+	batchID     uint64
+	inflight    []*fcItem
 }
 
 func (d *fcDev) holds(model string) bool {
@@ -503,12 +506,14 @@ func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
 		case d.phase == fcQuarantined:
 			f.healthy++
 		case d.phase == fcIdle:
-			d.models = m.Models
+			d.incarnation, d.models = m.Incarnation, m.Models
 			return
+		case d.phase == fcBusy && m.Incarnation == d.incarnation:
+			return // re-announced (Reannounce) while its batch is on the way
 		case d.phase == fcBusy:
 			f.endBatch(d, nil, true)
 		}
-		d.models = m.Models
+		d.incarnation, d.models = m.Incarnation, m.Models
 		f.setPhase(d, fcIdle)
 	case actors.BatchDone:
 		d := f.devs[m.Device]

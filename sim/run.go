@@ -141,6 +141,13 @@ type Config struct {
 	// time in steps of it (Report.Timeline): offered, completed, rejected
 	// and latency percentiles per step. Zero, the default, leaves it out.
 	TimelineEvery time.Duration
+	// Reannounce gives the batcher its devices' addresses
+	// (actors.BatcherConfig.Devices), as the live engine does: it then asks
+	// them, when it starts, to announce themselves again
+	// (actors.Reannounce), and those re-announcements cross the first
+	// batches. Off by default, which keeps the traces of runs from before
+	// it.
+	Reannounce bool
 	// Observers see every delivery of the run, after the ledger (see
 	// World.Observe). Those with a method Finish(end time.Duration) have it
 	// called once the run is over, with the time the world stopped. None by
@@ -360,6 +367,12 @@ func Run(cfg Config) (Report, error) {
 	}
 	w := NewWorld(wc)
 
+	if cfg.Reannounce {
+		cfg.Batcher.Devices = make([]actors.Address, cfg.Devices)
+		for i := range cfg.Batcher.Devices {
+			cfg.Batcher.Devices[i] = actors.Address{ID: DeviceAddrBase + uint64(i)}
+		}
+	}
 	batcher, err := actors.NewBatcher(cfg.Batcher)
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
