@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,14 +185,21 @@ type Engine struct {
 
 type waiterShard struct {
 	mu sync.Mutex
-	// m maps a request in flight to the channel its Do waits on; nil once
-	// the Do gave up (the request is still in flight until its reply).
-	m map[uint64]chan actors.Reply
+	// m maps a request in flight to its waiting Do: the channel it waits
+	// on (nil once the Do gave up; the request is still in flight until
+	// its reply) and the request, to submit again to a batcher that
+	// restarted.
+	m map[uint64]waiting
 	_ [40]byte // keep shards on separate cache lines
 }
 
+type waiting struct {
+	ch  chan actors.Reply
+	req actors.Request
+}
+
 type counters struct {
-	submitted, replied, late, duplicate, abandoned, refused atomic.Int64
+	submitted, replied, late, duplicate, abandoned, refused, resubmitted atomic.Int64
 }
 
 // Stats is a snapshot of the engine's counters and its batcher's.
@@ -208,6 +217,9 @@ type Stats struct {
 	Duplicate int64
 	// Refused counts Do calls turned away by InFlightMax.
 	Refused int64
+	// Resubmitted counts requests handed again to a batcher that was
+	// restarted by supervision (and had forgotten them).
+	Resubmitted int64
 }
 
 // New starts an engine: the runtime, the batcher, the devices. It returns
@@ -231,7 +243,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		statsWaiters: make(map[uint64]chan statsAnswer),
 	}
 	for i := range e.shards {
-		e.shards[i].m = make(map[uint64]chan actors.Reply)
+		e.shards[i].m = make(map[uint64]waiting)
 	}
 	if err := e.start(ctx); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), closeWaitMax)
@@ -258,12 +270,15 @@ func (e *Engine) start(ctx context.Context) error {
 	if _, err := actors.NewBatcher(cfg.Batcher); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
+	// newBatcher is called once per incarnation: the first, and one per
+	// restart.
+	var incarnations atomic.Int64
 	newBatcher := func() actors.Actor {
 		b, err := actors.NewBatcher(cfg.Batcher)
 		if err != nil {
 			panic("batchd: engine: batcher config went bad: " + err.Error())
 		}
-		return &batcherHost{b: b}
+		return &batcherHost{b: b, notify: incarnations.Add(1) > 1, engine: e.waiter}
 	}
 	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
 		return fmt.Errorf("engine: batcher: %w", err)
@@ -359,7 +374,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	ch := make(chan actors.Reply, 1)
 	sh := &e.shards[id%waiterShards]
 	sh.mu.Lock()
-	sh.m[id] = ch
+	sh.m[id] = waiting{ch: ch, req: req}
 	sh.mu.Unlock()
 
 	e.rt.Send(e.batcher, actors.Submit{Req: req})
@@ -388,12 +403,12 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 // for it, it is on its way into ch, and abandon returns it instead.
 func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (actors.Reply, bool) {
 	sh.mu.Lock()
-	_, waiting := sh.m[id]
-	if waiting {
-		sh.m[id] = nil
+	_, waits := sh.m[id]
+	if waits {
+		sh.m[id] = waiting{} // no one waits: not resubmitted either
 	}
 	sh.mu.Unlock()
-	if !waiting {
+	if !waits {
 		return <-ch, true // receive sends right after taking the entry
 	}
 	e.counters.abandoned.Add(1)
@@ -407,7 +422,8 @@ func (e *Engine) receive(msg actors.Message) {
 	case actors.Reply:
 		sh := &e.shards[m.ID%waiterShards]
 		sh.mu.Lock()
-		ch, inFlight := sh.m[m.ID]
+		w, inFlight := sh.m[m.ID]
+		ch := w.ch
 		if inFlight {
 			delete(sh.m, m.ID)
 		}
@@ -427,6 +443,8 @@ func (e *Engine) receive(msg actors.Message) {
 		}
 		e.counters.replied.Add(1)
 		ch <- m // capacity 1, and only this send: never blocks
+	case batcherRestarted:
+		e.resubmit()
 	case statsAnswer:
 		e.statsMu.Lock()
 		ch := e.statsWaiters[m.ID]
@@ -436,6 +454,39 @@ func (e *Engine) receive(msg actors.Message) {
 			ch <- m // capacity 1
 		}
 	}
+}
+
+// batcherRestarted tells the engine that its batcher actor was restarted
+// by supervision: whatever was queued in it is gone.
+type batcherRestarted struct{}
+
+// resubmit hands every request still awaited to a batcher that restarted
+// (which has forgotten its queues), so it is answered now rather than
+// never. A request that was on a device meanwhile may run twice; its
+// first reply wins and the second is counted a duplicate, as after a
+// device's restart. A request whose Do gave up is dropped from the books
+// instead: the new batcher will not answer it, and no one waits.
+func (e *Engine) resubmit() {
+	var again []actors.Request
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for id, w := range sh.m {
+			if w.ch == nil {
+				delete(sh.m, id)
+				e.release()
+				continue
+			}
+			again = append(again, w.req)
+		}
+		sh.mu.Unlock()
+	}
+	// In ID order, which is arrival order: map order is not an order.
+	slices.SortFunc(again, func(a, b actors.Request) int { return cmp.Compare(a.ID, b.ID) })
+	for _, req := range again {
+		e.rt.Send(e.batcher, actors.Submit{Req: req})
+	}
+	e.counters.resubmitted.Add(int64(len(again)))
 }
 
 func (e *Engine) release() {
@@ -514,14 +565,15 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	b, err := e.batcherStats(ctx)
 	c := &e.counters
 	return Stats{
-		Batcher:   b,
-		InFlight:  e.inFlight.Load(),
-		Submitted: c.submitted.Load(),
-		Replied:   c.replied.Load(),
-		Abandoned: c.abandoned.Load(),
-		Late:      c.late.Load(),
-		Duplicate: c.duplicate.Load(),
-		Refused:   c.refused.Load(),
+		Batcher:     b,
+		InFlight:    e.inFlight.Load(),
+		Submitted:   c.submitted.Load(),
+		Replied:     c.replied.Load(),
+		Abandoned:   c.abandoned.Load(),
+		Late:        c.late.Load(),
+		Duplicate:   c.duplicate.Load(),
+		Refused:     c.refused.Load(),
+		Resubmitted: c.resubmitted.Load(),
 	}, err
 }
 
@@ -587,10 +639,24 @@ type (
 )
 
 // batcherHost is the batcher actor as the engine spawns it: the Batcher,
-// plus an answer to statsQuery, which the Batcher itself does not know.
-type batcherHost struct{ b *actors.Batcher }
+// plus an answer to statsQuery, which the Batcher itself does not know,
+// and, in an incarnation after the first (a restart by supervision), a
+// word to the engine that the old one's queues are gone, once a device
+// has announced itself again (resubmitted before, the requests would be
+// turned away for want of a device).
+type batcherHost struct {
+	b      *actors.Batcher
+	notify bool // restarted, and the engine not yet told
+	engine actors.Address
+}
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	if _, ok := msg.(actors.DeviceReady); ok && h.notify {
+		h.b.Receive(ctx, msg)
+		h.notify = false
+		ctx.Send(h.engine, batcherRestarted{})
+		return
+	}
 	if q, ok := msg.(statsQuery); ok {
 		a := statsAnswer{ID: q.ID, Stats: h.b.Stats()}
 		if q.Signals {

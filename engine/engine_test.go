@@ -456,3 +456,41 @@ func TestBatcherRestartFindsDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestBatcherRestartResubmits: the requests queued in a batcher that
+// panicked are handed to the restarted one once a device is back, and are
+// answered; without it they would wait for ever (here: past the test's
+// context). One device at 100 ms and batches of one keep requests queued.
+func TestBatcherRestartResubmits(t *testing.T) {
+	c := fastConfig()
+	c.Devices = 1
+	c.Batcher.BatchMax = 1
+	c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+	c.Device.Latency = c.Batcher.Latency
+	var rt *protoactor.Runtime
+	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
+		rt = protoactor.NewRuntime(o)
+		return rt, nil
+	}
+	e := start(t, c)
+	const n = 6
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	replies := make([]actors.Reply, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { replies[i], errs[i] = e.Do(ctx, request(i)) })
+	}
+	eventually(t, "requests queued", func() bool { return stats(t, e).Batcher.Queued >= 3 })
+	rt.Send(actors.Address{Node: c.Node, ID: 1}, poison{})
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || replies[i].Outcome != actors.Completed {
+			t.Errorf("request %d: %+v, %v", i, replies[i], errs[i])
+		}
+	}
+	if s := stats(t, e); rt.Restarts() < 1 || s.Resubmitted < 3 || s.InFlight != 0 {
+		t.Errorf("restarts %d, stats %+v: want a restart, at least the 3 queued requests resubmitted, none left in flight", rt.Restarts(), s)
+	}
+}
