@@ -341,7 +341,9 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		reject(ReasonInvalid, fmt.Sprintf("invalid request: input of %d bytes, model %q takes at most %d", len(req.Input), req.Model, m.inputLenMax), 0)
 		return
 	case b.where[req.ID] != nil:
-		reject(ReasonInvalid, fmt.Sprintf("invalid request: id %d is already queued", req.ID), 0)
+		// A repeat of a queued request (a front door resubmits what a
+		// restarted batcher may have lost) changes nothing: the first
+		// Submit's answer is its one answer.
 		return
 	}
 	version, ok := m.route(req.ID, req.Version)

@@ -248,3 +248,25 @@ func TestBatcherStartAsksDevicesToAnnounce(t *testing.T) {
 		t.Fatal("more Devices than DevicesMax accepted")
 	}
 }
+
+// TestBatcherIgnoresRepeatedSubmit: a Submit of a request already queued
+// (a front door resubmitting what a restarted batcher may have lost) is
+// neither queued twice nor answered: the first Submit's answer is the one.
+func TestBatcherIgnoresRepeatedSubmit(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 2
+	b, c := newTestBatcher(t, cfg, 1)
+	submit(b, c, 1)
+	submit(b, c, 1)
+	if out := c.take(); len(out) != 0 {
+		t.Fatalf("a repeated Submit was answered or dispatched: %+v", out)
+	}
+	if s := b.Stats(); s.Queued != 1 || s.Held != 1 {
+		t.Fatalf("want the request queued once, got %+v", s)
+	}
+	submit(b, c, 2)
+	rb := ofType[RunBatch](c.take())
+	if len(rb) != 1 || len(rb[0].Batch.Items) != 2 || rb[0].Batch.Items[0].Req.ID != 1 || rb[0].Batch.Items[1].Req.ID != 2 {
+		t.Fatalf("want one batch of requests 1 and 2, got %+v", rb)
+	}
+}

@@ -557,6 +557,9 @@ func (e *Engine) isClosed() bool {
 	}
 }
 
+// Batcher is the address of the engine's batcher actor.
+func (e *Engine) Batcher() actors.Address { return e.batcher }
+
 // Stats returns the engine's counters and the batcher's, the latter asked
 // of the batcher actor itself (a message round trip), so no actor state is
 // read from outside its goroutine. When the batcher cannot answer (ctx
@@ -639,23 +642,29 @@ type (
 )
 
 // batcherHost is the batcher actor as the engine spawns it: the Batcher,
-// plus an answer to statsQuery, which the Batcher itself does not know,
-// and, in an incarnation after the first (a restart by supervision), a
-// word to the engine that the old one's queues are gone, once a device
-// has announced itself again (resubmitted before, the requests would be
-// turned away for want of a device).
+// plus an answer to statsQuery, which the Batcher itself does not know.
+// In an incarnation after the first (a restart by supervision), until a
+// device has announced itself again, it drops the Submits that reach it
+// (the Batcher would turn them away for want of a device); then it tells
+// the engine, which submits every request still awaited again, those and
+// the ones the old incarnation had queued.
 type batcherHost struct {
 	b      *actors.Batcher
-	notify bool // restarted, and the engine not yet told
+	notify bool // restarted, and no device announced yet
 	engine actors.Address
 }
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
-	if _, ok := msg.(actors.DeviceReady); ok && h.notify {
-		h.b.Receive(ctx, msg)
-		h.notify = false
-		ctx.Send(h.engine, batcherRestarted{})
-		return
+	if h.notify {
+		switch msg.(type) {
+		case actors.Submit:
+			return // resubmitted once a device is back
+		case actors.DeviceReady:
+			h.b.Receive(ctx, msg)
+			h.notify = false
+			ctx.Send(h.engine, batcherRestarted{})
+			return
+		}
 	}
 	if q, ok := msg.(statsQuery); ok {
 		a := statsAnswer{ID: q.ID, Stats: h.b.Stats()}

@@ -8,3 +8,8 @@ import (
 
 // TestConformance runs the runtime conformance suite against this adapter.
 func TestConformance(t *testing.T) { enginetest.Conformance(t, New) }
+
+// TestBatcherRestart: a batcher that panics is restarted, finds its
+// devices again and answers what was queued in it (see
+// enginetest.BatcherRestart).
+func TestBatcherRestart(t *testing.T) { enginetest.BatcherRestart(t, New) }
