@@ -72,6 +72,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		g.openLoop(ctx, reqCtx, &wg)
 	}
 	sendingEnded := time.Now()
+	if ctx.Err() == nil {
+		// Sending ran its course: the measured window is the configured
+		// one, though the open loop returns at its last due time, a little
+		// before the end (which overstated the offered rate by up to a gap).
+		sendingEnded = g.end
+	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	grace := time.NewTimer(cfg.Timeout + graceSlack)
