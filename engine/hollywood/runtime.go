@@ -30,8 +30,9 @@ const inboxSize = 1024
 // Runtime runs batchd actors on a hollywood engine. It implements
 // engine.Runtime.
 type Runtime struct {
-	host *live.Host
-	eng  *actor.Engine
+	live.Front // Listen, Send, Now, Restarts, DeadLetters
+	host       *live.Host
+	eng        *actor.Engine
 
 	mu     sync.Mutex
 	pids   []*actor.PID
@@ -58,7 +59,8 @@ func NewRuntime(opts engine.RuntimeOptions) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hollywood: %w", err)
 	}
-	return &Runtime{host: live.NewHost(opts.Seed), eng: eng}, nil
+	h := live.NewHost(opts.Seed)
+	return &Runtime{Front: live.NewFront(h, "hollywood"), host: h, eng: eng}, nil
 }
 
 // Spawn implements engine.Runtime. Hollywood restarts a receiver that
@@ -113,26 +115,6 @@ func (s *shell) Receive(c *actor.Context) {
 		s.cell.Handle(m)
 	}
 }
-
-// Listen implements engine.Runtime.
-func (r *Runtime) Listen(addr actors.Address, fn func(actors.Message)) error {
-	if err := r.host.Listen(addr, fn); err != nil {
-		return fmt.Errorf("hollywood: listen: %w", err)
-	}
-	return nil
-}
-
-// Send implements engine.Runtime.
-func (r *Runtime) Send(to actors.Address, msg actors.Message) { r.host.Send(to, msg) }
-
-// Now implements engine.Runtime.
-func (r *Runtime) Now() time.Duration { return r.host.Now() }
-
-// Restarts is how many times supervision restarted an actor.
-func (r *Runtime) Restarts() int64 { return r.host.Restarts() }
-
-// DeadLetters is how many messages went to an address nobody holds.
-func (r *Runtime) DeadLetters() int64 { return r.host.DeadLetters() }
 
 // Close implements engine.Runtime: timers and workers stop first (so no
 // timer or job result is posted to a stopping actor), then the actors.

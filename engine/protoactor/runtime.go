@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -20,8 +19,9 @@ import (
 // Runtime runs batchd actors on a protoactor-go actor system. It implements
 // engine.Runtime.
 type Runtime struct {
-	host *live.Host
-	sys  *actor.ActorSystem
+	live.Front // Listen, Send, Now, Restarts, DeadLetters
+	host       *live.Host
+	sys        *actor.ActorSystem
 
 	mu     sync.Mutex
 	pids   []*actor.PID
@@ -42,7 +42,8 @@ func NewRuntime(opts engine.RuntimeOptions) *Runtime {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	return &Runtime{host: live.NewHost(opts.Seed), sys: sys}
+	h := live.NewHost(opts.Seed)
+	return &Runtime{Front: live.NewFront(h, "protoactor"), host: h, sys: sys}
 }
 
 // Spawn implements engine.Runtime. The protoactor actor is spawned at the
@@ -98,26 +99,6 @@ func (s *shell) Receive(c actor.Context) {
 		s.cell.Handle(m)
 	}
 }
-
-// Listen implements engine.Runtime.
-func (r *Runtime) Listen(addr actors.Address, fn func(actors.Message)) error {
-	if err := r.host.Listen(addr, fn); err != nil {
-		return fmt.Errorf("protoactor: listen: %w", err)
-	}
-	return nil
-}
-
-// Send implements engine.Runtime.
-func (r *Runtime) Send(to actors.Address, msg actors.Message) { r.host.Send(to, msg) }
-
-// Now implements engine.Runtime.
-func (r *Runtime) Now() time.Duration { return r.host.Now() }
-
-// Restarts is how many times supervision restarted an actor.
-func (r *Runtime) Restarts() int64 { return r.host.Restarts() }
-
-// DeadLetters is how many messages went to an address nobody holds.
-func (r *Runtime) DeadLetters() int64 { return r.host.DeadLetters() }
 
 // Close implements engine.Runtime: timers and workers stop first (so no
 // timer or job result is posted to a stopping actor), then the actors, then
