@@ -186,10 +186,11 @@ type Engine struct {
 type waiterShard struct {
 	mu sync.Mutex
 	// m maps a request in flight to its waiting Do: the channel it waits
-	// on (nil once the Do gave up; the request is still in flight until
-	// its reply) and the request, to submit again to a batcher that
-	// restarted.
-	m map[uint64]waiting
+	// on and the request, to submit again to a batcher that restarted;
+	// nil once the Do gave up (the request is still in flight until its
+	// reply). A pointer: a map of the whole values made every Do about a
+	// third slower in parallel (BenchmarkDo/parallel 4.3 to 5.7-8.6 µs).
+	m map[uint64]*waiting
 	_ [40]byte // keep shards on separate cache lines
 }
 
@@ -243,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		statsWaiters: make(map[uint64]chan statsAnswer),
 	}
 	for i := range e.shards {
-		e.shards[i].m = make(map[uint64]waiting)
+		e.shards[i].m = make(map[uint64]*waiting)
 	}
 	if err := e.start(ctx); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), closeWaitMax)
@@ -374,7 +375,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	ch := make(chan actors.Reply, 1)
 	sh := &e.shards[id%waiterShards]
 	sh.mu.Lock()
-	sh.m[id] = waiting{ch: ch, req: req}
+	sh.m[id] = &waiting{ch: ch, req: req}
 	sh.mu.Unlock()
 
 	e.rt.Send(e.batcher, actors.Submit{Req: req})
@@ -405,7 +406,7 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 	sh.mu.Lock()
 	_, waits := sh.m[id]
 	if waits {
-		sh.m[id] = waiting{} // no one waits: not resubmitted either
+		sh.m[id] = nil // no one waits: not resubmitted either
 	}
 	sh.mu.Unlock()
 	if !waits {
@@ -423,7 +424,10 @@ func (e *Engine) receive(msg actors.Message) {
 		sh := &e.shards[m.ID%waiterShards]
 		sh.mu.Lock()
 		w, inFlight := sh.m[m.ID]
-		ch := w.ch
+		var ch chan actors.Reply
+		if w != nil {
+			ch = w.ch
+		}
 		if inFlight {
 			delete(sh.m, m.ID)
 		}
@@ -472,7 +476,7 @@ func (e *Engine) resubmit() {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id, w := range sh.m {
-			if w.ch == nil {
+			if w == nil {
 				delete(sh.m, id)
 				e.release()
 				continue
