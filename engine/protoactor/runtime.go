@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -34,6 +35,10 @@ var _ engine.Runtime = (*Runtime)(nil)
 // signature of engine.NewRuntime.
 func New(opts engine.RuntimeOptions) (engine.Runtime, error) { return NewRuntime(opts), nil }
 
+// deadLetterThrottle is how long protoactor's dead-letter throttle
+// goroutine outlives the last dead letter (see NewRuntime).
+const deadLetterThrottle = 10 * time.Millisecond
+
 // NewRuntime is New with the concrete type, for tests and for the Restarts
 // and DeadLetters counters.
 func NewRuntime(opts engine.RuntimeOptions) *Runtime {
@@ -41,7 +46,15 @@ func NewRuntime(opts engine.RuntimeOptions) *Runtime {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	sys := actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }),
+		// The library throttles its dead-letter log on a goroutine that
+		// lives one interval past a dead letter and that no Stop ends:
+		// with its default of 1 s, a Close that left dead letters (messages
+		// to actors already stopped) left that goroutine behind it, which
+		// goleak saw (TestNoLeak under -race, once).
+		actor.WithDeadLetterThrottleInterval(deadLetterThrottle),
+	)
 	h := live.NewHost(opts.Seed)
 	return &Runtime{Front: live.NewFront(h, "protoactor"), host: h, sys: sys}
 }
