@@ -251,8 +251,11 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Errorf("stop: %v", err)
 	}
 	wg.Wait()
-	batched := false
+	batched, admitted := false, 0
 	for i := range n {
+		if codes[i] == http.StatusOK {
+			admitted++
+		}
 		// Admitted before the stop: 200. Arrived after the drain began:
 		// 503 draining. Never a dropped connection.
 		if codes[i] != http.StatusOK && codes[i] != http.StatusServiceUnavailable {
@@ -262,8 +265,11 @@ func TestServeEndToEnd(t *testing.T) {
 			batched = true
 		}
 	}
-	if !batched {
-		t.Errorf("40 concurrent requests never shared a batch: %+v", outs)
+	// The drain may overtake requests that are written but not yet read
+	// (they are answered 503, as checked above): the batching claim is
+	// only made of a crowd that got in.
+	if admitted >= 10 && !batched {
+		t.Errorf("%d of 40 concurrent requests admitted, and they never shared a batch: %+v", admitted, outs)
 	}
 	if _, err := http.Get(base + "/v2/health/live"); err == nil {
 		t.Error("server still answers after stop")
