@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,37 +227,13 @@ func (e *Emulated) Run(ctx context.Context, model, version string, inputs []stri
 	return outputs, itemErrs, nil
 }
 
-// timerEarly is how long before a batch's end the emulated backend's timer
-// fires; it then yields until the end. Timers fire late, by 0.35 ms on the
-// development VM when idle (more under load), which made every emulated
-// 100 ms batch take 100.4-100.7 ms: a device that much slower than its
-// latency model, and the live engine that much behind the simulator.
-const timerEarly = time.Millisecond
-
-// sleep waits d, or until ctx is done: on a timer for all but the last
-// timerEarly, then yielding the processor until d has passed, so a batch
-// takes its latency to within a scheduling quantum.
+// sleep waits d, or until ctx is done (see SleepUntil: a Go timer alone made
+// every emulated 100 ms batch take 100.4-100.7 ms, a device that much slower
+// than its latency model and the live engine that much behind the
+// simulator).
 func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	end := time.Now().Add(d)
-	if d > timerEarly {
-		t := time.NewTimer(d - timerEarly)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return fmt.Errorf("emulated backend: abandoned: %w", ctx.Err())
-		}
-	}
-	// At most timerEarly plus the timer's lateness, so the loop is bounded
-	// in time; it checks ctx as it goes.
-	for time.Now().Before(end) {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("emulated backend: abandoned: %w", err)
-		}
-		runtime.Gosched()
+	if err := SleepUntil(ctx, time.Now().Add(d)); err != nil {
+		return fmt.Errorf("emulated backend: abandoned: %w", err)
 	}
 	return nil
 }

@@ -41,6 +41,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Interval, "interval", cfg.Interval, "width of the time series in --json")
 	fs.IntVar(&cfg.RSSPID, "rss-pid", 0, "sample this process's resident memory and CPU time (/proc/PID) every --interval")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator's run to this file (go tool pprof)")
 	// Hidden: the engine-overhead yardstick (see loadgen.Baseline).
 	baseline := fs.String("baseline-server", "", "")
 
@@ -74,7 +75,12 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	// A Ctrl-C stops the sending and still prints what was measured; a
 	// second one ends the process.
 	context.AfterFunc(ctx, stop)
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
 	rep, err := loadgen.Run(ctx, cfg)
+	stopProfile()
 	if err != nil {
 		return err
 	}

@@ -228,18 +228,29 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	// After the first signal the default action is back, so a second one
 	// ends the process at once.
 	context.AfterFunc(ctx, stop)
-	if opts.cpuProfile != "" {
-		pf, err := os.Create(opts.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(opts.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	return serveRecorded(ctx, opts.file, opts.record, stdout, log, nil)
+}
+
+// startCPUProfile starts --cpuprofile's CPU profile into path, if path is
+// not empty; stop ends it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
 }
 
 // serve runs the server until ctx ends, then stops it gracefully. listening,

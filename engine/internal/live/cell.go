@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
 )
 
 // TimersMax bounds the timers one actor has armed at once. The actors of
@@ -149,7 +150,8 @@ func (c *Cell) Send(to actors.Address, msg actors.Message) {
 	c.lastEP.post(c.host, msg)
 }
 
-// After implements actors.Context with time.AfterFunc: the callback only
+// After implements actors.Context with engine.AfterFunc (time.AfterFunc
+// without its millisecond of lateness on Linux): the callback only
 // posts a timerFired to the mailbox, and the message itself stays in the
 // timer table until then, so Cancel can withdraw it even after the callback
 // has run. Timer IDs are unique within the Host, so one actor's ID never
@@ -167,7 +169,7 @@ func (c *Cell) After(d time.Duration, msg actors.Message) actors.TimerID {
 	}
 	h := c.host
 	h.wg.Add(1)
-	t := time.AfterFunc(max(d, 0), func() {
+	t := engine.AfterFunc(max(d, 0), func() {
 		defer h.wg.Done()
 		c.post(timerFired{id: id})
 	})

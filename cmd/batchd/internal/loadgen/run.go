@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
 )
 
 // responseMaxBytes bounds how much of a response body is read.
@@ -198,12 +199,10 @@ func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
 	if cfg.Arrival == Poisson {
 		next = next.Add(gap())
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for next.Before(g.end) {
-		// Everything due is handed out at once: the timer wakes late by
-		// up to a millisecond, and a late send still counts its latency
-		// from its intended time.
+		// Everything due is handed out at once: a send that is late all
+		// the same (a worker must wake) counts its latency from its
+		// intended time.
 		now := time.Now()
 		for !next.After(now) && next.Before(g.end) {
 			if idle.Load() <= int64(len(due)) && workers < cfg.InFlightMax {
@@ -220,10 +219,9 @@ func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
 		if !next.Before(g.end) {
 			return
 		}
-		timer.Reset(time.Until(next))
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
+		// Not a Go timer: those wake up to a millisecond late on Linux,
+		// and every request would carry that lag in its latency.
+		if engine.SleepUntil(ctx, next) != nil {
 			return
 		}
 	}

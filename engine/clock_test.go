@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSleepUntilNeverEarly(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, time.Millisecond, kernelLead, kernelLead + 3*time.Millisecond} {
+		due := time.Now().Add(d)
+		if err := SleepUntil(context.Background(), due); err != nil {
+			t.Fatalf("SleepUntil(+%v): %v", d, err)
+		}
+		if now := time.Now(); now.Before(due) {
+			t.Errorf("SleepUntil(+%v) returned %v early", d, due.Sub(now))
+		}
+	}
+}
+
+func TestSleepUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// An hour away: had it not looked at ctx, the test would time out.
+	err := SleepUntil(ctx, time.Now().Add(time.Hour))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("SleepUntil with a cancelled ctx: %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(time.Millisecond, cancel)
+	if err := SleepUntil(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SleepUntil cancelled while waiting: %v, want context.Canceled", err)
+	}
+}
+
+// With every kernel sleep taken, SleepUntil falls back to a Go timer and
+// is still never early.
+func TestSleepUntilKernelSleepsFull(t *testing.T) {
+	for range kernelSleepsMax {
+		kernelSleeps <- struct{}{}
+	}
+	defer func() {
+		for range kernelSleepsMax {
+			<-kernelSleeps
+		}
+	}()
+	due := time.Now().Add(time.Millisecond)
+	if err := SleepUntil(context.Background(), due); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(due) {
+		t.Error("SleepUntil returned early with the kernel sleeps all taken")
+	}
+}
+
+func TestAfterFunc(t *testing.T) {
+	fired := make(chan time.Time, 1)
+	due := time.Now().Add(3 * time.Millisecond)
+	AfterFunc(3*time.Millisecond, func() { fired <- time.Now() })
+	if at := <-fired; at.Before(due) {
+		t.Errorf("AfterFunc fired %v early", due.Sub(at))
+	}
+	// Stopped well before its Go timer fires: f never runs.
+	stopped := AfterFunc(time.Hour, func() { t.Error("a stopped AfterFunc ran") })
+	if !stopped.Stop() {
+		t.Error("Stop of an AfterFunc an hour away: false, want true")
+	}
+}
+
+// BenchmarkSleepLateness compares how late a 0-5 ms sleep wakes with
+// SleepUntil and with time.Sleep; it reports the lateness percentiles in
+// microseconds.
+func BenchmarkSleepLateness(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		sleep func(time.Time)
+	}{
+		{"SleepUntil", func(due time.Time) { _ = SleepUntil(context.Background(), due) }},
+		{"time.Sleep", func(due time.Time) { time.Sleep(time.Until(due)) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			late := make([]time.Duration, 0, b.N)
+			for i := 0; b.Loop(); i++ {
+				// 0 to 5 ms, spread evenly and deterministically.
+				due := time.Now().Add(time.Duration(i*7919%5000) * time.Microsecond)
+				tc.sleep(due)
+				late = append(late, time.Since(due))
+			}
+			slices.Sort(late)
+			q := func(p float64) float64 { return float64(late[int(p*float64(len(late)-1))]) / 1e3 }
+			b.ReportMetric(q(0.5), "late-p50-µs")
+			b.ReportMetric(q(0.99), "late-p99-µs")
+		})
+	}
+}
