@@ -8,30 +8,38 @@ import (
 	"time"
 )
 
-func TestSleepUntilNeverEarly(t *testing.T) {
-	for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, time.Millisecond, kernelLead, kernelLead + 3*time.Millisecond} {
-		due := time.Now().Add(d)
-		if err := SleepUntil(context.Background(), due); err != nil {
-			t.Fatalf("SleepUntil(+%v): %v", d, err)
-		}
-		if now := time.Now(); now.Before(due) {
-			t.Errorf("SleepUntil(+%v) returned %v early", d, due.Sub(now))
+var sleeps = []struct {
+	name  string
+	until func(context.Context, time.Time) error
+}{{"SleepUntil", SleepUntil}, {"yieldUntil", yieldUntil}}
+
+func TestSleepNeverEarly(t *testing.T) {
+	for _, s := range sleeps {
+		for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, spinLead, kernelLead, kernelLead + 3*time.Millisecond} {
+			due := time.Now().Add(d)
+			if err := s.until(context.Background(), due); err != nil {
+				t.Fatalf("%s(+%v): %v", s.name, d, err)
+			}
+			if now := time.Now(); now.Before(due) {
+				t.Errorf("%s(+%v) returned %v early", s.name, d, due.Sub(now))
+			}
 		}
 	}
 }
 
-func TestSleepUntilCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	// An hour away: had it not looked at ctx, the test would time out.
-	err := SleepUntil(ctx, time.Now().Add(time.Hour))
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("SleepUntil with a cancelled ctx: %v, want context.Canceled", err)
-	}
-	ctx, cancel = context.WithCancel(context.Background())
-	time.AfterFunc(time.Millisecond, cancel)
-	if err := SleepUntil(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
-		t.Fatalf("SleepUntil cancelled while waiting: %v, want context.Canceled", err)
+func TestSleepCancelled(t *testing.T) {
+	for _, s := range sleeps {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		// An hour away: had it not looked at ctx, the test would time out.
+		if err := s.until(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s with a cancelled ctx: %v, want context.Canceled", s.name, err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(time.Millisecond, cancel)
+		if err := s.until(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s cancelled while waiting: %v, want context.Canceled", s.name, err)
+		}
 	}
 }
 
@@ -70,14 +78,15 @@ func TestAfterFunc(t *testing.T) {
 }
 
 // BenchmarkSleepLateness compares how late a 0-5 ms sleep wakes with
-// SleepUntil and with time.Sleep; it reports the lateness percentiles in
-// microseconds.
+// SleepUntil, yieldUntil and time.Sleep; it reports the lateness
+// percentiles in microseconds.
 func BenchmarkSleepLateness(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		sleep func(time.Time)
 	}{
 		{"SleepUntil", func(due time.Time) { _ = SleepUntil(context.Background(), due) }},
+		{"yieldUntil", func(due time.Time) { _ = yieldUntil(context.Background(), due) }},
 		{"time.Sleep", func(due time.Time) { time.Sleep(time.Until(due)) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
