@@ -211,6 +211,35 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// TestCut: once the run's grace (duration, one Timeout, graceSlack) is
+// over, the exchange in flight is cut and what was not sent is not. One
+// sender, a server that never answers: the first request times out at 2 s,
+// the second, sent then, is cut at 0.1+2+0.25 s instead of timing out at
+// 4 s, and the third is never sent.
+func TestCut(t *testing.T) {
+	release := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); s.Close() })
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival, c.Duration, c.Timeout, c.InFlightMax = 30, Fixed, 100*time.Millisecond, 2*time.Second, 1
+	begin := time.Now()
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 3200*time.Millisecond {
+		t.Errorf("run took %v: the second request was not cut at 2.35 s", took)
+	}
+	if rep.Requests.Sent != 3 || rep.Errors["timeout"] != 1 || rep.Errors["cancelled"] != 2 {
+		t.Errorf("counts %+v errors %v", rep.Requests, rep.Errors)
+	}
+}
+
 // TestClosedLoop: N connections against a 10 ms server give about N × 100
 // req/s, and the warmup is not counted.
 func TestClosedLoop(t *testing.T) {

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/valyala/fasthttp"
 )
 
 // responseMaxBytes bounds how much of a response body is read.
@@ -29,7 +31,7 @@ const responseMaxBytes = 1 << 20
 // generator is one run.
 type generator struct {
 	cfg      Config
-	client   *http.Client
+	conns    *conns
 	endpoint string
 	// The request body is prefix + input + suffix.
 	prefix, suffix []byte
@@ -51,7 +53,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer g.client.CloseIdleConnections()
 
 	cpu0 := selfCPU()
 	g.start = time.Now()
@@ -59,18 +60,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	g.end = g.start.Add(cfg.Duration)
 	g.rec = newRecorder(cfg, g.start, g.measureFrom, g.end)
 
-	// Requests get their own context: it outlives the sending (answers
-	// are awaited), and a Ctrl-C (ctx) cuts the wait short only after
-	// the grace of one Timeout (and graceSlack).
-	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelReqs()
+	// Answers are awaited after the sending ends, a Ctrl-C (ctx)
+	// included; the run is cut short only after the grace of one Timeout
+	// (and graceSlack).
 	stopRSS := g.sampleRSS()
 
 	var wg sync.WaitGroup
 	if cfg.Connections > 0 {
-		g.closedLoop(ctx, reqCtx, &wg)
+		g.closedLoop(ctx, &wg)
 	} else {
-		g.openLoop(ctx, reqCtx, &wg)
+		g.openLoop(ctx, &wg)
 	}
 	sendingEnded := time.Now()
 	if ctx.Err() == nil {
@@ -86,7 +85,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	select {
 	case <-done:
 	case <-grace.C:
-		cancelReqs()
+		g.conns.cutAll()
 		<-done
 	}
 	stopRSS()
@@ -109,25 +108,13 @@ func newGenerator(cfg Config) (*generator, error) {
 		return nil, fmt.Errorf("load: URL: %w", err)
 	}
 	endpoint := base.JoinPath("v1", "models", cfg.Model, "infer").String()
-	conns := cfg.InFlightMax
-	if cfg.Connections > 0 {
-		conns = cfg.Connections
+	host := base.Host
+	if base.Port() == "" {
+		host = net.JoinHostPort(base.Hostname(), map[string]string{"http": "80", "https": "443"}[base.Scheme])
 	}
-	tr := &http.Transport{
-		Proxy: nil, // never through a proxy: the load is for this server
-		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		// Every request in flight holds a connection (HTTP/1.1), and each
-		// must go back to the pool afterwards, or the run measures
-		// connection setup instead of the server.
-		MaxIdleConns:          conns,
-		MaxIdleConnsPerHost:   conns,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true,
-		ResponseHeaderTimeout: cfg.Timeout,
-		ExpectContinueTimeout: 0,
+	var tlsConf *tls.Config
+	if base.Scheme == "https" {
+		tlsConf = &tls.Config{ServerName: base.Hostname()}
 	}
 	suffix := []byte(`"`)
 	if cfg.Version != "" {
@@ -140,7 +127,7 @@ func newGenerator(cfg Config) (*generator, error) {
 	suffix = append(suffix, '}')
 	return &generator{
 		cfg:      cfg,
-		client:   &http.Client{Transport: tr, Timeout: cfg.Timeout},
+		conns:    newConns(host, tlsConf),
 		endpoint: endpoint,
 		prefix:   []byte(`{"input":"`),
 		suffix:   suffix,
@@ -152,7 +139,7 @@ func newGenerator(cfg Config) (*generator, error) {
 // intended times from a bounded backlog; a time due when the backlog is
 // full is dropped and counted. It returns when sending has stopped; wg
 // tracks the workers still answering.
-func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
+func (g *generator) openLoop(ctx context.Context, wg *sync.WaitGroup) {
 	cfg := g.cfg
 	backlog := int(min(float64(backlogMax), max(1024, cfg.Rate*cfg.Duration.Seconds()+1)))
 	if cfg.backlog > 0 {
@@ -165,6 +152,8 @@ func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c := g.conns.open()
+			defer c.close()
 			for {
 				idle.Add(1)
 				t, ok := <-due
@@ -172,7 +161,7 @@ func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
 				if !ok {
 					return
 				}
-				g.one(reqCtx, t)
+				g.one(c, t)
 			}
 		}()
 	}
@@ -229,17 +218,19 @@ func (g *generator) openLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
 
 // closedLoop runs Connections senders, each sending its next request as
 // soon as the last is answered, until the end or ctx.
-func (g *generator) closedLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) {
-	for c := 0; c < g.cfg.Connections; c++ {
+func (g *generator) closedLoop(ctx context.Context, wg *sync.WaitGroup) {
+	for range g.cfg.Connections {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c := g.conns.open()
+			defer c.close()
 			for ctx.Err() == nil {
 				now := time.Now()
 				if !now.Before(g.end) {
 					return
 				}
-				g.one(reqCtx, now)
+				g.one(c, now)
 			}
 		}()
 	}
@@ -249,45 +240,34 @@ func (g *generator) closedLoop(ctx, reqCtx context.Context, wg *sync.WaitGroup) 
 	}
 }
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// one sends one request intended for time intended, and records it.
-func (g *generator) one(ctx context.Context, intended time.Time) {
+// one sends one request intended for time intended on c, and records it.
+func (g *generator) one(c *conn, intended time.Time) {
 	n := g.seq.Add(1)
 	input := makeInput(n, g.cfg.InputLen)
-	body := make([]byte, 0, len(g.prefix)+len(input)+len(g.suffix))
-	body = append(append(append(body, g.prefix...), input...), g.suffix...)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.endpoint, bytes.NewReader(body))
-	if err != nil {
-		g.rec.record(result{intended: intended, sent: time.Now(), done: time.Now(), errClass: "request", err: err})
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(g.endpoint)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetContentType("application/json")
 	if g.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
 	}
+	req.AppendBody(g.prefix)
+	req.AppendBodyString(input)
+	req.AppendBody(g.suffix)
 	r := result{intended: intended, sent: time.Now()}
-	resp, err := g.client.Do(req)
+	err := c.exchange(req, resp, r.sent.Add(g.cfg.Timeout))
+	r.done = time.Now()
 	if err != nil {
-		r.done = time.Now()
 		r.errClass, r.err = classify(err), err
 		g.rec.record(r)
 		return
 	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	_, err = buf.ReadFrom(io.LimitReader(resp.Body, responseMaxBytes))
-	// Drain what is left, so the connection goes back to the pool.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, responseMaxBytes))
-	resp.Body.Close()
-	r.done = time.Now()
-	r.status = resp.StatusCode
-	if err != nil {
-		r.errClass, r.err = classify(err), err
-	} else if r.status == http.StatusOK && g.cfg.Check {
-		r.wrong, r.server = g.checkOutput(buf.Bytes(), input)
+	r.status = resp.StatusCode()
+	if r.status == http.StatusOK && g.cfg.Check {
+		r.wrong, r.server = g.checkOutput(resp.Body(), input)
 	}
-	bufPool.Put(buf)
 	g.rec.record(r)
 }
 
@@ -338,10 +318,15 @@ func makeInput(n uint64, size int) string {
 func classify(err error) string {
 	var ne net.Error
 	switch {
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, errCut):
 		return "cancelled"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout),
+		errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return "no free connection"
+	case errors.Is(err, fasthttp.ErrConnectionClosed):
+		return "connection reset"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
