@@ -184,10 +184,9 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// TestTimeout: a server that never answers costs a run no more than its
-// duration and one Timeout (plus graceSlack), and its requests count as
-// timeouts.
-func TestTimeout(t *testing.T) {
+// silentServer never answers, until the test ends.
+func silentServer(t *testing.T) *httptest.Server {
+	t.Helper()
 	release := make(chan struct{})
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -196,6 +195,14 @@ func TestTimeout(t *testing.T) {
 		}
 	}))
 	t.Cleanup(func() { close(release); s.Close() })
+	return s
+}
+
+// TestTimeout: a server that never answers costs a run no more than its
+// duration and one Timeout (plus graceSlack), and its requests count as
+// timeouts.
+func TestTimeout(t *testing.T) {
+	s := silentServer(t)
 	c := cfgFor(s.URL)
 	c.Rate, c.Arrival, c.Duration, c.Timeout = 50, Fixed, 200*time.Millisecond, 300*time.Millisecond
 	begin := time.Now()
@@ -217,14 +224,7 @@ func TestTimeout(t *testing.T) {
 // the second, sent then, is cut at 0.1+2+0.25 s instead of timing out at
 // 4 s, and the third is never sent.
 func TestCut(t *testing.T) {
-	release := make(chan struct{})
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	t.Cleanup(func() { close(release); s.Close() })
+	s := silentServer(t)
 	c := cfgFor(s.URL)
 	c.Rate, c.Arrival, c.Duration, c.Timeout, c.InFlightMax = 30, Fixed, 100*time.Millisecond, 2*time.Second, 1
 	begin := time.Now()
