@@ -89,6 +89,7 @@ func (r *Runtime) Spawn(addr actors.Address, newActor func() actors.Actor, backe
 		actor.WithRestartDelay(RestartDelay),
 		actor.WithInboxSize(inboxSize),
 	)
+	cell.Open()
 	r.pids = append(r.pids, pid)
 	return nil
 }

@@ -75,7 +75,10 @@ func (r *Runtime) Spawn(addr actors.Address, newActor func() actors.Actor, backe
 	// The PID is a name, known before the actor exists, so the Cell can post
 	// to it from the start: the actor's first message (Started) runs on a
 	// mailbox goroutine, possibly before SpawnNamed returns, and may arm a
-	// timer or send to itself.
+	// timer or send to itself. Other actors' messages wait for cell.Open,
+	// below: protoactor makes the name resolvable before the mailbox has its
+	// dispatcher, and a message posted in between panics the sender and
+	// leaves this actor's mailbox marked running with nothing running it.
 	pid := actor.NewPID(r.sys.Address(), name(addr))
 	root := r.sys.Root
 	cell, err := r.host.NewCell(addr, newActor, func(m any) { root.Send(pid, m) }, backend)
@@ -89,6 +92,7 @@ func (r *Runtime) Spawn(addr actors.Address, newActor func() actors.Actor, backe
 	if _, err := root.SpawnNamed(props, pid.Id); err != nil {
 		return fmt.Errorf("protoactor: spawn %v: %w", addr, err)
 	}
+	cell.Open() // only now may other actors' messages reach the mailbox
 	r.pids = append(r.pids, pid)
 	return nil
 }

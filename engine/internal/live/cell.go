@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batchd/batchd/actors"
@@ -37,6 +38,10 @@ type Cell struct {
 	lastEP endpoint
 	lastOK bool
 
+	// opened is set once the library has the actor ready for messages
+	// (see Open); until then, messages sent to it are dead letters.
+	opened atomic.Bool
+
 	// tmu guards timers and closed against Close, which runs on another
 	// goroutine; timer callbacks never take it.
 	tmu    sync.Mutex
@@ -60,6 +65,19 @@ type (
 )
 
 var _ actors.Context = (*Cell)(nil)
+
+// Open tells the cell that the library's spawn has returned: from now on,
+// messages other actors send here are posted to its mailbox; before, they
+// are dead letters. A library may make an actor's address resolvable
+// before its mailbox can take a message (protoactor registers the name
+// before it sets the mailbox's dispatcher, and a message posted in between
+// leaves that mailbox marked running with nothing to run it: the actor
+// never starts and never stops). The Cell's own posts (timers, job
+// results) and the library's Started do not wait for Open. Nothing is lost
+// that the actor could have seen: a message that overtakes Started is
+// dropped by the Cell anyway (see deliver), and the engine sends no
+// request before every spawn has returned.
+func (c *Cell) Open() { c.opened.Store(true) }
 
 // Begin starts an incarnation: the library has started the actor, for the
 // first time or after a restart. Whatever the last incarnation left (armed
@@ -139,6 +157,12 @@ func (c *Cell) Rand() *rand.Rand { return c.rng }
 // Send implements actors.Context.
 func (c *Cell) Send(to actors.Address, msg actors.Message) {
 	c.active("Send")
+	if to == c.addr && !c.host.halted.Load() {
+		// Its own mailbox takes messages, open or not: it is running this
+		// Receive (the library's Started may come before Open).
+		c.post(msg)
+		return
+	}
 	if !c.lastOK || to != c.lastTo {
 		ep := c.host.route(to)
 		if !ep.found() {

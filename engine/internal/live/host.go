@@ -141,7 +141,7 @@ func (ep endpoint) found() bool { return ep.cell != nil || ep.fn != nil }
 
 func (ep endpoint) post(h *Host, msg actors.Message) {
 	switch {
-	case ep.cell != nil && h.halted.Load():
+	case ep.cell != nil && (h.halted.Load() || !ep.cell.opened.Load()):
 		h.deadLetters.Add(1)
 	case ep.cell != nil:
 		ep.cell.post(msg)
@@ -152,7 +152,8 @@ func (ep endpoint) post(h *Host, msg actors.Message) {
 	}
 }
 
-// NewCell registers an actor at addr and returns its cell. newActor makes
+// NewCell registers an actor at addr and returns its cell, closed to other
+// actors' messages until the adapter calls its Open. newActor makes
 // the actor value for each incarnation (the first, and one per restart).
 // post puts a message in the actor's mailbox; it is called from any
 // goroutine and must not block. backend, when not nil, runs the actor's

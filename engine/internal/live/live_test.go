@@ -37,6 +37,7 @@ func spawn(t *testing.T, h *Host, addr actors.Address, a actors.Actor, b engine.
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.Open()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -268,3 +269,47 @@ func TestContextOutsideReceive(t *testing.T) {
 	}()
 	c.Send(actors.Address{ID: 1}, "x")
 }
+
+// TestSendBeforeOpen: until the adapter opens a cell (its library's spawn
+// has returned), messages to it are dead letters and never reach the
+// library, whose mailbox may not take them yet (protoactor's then never ran
+// the actor at all); once open, they are posted.
+func TestSendBeforeOpen(t *testing.T) {
+	h := NewHost(1)
+	var posted atomic.Int64
+	c, err := h.NewCell(actors.Address{ID: 1}, func() actors.Actor { return &recorder{} }, func(any) { posted.Add(1) }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Send(actors.Address{ID: 1}, "early")
+	if posted.Load() != 0 || h.DeadLetters() != 1 {
+		t.Errorf("before Open: %d posted, %d dead letters; want 0 and 1", posted.Load(), h.DeadLetters())
+	}
+	c.Open()
+	h.Send(actors.Address{ID: 1}, "late")
+	if posted.Load() != 1 || h.DeadLetters() != 1 {
+		t.Errorf("after Open: %d posted, %d dead letters; want 1 and 1", posted.Load(), h.DeadLetters())
+	}
+	// An actor may send to itself from its Start, which the library may
+	// deliver before its spawn returns, hence before Open.
+	var self atomic.Int64
+	s, err := h.NewCell(actors.Address{ID: 2}, func() actors.Actor {
+		return funcActor(func(ctx actors.Context, msg actors.Message) {
+			if _, ok := msg.(actors.Start); ok {
+				ctx.Send(ctx.Self(), "to myself")
+			}
+		})
+	}, func(any) { self.Add(1) }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Begin()
+	if self.Load() != 1 {
+		t.Errorf("a send to itself before Open: %d posted, want 1", self.Load())
+	}
+	closeHost(t, h)
+}
+
+type funcActor func(actors.Context, actors.Message)
+
+func (f funcActor) Receive(ctx actors.Context, msg actors.Message) { f(ctx, msg) }
