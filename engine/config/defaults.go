@@ -13,9 +13,9 @@ import (
 // model (any model name is served) and no tenant (everyone is the open
 // default tenant); Embedded adds the model "echo".
 func Default() *File {
-	b := actors.DefaultBatcherConfig()
-	d := actors.DefaultDeviceConfig()
 	e := engine.DefaultConfig()
+	b := e.Batcher // the live engine's, whose margin is wider than the simulator's
+	d := actors.DefaultDeviceConfig()
 	h := defaultHTTP()
 	return &File{
 		HTTP: h,
