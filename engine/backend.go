@@ -232,7 +232,11 @@ func (e *Emulated) Run(ctx context.Context, model, version string, inputs []stri
 // than its latency model and the live engine that much behind the
 // simulator).
 func sleep(ctx context.Context, d time.Duration) error {
-	if err := yieldUntil(ctx, time.Now().Add(d)); err != nil {
+	err := ctx.Err()
+	if d > 0 {
+		err = yieldUntil(ctx, time.Now().Add(d))
+	}
+	if err != nil {
 		return fmt.Errorf("emulated backend: abandoned: %w", err)
 	}
 	return nil
