@@ -29,7 +29,11 @@ import (
 //     (a 5 ms backend, 1024 connections). The load generator, one sender
 //     loop at thousands of sends a second, uses it.
 const (
-	spinLead        = time.Millisecond
+	spinLead = time.Millisecond
+	// spinHold is the last stretch yieldUntil waits without yielding: a
+	// goroutine that yields goes to the back of the global run queue and,
+	// on a busy machine, can come back a millisecond or more late.
+	spinHold        = 50 * time.Microsecond
 	kernelLead      = 2 * time.Millisecond
 	kernelSleepsMax = 32
 )
@@ -68,13 +72,18 @@ func yieldUntil(ctx context.Context, t time.Time) error {
 		return err
 	}
 	// At most spinLead plus the timer's lateness: bounded in time.
-	for time.Now().Before(t) {
+	for {
+		left := time.Until(t)
+		if left <= 0 {
+			return nil
+		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sleep: %w", err)
 		}
-		runtime.Gosched()
+		if left > spinHold {
+			runtime.Gosched()
+		}
 	}
-	return nil
 }
 
 // timerUntil waits on a Go timer until t (late as Go's timers are), or
