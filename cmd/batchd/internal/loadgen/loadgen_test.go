@@ -325,8 +325,10 @@ func TestRSS(t *testing.T) {
 	if rep.RSS == nil || rep.RSS.First <= 0 || rep.RSS.Max < rep.RSS.First || rep.RSS.Err != "" || rep.RSS.CPUS < 0 {
 		t.Errorf("rss %+v", rep.RSS)
 	}
-	if rep.GeneratorCPUS <= 0 {
-		t.Errorf("generator cpu %v", rep.GeneratorCPUS)
+	if rep.GeneratorCPUS <= 0 || rep.GeneratorCPUUSPerRequest <= 0 || rep.GeneratorCores < 1 ||
+		rep.GeneratorBusy <= 0 || rep.GeneratorBusy > 1.5 {
+		t.Errorf("generator cpu %v s, %v µs a request, %d cores, busy %v",
+			rep.GeneratorCPUS, rep.GeneratorCPUUSPerRequest, rep.GeneratorCores, rep.GeneratorBusy)
 	}
 	if _, err := readCPU("/proc/self/stat"); err != nil {
 		t.Errorf("readCPU: %v", err)
@@ -415,5 +417,27 @@ func TestReportTable(t *testing.T) {
 	}
 	if _, err := json.Marshal(rep); err != nil {
 		t.Error(err)
+	}
+	if strings.Contains(b.String(), "warning") {
+		t.Errorf("a 50 req/s run warns of a busy generator:\n%s", b.String())
+	}
+}
+
+// TestGeneratorBusyWarning: a run in which the generator used most of its
+// CPUs says it may have been the limit, with the figures.
+func TestGeneratorBusyWarning(t *testing.T) {
+	rep := &Report{Latency: map[string]Percentiles{}, Service: map[string]Percentiles{}}
+	rep.setGenerator(19, 10, 200_000, 2) // 19 CPU-seconds in 10 s on 2 CPUs
+	if rep.GeneratorBusy != 0.95 || rep.GeneratorCPUUSPerRequest != 95 {
+		t.Errorf("busy %v, %v µs a request; want 0.95 and 95", rep.GeneratorBusy, rep.GeneratorCPUUSPerRequest)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"95 µs a request, 95% of the 2 CPUs", "warning: the generator kept its CPUs 95% busy"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
 	}
 }

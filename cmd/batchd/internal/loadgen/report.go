@@ -226,10 +226,37 @@ type Report struct {
 	// GeneratorCPUS is the CPU time the generator itself used, in
 	// seconds: on a machine it shares with the server, the load it can
 	// offer is bounded by what this leaves.
-	GeneratorCPUS float64    `json:"generator_cpu_s"`
-	RSS           *RSS       `json:"rss,omitempty"`
-	Intervals     []Interval `json:"intervals"`
+	GeneratorCPUS float64 `json:"generator_cpu_s"`
+	// GeneratorCPUUSPerRequest is GeneratorCPUS per request it made,
+	// warmup included, in microseconds.
+	GeneratorCPUUSPerRequest float64 `json:"generator_cpu_us_per_request"`
+	// GeneratorCores is how many CPUs the generator may run on (its
+	// affinity), and GeneratorBusy the share of their time it used over
+	// the run. Near 1, the generator, not the server, may have been what
+	// limited the run (see GeneratorBusyWarn).
+	GeneratorCores int        `json:"generator_cores"`
+	GeneratorBusy  float64    `json:"generator_busy"`
+	RSS            *RSS       `json:"rss,omitempty"`
+	Intervals      []Interval `json:"intervals"`
 }
+
+// setGenerator fills in the generator's figures: cpuS of CPU over wallS
+// of run, for requests made, on cores CPUs.
+func (rep *Report) setGenerator(cpuS, wallS float64, requests int64, cores int) {
+	rep.GeneratorCPUS, rep.GeneratorCores = cpuS, cores
+	if requests > 0 {
+		rep.GeneratorCPUUSPerRequest = cpuS / float64(requests) * 1e6
+	}
+	if wallS > 0 && cores > 0 {
+		rep.GeneratorBusy = cpuS / (wallS * float64(cores))
+	}
+}
+
+// GeneratorBusyWarn is the GeneratorBusy from which the table warns that
+// the generator may have been the limit. A closed loop against a server
+// that answers at once, with the generator on one core, ran at 95-100%
+// (net/http's client, 2026-11-21), and its throughput was the generator's.
+const GeneratorBusyWarn = 0.8
 
 // ServerTimes are the server's own figures for the 200s.
 type ServerTimes struct {
@@ -469,7 +496,15 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "pid %d\trss (KiB) first %d, at 10s %d, max %d, after 10s %d to %d, last %d; cpu %.2fs %s\n",
 			r.PID, r.First, r.At10s, r.Max, r.MinAfter10s, r.MaxAfter10s, r.Last, r.CPUS, r.Err)
 	}
-	fmt.Fprintf(tw, "generator\tcpu %.2fs\n", rep.GeneratorCPUS)
+	cpus := "CPUs"
+	if rep.GeneratorCores == 1 {
+		cpus = "CPU"
+	}
+	fmt.Fprintf(tw, "generator\tcpu %.2fs: %.0f µs a request, %.0f%% of the %d %s it may use\n",
+		rep.GeneratorCPUS, rep.GeneratorCPUUSPerRequest, 100*rep.GeneratorBusy, rep.GeneratorCores, cpus)
+	if rep.GeneratorBusy >= GeneratorBusyWarn {
+		fmt.Fprintf(tw, "\twarning: the generator kept its CPUs %.0f%% busy: it may have limited this run, not the server\n", 100*rep.GeneratorBusy)
+	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -90,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopRSS()
 	rep := g.rec.report(sendingEnded, time.Now())
-	rep.GeneratorCPUS = (selfCPU() - cpu0).Seconds()
+	rep.setGenerator((selfCPU() - cpu0).Seconds(), time.Since(g.start).Seconds(), int64(g.seq.Load()), runtime.NumCPU())
 	return rep, nil
 }
 
