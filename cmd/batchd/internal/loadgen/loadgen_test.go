@@ -322,7 +322,8 @@ func TestRSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.RSS == nil || rep.RSS.First <= 0 || rep.RSS.Max < rep.RSS.First || rep.RSS.Err != "" || rep.RSS.CPUS < 0 {
+	if rep.RSS == nil || rep.RSS.First <= 0 || rep.RSS.Max < rep.RSS.First || rep.RSS.Err != "" || rep.RSS.CPUS < 0 ||
+		rep.RSS.CPUUSPerRequest != rep.RSS.CPUS/float64(rep.Requests.Sent)*1e6 {
 		t.Errorf("rss %+v", rep.RSS)
 	}
 	if rep.GeneratorCPUS <= 0 || rep.GeneratorCPUUSPerRequest <= 0 || rep.GeneratorCores < 1 ||

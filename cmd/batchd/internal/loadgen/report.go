@@ -312,11 +312,16 @@ type RSS struct {
 	Max   int64 `json:"max_kib"`
 	// MinAfter10s and MaxAfter10s bound the samples after the first 10 s:
 	// the spread of a server whose memory is flat once warmed up.
-	MinAfter10s int64   `json:"min_after_10s_kib"`
-	MaxAfter10s int64   `json:"max_after_10s_kib"`
-	Last        int64   `json:"last_kib"`
-	CPUS        float64 `json:"cpu_s"`
-	Err         string  `json:"error,omitempty"`
+	MinAfter10s int64 `json:"min_after_10s_kib"`
+	MaxAfter10s int64 `json:"max_after_10s_kib"`
+	Last        int64 `json:"last_kib"`
+	// CPUS is the process's CPU time over the run; CPUUSPerRequest is
+	// that per request the generator made, warmup included, in
+	// microseconds: what one request costs the server, when nothing else
+	// loads it.
+	CPUS            float64 `json:"cpu_s"`
+	CPUUSPerRequest float64 `json:"cpu_us_per_request"`
+	Err             string  `json:"error,omitempty"`
 }
 
 func percentiles(h *hdr.Histogram) Percentiles {
@@ -493,8 +498,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	if rep.RSS != nil {
 		r := rep.RSS
-		fmt.Fprintf(tw, "pid %d\trss (KiB) first %d, at 10s %d, max %d, after 10s %d to %d, last %d; cpu %.2fs %s\n",
-			r.PID, r.First, r.At10s, r.Max, r.MinAfter10s, r.MaxAfter10s, r.Last, r.CPUS, r.Err)
+		fmt.Fprintf(tw, "pid %d\trss (KiB) first %d, at 10s %d, max %d, after 10s %d to %d, last %d; cpu %.2fs (%.1f µs a request) %s\n",
+			r.PID, r.First, r.At10s, r.Max, r.MinAfter10s, r.MaxAfter10s, r.Last, r.CPUS, r.CPUUSPerRequest, r.Err)
 	}
 	cpus := "CPUs"
 	if rep.GeneratorCores == 1 {

@@ -91,7 +91,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopRSS()
 	rep := g.rec.report(sendingEnded, time.Now())
-	rep.setGenerator((selfCPU() - cpu0).Seconds(), time.Since(g.start).Seconds(), int64(g.seq.Load()), runtime.NumCPU())
+	made := int64(g.seq.Load())
+	rep.setGenerator((selfCPU() - cpu0).Seconds(), time.Since(g.start).Seconds(), made, runtime.NumCPU())
+	if rep.RSS != nil && made > 0 {
+		rep.RSS.CPUUSPerRequest = rep.RSS.CPUS / float64(made) * 1e6
+	}
 	return rep, nil
 }
 
@@ -362,6 +366,11 @@ func (g *generator) sampleRSS() (stop func()) {
 			select {
 			case <-t.C:
 			case <-quit:
+				// A last CPU reading, so the server's CPU covers the
+				// whole run and not up to an Interval less.
+				if cpu, err := readCPU(statPath); err == nil {
+					g.rec.cpu(cpu)
+				}
 				return
 			}
 		}
