@@ -25,7 +25,7 @@ import (
 //   - SleepUntil sleeps the last kernelLead in the kernel (nanosleep),
 //     which wakes 0.08-0.14 ms late and uses no CPU, but blocks an OS
 //     thread, and its P until the runtime's monitor takes that back. In
-//     the live server that cost 10-25% of its throughput when CPU-bound
+//     the live server that cost 20-30% of its throughput when CPU-bound
 //     (a 5 ms backend, 1024 connections). The load generator, one sender
 //     loop at thousands of sends a second, uses it.
 const (

@@ -428,7 +428,7 @@ func TestReportTable(t *testing.T) {
 // CPUs says it may have been the limit, with the figures.
 func TestGeneratorBusyWarning(t *testing.T) {
 	rep := &Report{Latency: map[string]Percentiles{}, Service: map[string]Percentiles{}}
-	rep.setGenerator(19, 10, 200_000, 2) // 19 CPU-seconds in 10 s on 2 CPUs
+	rep.setCPU(19, 10, 200_000, 2) // 19 CPU-seconds in 10 s on 2 CPUs
 	if rep.GeneratorBusy != 0.95 || rep.GeneratorCPUUSPerRequest != 95 {
 		t.Errorf("busy %v, %v µs a request; want 0.95 and 95", rep.GeneratorBusy, rep.GeneratorCPUUSPerRequest)
 	}

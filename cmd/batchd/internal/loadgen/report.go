@@ -240,12 +240,16 @@ type Report struct {
 	Intervals      []Interval `json:"intervals"`
 }
 
-// setGenerator fills in the generator's figures: cpuS of CPU over wallS
-// of run, for requests made, on cores CPUs.
-func (rep *Report) setGenerator(cpuS, wallS float64, requests int64, cores int) {
+// setCPU fills in the CPU figures: the generator's cpuS of CPU over wallS
+// of run on cores CPUs, and its and the sampled server's (RSS) CPU per
+// request of the requests made.
+func (rep *Report) setCPU(cpuS, wallS float64, requests int64, cores int) {
 	rep.GeneratorCPUS, rep.GeneratorCores = cpuS, cores
 	if requests > 0 {
 		rep.GeneratorCPUUSPerRequest = cpuS / float64(requests) * 1e6
+		if rep.RSS != nil {
+			rep.RSS.CPUUSPerRequest = rep.RSS.CPUS / float64(requests) * 1e6
+		}
 	}
 	if wallS > 0 && cores > 0 {
 		rep.GeneratorBusy = cpuS / (wallS * float64(cores))
@@ -253,9 +257,10 @@ func (rep *Report) setGenerator(cpuS, wallS float64, requests int64, cores int) 
 }
 
 // GeneratorBusyWarn is the GeneratorBusy from which the table warns that
-// the generator may have been the limit. A closed loop against a server
-// that answers at once, with the generator on one core, ran at 95-100%
-// (net/http's client, 2026-11-21), and its throughput was the generator's.
+// the generator may have been the limit. Pinned to one core, in a closed
+// loop against the net/http baseline server (which answers at once), the
+// generator ran 83-84% busy at 45-47k req/s (2026-11-21): such a run may
+// measure the generator as much as the server.
 const GeneratorBusyWarn = 0.8
 
 // ServerTimes are the server's own figures for the 200s.

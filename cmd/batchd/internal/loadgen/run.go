@@ -91,11 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopRSS()
 	rep := g.rec.report(sendingEnded, time.Now())
-	made := int64(g.seq.Load())
-	rep.setGenerator((selfCPU() - cpu0).Seconds(), time.Since(g.start).Seconds(), made, runtime.NumCPU())
-	if rep.RSS != nil && made > 0 {
-		rep.RSS.CPUUSPerRequest = rep.RSS.CPUS / float64(made) * 1e6
-	}
+	rep.setCPU((selfCPU() - cpu0).Seconds(), time.Since(g.start).Seconds(), int64(g.seq.Load()), runtime.NumCPU())
 	return rep, nil
 }
 
