@@ -196,6 +196,7 @@ type Engine struct {
 	statsWaiters map[uint64]chan statsAnswer
 
 	counters counters
+	replies  *replyQueue
 }
 
 type waiterShard struct {
@@ -261,10 +262,14 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	for i := range e.shards {
 		e.shards[i].m = make(map[uint64]*waiting)
 	}
+	e.replies = newReplyQueue()
+	go e.replies.run(e.deliver)
 	if err := e.start(ctx); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), closeWaitMax)
 		defer cancel()
-		return nil, errors.Join(err, rt.Close(closeCtx))
+		err = errors.Join(err, rt.Close(closeCtx))
+		e.replies.close()
+		return nil, err
 	}
 	return e, nil
 }
@@ -425,7 +430,7 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 	}
 	sh.mu.Unlock()
 	if !waits {
-		return <-ch, true // receive sends right after taking the entry
+		return <-ch, true // deliver sends right after taking the entry
 	}
 	e.counters.abandoned.Add(1)
 	return actors.Reply{}, false
@@ -433,35 +438,11 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 
 // receive is the waiter endpoint: every Reply of the engine's requests, and
 // the batcher's stats answers, arrive here on the sender's goroutine.
+// Replies are queued for deliver; the rest is handled here.
 func (e *Engine) receive(msg actors.Message) {
 	switch m := msg.(type) {
 	case actors.Reply:
-		sh := &e.shards[m.ID%waiterShards]
-		sh.mu.Lock()
-		w, inFlight := sh.m[m.ID]
-		var ch chan actors.Reply
-		if w != nil {
-			ch = w.ch
-		}
-		if inFlight {
-			delete(sh.m, m.ID)
-		}
-		sh.mu.Unlock()
-		if !inFlight {
-			// Answered already: a device restarted by supervision mid-batch
-			// is re-queued whole, so items it had answered run again.
-			e.counters.duplicate.Add(1)
-			return
-		}
-		// Released before the reply is handed over, so a caller that has
-		// its reply sees it out of the in-flight count.
-		e.release()
-		if ch == nil {
-			e.counters.late.Add(1)
-			return
-		}
-		e.counters.replied.Add(1)
-		ch <- m // capacity 1, and only this send: never blocks
+		e.replies.put(m) // handed over by deliver (see replyQueue)
 	case batcherRestarted:
 		e.resubmit()
 	case statsAnswer:
@@ -473,6 +454,37 @@ func (e *Engine) receive(msg actors.Message) {
 			ch <- m // capacity 1
 		}
 	}
+}
+
+// deliver hands a reply to the Do that waits for it, on the reply queue's
+// goroutine.
+func (e *Engine) deliver(m actors.Reply) {
+	sh := &e.shards[m.ID%waiterShards]
+	sh.mu.Lock()
+	w, inFlight := sh.m[m.ID]
+	var ch chan actors.Reply
+	if w != nil {
+		ch = w.ch
+	}
+	if inFlight {
+		delete(sh.m, m.ID)
+	}
+	sh.mu.Unlock()
+	if !inFlight {
+		// Answered already: a device restarted by supervision mid-batch
+		// is re-queued whole, so items it had answered run again.
+		e.counters.duplicate.Add(1)
+		return
+	}
+	// Released before the reply is handed over, so a caller that has
+	// its reply sees it out of the in-flight count.
+	e.release()
+	if ch == nil {
+		e.counters.late.Add(1)
+		return
+	}
+	e.counters.replied.Add(1)
+	ch <- m // capacity 1, and only this send: never blocks
 }
 
 // batcherRestarted tells the engine that its batcher actor was restarted
@@ -561,7 +573,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.closed = true
 	close(e.closing)
 	e.closeMu.Unlock()
-	if err := e.rt.Close(ctx); err != nil {
+	err := e.rt.Close(ctx)
+	// The runtime has stopped: no reply comes any more.
+	e.replies.close()
+	if err != nil {
 		return fmt.Errorf("engine: close: %w", err)
 	}
 	return nil
