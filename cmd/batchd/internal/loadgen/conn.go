@@ -37,8 +37,11 @@ type conns struct {
 type conn struct {
 	owner *conns
 	c     net.Conn
-	r     *bufio.Reader
-	w     *bufio.Writer
+	// tcp is the TCP connection under c (c itself without TLS), reading
+	// with receive times where it can (withStamps).
+	tcp net.Conn
+	r   *bufio.Reader
+	w   *bufio.Writer
 }
 
 func newConns(addr string, tlsConf *tls.Config) *conns {
@@ -74,6 +77,8 @@ func (c *conn) dial() error {
 	if err != nil {
 		return err
 	}
+	nc = withStamps(nc)
+	tcp := nc
 	if c.owner.tls != nil {
 		nc = tls.Client(nc, c.owner.tls)
 	}
@@ -83,7 +88,7 @@ func (c *conn) dial() error {
 		nc.Close()
 		return errCut
 	}
-	c.c, c.r, c.w = nc, bufio.NewReaderSize(nc, 4096), bufio.NewWriterSize(nc, 4096)
+	c.c, c.tcp, c.r, c.w = nc, tcp, bufio.NewReaderSize(nc, 4096), bufio.NewWriterSize(nc, 4096)
 	return nil
 }
 
@@ -105,7 +110,7 @@ func (c *conn) drop() {
 func (c *conn) closeLocked() {
 	if c.c != nil {
 		c.c.Close()
-		c.c, c.r, c.w = nil, nil, nil
+		c.c, c.tcp, c.r, c.w = nil, nil, nil, nil
 	}
 }
 
@@ -126,13 +131,17 @@ func (c *conn) arm(deadline time.Time) error {
 // exchange sends req and reads its response into resp, by deadline, on a
 // kept connection (dialled first if need be). A failed exchange, or a
 // response that says "Connection: close", leaves the connection closed.
-func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+// arrived is when the response's last data reached the client's socket,
+// or zero where the socket does not say (see stampConn).
+func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (arrived time.Time, err error) {
 	if c.c == nil {
 		if err := c.dial(); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
-	err := c.arm(deadline)
+	tcp := c.tcp
+	stamped := stamps(tcp)
+	err = c.arm(deadline)
 	if err == nil {
 		err = req.Write(c.w)
 	}
@@ -142,6 +151,11 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	if err == nil {
 		err = resp.ReadLimitBody(c.r, responseMaxBytes)
 	}
+	if err == nil {
+		// Each exchange waits for its answer before the next request, so
+		// the reads since the request went out are this response's.
+		arrived, _ = receivedSince(tcp, stamped)
+	}
 	if err != nil || resp.ConnectionClose() {
 		c.drop()
 	}
@@ -149,9 +163,9 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 		if c.owner.wasCut() {
 			err = errCut // not the deadline cutAll set
 		}
-		return fmt.Errorf("%s %s: %w", http.MethodPost, req.URI(), err)
+		return time.Time{}, fmt.Errorf("%s %s: %w", http.MethodPost, req.URI(), err)
 	}
-	return nil
+	return arrived, nil
 }
 
 func (cs *conns) wasCut() bool {

@@ -16,11 +16,14 @@ import (
 // result is one request's fate.
 type result struct {
 	intended, sent, done time.Time
-	status               int    // 0: no response
-	errClass             string // transport error kind, "" if none
-	err                  error
-	wrong                bool // a 200 with another input's output
-	server               serverTimes
+	// arrived is when the response reached the socket (see stampConn);
+	// zero where that is not known.
+	arrived  time.Time
+	status   int    // 0: no response
+	errClass string // transport error kind, "" if none
+	err      error
+	wrong    bool // a 200 with another input's output
+	server   serverTimes
 }
 
 // Classes of outcome with a histogram each.
@@ -47,7 +50,12 @@ type recorder struct {
 	mu      sync.Mutex
 	latency [classes]*hdr.Histogram // from intended send time
 	service [classes]*hdr.Histogram // from actual send time
-	lag     *hdr.Histogram          // actual - intended send time
+	// atSocket is from intended send time to the response's arrival at
+	// the socket, or its read where the socket gave no time; stamped
+	// counts the requests whose arrival time the socket gave.
+	atSocket [classes]*hdr.Histogram
+	stamped  int64
+	lag      *hdr.Histogram // actual - intended send time
 	// What 200s report of their time inside the server (with Check).
 	srvLatency, srvQueue, srvCompute *hdr.Histogram
 	batchItems, batchCount           int64
@@ -91,6 +99,7 @@ func newRecorder(cfg Config, start, measureFrom, end time.Time) *recorder {
 	for c := range r.latency {
 		r.latency[c] = hdr.New(1, histMaxUs, 3)
 		r.service[c] = hdr.New(1, histMaxUs, 3)
+		r.atSocket[c] = hdr.New(1, histMaxUs, 3)
 	}
 	return r
 }
@@ -144,6 +153,12 @@ func (r *recorder) record(res result) {
 	r.sent++
 	_ = r.latency[class].RecordValue(max(res.done.Sub(res.intended).Microseconds(), 1))
 	_ = r.service[class].RecordValue(max(res.done.Sub(res.sent).Microseconds(), 1))
+	at := res.done
+	if !res.arrived.IsZero() {
+		at = res.arrived
+		r.stamped++
+	}
+	_ = r.atSocket[class].RecordValue(max(at.Sub(res.intended).Microseconds(), 1))
 	_ = r.lag.RecordValue(max(res.sent.Sub(res.intended).Microseconds(), 1))
 	if res.errClass != "" {
 		r.errs[res.errClass]++
@@ -213,6 +228,13 @@ type Report struct {
 	Latency map[string]Percentiles `json:"latency_ms"`
 	// Service is measured from the actual send time, by outcome class.
 	Service map[string]Percentiles `json:"service_ms"`
+	// AtSocket is Latency up to when each response reached the client's
+	// socket rather than when the generator read it: on Linux the kernel
+	// says (SO_TIMESTAMPNS), which leaves the generator's own scheduling
+	// out. AtSocketStamped counts the requests it said so for; the others
+	// count to their read, as in Latency.
+	AtSocket        map[string]Percentiles `json:"at_socket_ms"`
+	AtSocketStamped int64                  `json:"at_socket_stamped"`
 	// SendLag is how late requests left against their intended time: the
 	// generator's own lag. A large p99 here means the generator, not the
 	// server, was the bottleneck.
@@ -358,6 +380,7 @@ func (r *recorder) report(sendingEnded, finished time.Time) *Report {
 		Status:    map[string]int64{},
 		Latency:   map[string]Percentiles{},
 		Service:   map[string]Percentiles{},
+		AtSocket:  map[string]Percentiles{},
 		SendLag:   percentiles(r.lag),
 		Intervals: r.intervals,
 	}
@@ -379,7 +402,9 @@ func (r *recorder) report(sendingEnded, finished time.Time) *Report {
 	for c := range classes {
 		rep.Latency[classNames[c]] = percentiles(r.latency[c])
 		rep.Service[classNames[c]] = percentiles(r.service[c])
+		rep.AtSocket[classNames[c]] = percentiles(r.atSocket[c])
 	}
+	rep.AtSocketStamped = r.stamped
 	rep.Requests = Counts{
 		Sent:        r.sent,
 		OK:          r.latency[classOK].TotalCount(),
@@ -493,6 +518,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	for _, n := range classNames {
 		row(n+" (from send)", rep.Service[n])
+	}
+	if rep.AtSocketStamped > 0 {
+		for _, n := range classNames {
+			row(n+" (at socket)", rep.AtSocket[n])
+		}
 	}
 	row("send lag", rep.SendLag)
 	if s := rep.Server; s != nil {

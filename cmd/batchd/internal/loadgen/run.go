@@ -258,8 +258,8 @@ func (g *generator) one(c *conn, intended time.Time) {
 	req.AppendBodyString(input)
 	req.AppendBody(g.suffix)
 	r := result{intended: intended, sent: time.Now()}
-	err := c.exchange(req, resp, r.sent.Add(g.cfg.Timeout))
-	r.done = time.Now()
+	arrived, err := c.exchange(req, resp, r.sent.Add(g.cfg.Timeout))
+	r.done, r.arrived = time.Now(), arrived
 	if err != nil {
 		r.errClass, r.err = classify(err), err
 		g.rec.record(r)
