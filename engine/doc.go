@@ -9,8 +9,11 @@
 //     waits for its Reply, withdrawing it (actors.Cancel) if the caller's
 //     ctx ends first; Drain, Close and Stats do what they say. Replies go
 //     straight from the device actor to the engine's waiter endpoint, not
-//     back through the batcher. Everything is bounded: requests in flight
-//     (InFlightMax), hence the waiters and what can queue in any mailbox.
+//     back through the batcher; the endpoint queues them, and one goroutine
+//     of the engine hands each to its Do (fanout.go), so a device is free
+//     for its next batch without waiting for a hundred wake-ups.
+//     Everything is bounded: requests in flight (InFlightMax), hence the
+//     waiters and what can queue in any mailbox or in the reply queue.
 //   - Runtime is the small interface the engine needs of an actor runtime:
 //     spawn an actor (with a Backend for its Exec jobs, and a factory for a
 //     fresh value after a supervised restart), listen at an address, send,
