@@ -84,8 +84,10 @@ func TestOpenLoopFixed(t *testing.T) {
 	if l.P50 < 20 || l.Max > 1000 || rep.Service["ok"].P50 < 20 {
 		t.Errorf("latency %+v", l)
 	}
-	// Each answer reached the socket (20 ms on) before it was read.
-	if a := rep.AtSocket["ok"]; runtime.GOOS == "linux" && (rep.AtSocketStamped != 200 || a.Count != 200 || a.P50 < 20 || a.Max > l.Max) {
+	// Each answer reached the socket (20 ms on) before it was read. The
+	// first answers may carry no receive time (see TestStampConn) and
+	// count to their read.
+	if a := rep.AtSocket["ok"]; runtime.GOOS == "linux" && (rep.AtSocketStamped == 0 || a.Count != 200 || a.P50 < 20 || a.Max > l.Max) {
 		t.Errorf("at socket: %d stamped, %+v; read %+v", rep.AtSocketStamped, a, l)
 	}
 	if sv := rep.Server; sv == nil || math.Abs(sv.Latency.P50-3.5) > 0.01 || math.Abs(sv.Queue.Max-1.25) > 0.01 || sv.Compute.Count != 200 || sv.BatchSizeMean != 4 {

@@ -18,6 +18,9 @@ import (
 // burst in reverse order), so the time a response is read is later than
 // the time it reached the client's socket by the generator's own
 // scheduling. The socket's time is what independent clients would see.
+// The kernel turns receive timestamps on for the whole system in deferred
+// work once the first socket asks, so the first reads of a run may carry
+// none: those responses count to their read, as without stamps.
 type stampConn struct {
 	net.Conn
 	raw syscall.RawConn
