@@ -64,6 +64,8 @@ type Batcher struct {
 
 	free      []time.Duration // see freeTimes
 	freeValid bool
+
+	overrun OverrunWindow // with LearnOverrun
 }
 
 // BatcherStats is a snapshot of a Batcher's counters for checks. It is
@@ -85,6 +87,9 @@ type BatcherStats struct {
 	Rejected, Expired, Cancelled, FailedAttempts int64
 	// Retried counts items re-queued after a device failure.
 	Retried int64
+	// Overrun is what LearnOverrun has learnt (0 without it): admission
+	// and the slack rule hold back Margin plus this.
+	Overrun time.Duration
 }
 
 type devPhase uint8
@@ -146,6 +151,7 @@ func (b *Batcher) Stats() BatcherStats {
 	s := b.stats
 	s.Queued, s.Held, s.Keys = b.queued, b.held, len(b.order)
 	s.Devices, s.Ready = len(b.devOrder), len(b.ready)
+	s.Overrun = b.overrun.Learnt()
 	return s
 }
 
@@ -164,6 +170,10 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		d := b.devs[m.Device]
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
 			return // stale: that batch was already settled
+		}
+		if b.cfg.LearnOverrun {
+			items := d.inflight.Items
+			b.overrun.Observe(ctx.Now()-d.inflight.Dispatch, b.cfg.Latency.Predict(len(items), maxInput(items)), b.cfg.OverrunMax)
 		}
 		b.settle(d, nil, ctx.Now())
 		b.setIdle(d)
@@ -249,19 +259,19 @@ func (b *Batcher) predictWait(q *keyQueue, t *tenantState, now time.Duration) ti
 		case o == q:
 			n := o.aheadOf(t) / o.model.batchMax
 			ahead += n
-			work += time.Duration(n) * b.cfg.Latency.Predict(o.model.batchMax, o.maxLen)
+			work += time.Duration(n) * b.predict(o.model.batchMax, o.maxLen)
 		case b.cfg.KeyPolicy == PolicyFair:
 			if o.n > 0 && o.leastServed() <= t.served {
 				ahead++
-				work += b.cfg.Latency.Predict(min(o.n, o.model.batchMax), o.maxLen)
+				work += b.predict(min(o.n, o.model.batchMax), o.maxLen)
 			}
 		default:
 			n := o.n / o.model.batchMax
 			ahead += n
-			work += time.Duration(n) * b.cfg.Latency.Predict(o.model.batchMax, o.maxLen)
+			work += time.Duration(n) * b.predict(o.model.batchMax, o.maxLen)
 			if r := o.n % o.model.batchMax; r > 0 {
 				ahead++
-				work += b.cfg.Latency.Predict(r, o.maxLen)
+				work += b.predict(r, o.maxLen)
 			}
 		}
 	}
@@ -356,7 +366,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		it.Req.Deadline = req.Arrival + m.slo
 	}
 	it.Req.Deadline = min(it.Req.Deadline, req.Arrival+b.cfg.TimeoutMax)
-	if now+b.cfg.Latency.Predict(1, len(req.Input)) > it.Req.Deadline {
+	if now+b.predict(1, len(req.Input)) > it.Req.Deadline {
 		reject(ReasonDeadline, "deadline shorter than the compute time", 0)
 		return
 	}
@@ -401,7 +411,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 	case b.held >= b.cfg.QueueTotalMax || q.held >= b.cfg.QueueMax:
 		reject(ReasonQueueFull, "overloaded: queue full", b.nextRoom(now))
 		return
-	case now+wait+b.cfg.Latency.Predict(m.batchMax, len(req.Input))+b.cfg.Margin > it.Req.Deadline:
+	case now+wait+b.predict(m.batchMax, len(req.Input))+b.cfg.Margin > it.Req.Deadline:
 		reject(ReasonOverloaded, fmt.Sprintf("overloaded: predicted queue wait %v exceeds the deadline", wait), wait)
 		return
 	}
@@ -543,14 +553,23 @@ func (b *Batcher) answerHeld(ctx Context, o owner, it Item, out Outcome, r Reaso
 }
 
 func (b *Batcher) infeasible(it Item, now time.Duration) bool {
-	return now+b.cfg.Latency.Predict(1, len(it.Req.Input)) > it.Req.Deadline
+	return now+b.predict(1, len(it.Req.Input)) > it.Req.Deadline
 }
 
 // slack is what the most urgent request of q has left once a batch of what
 // is queued has run, less the margin.
 func (b *Batcher) slack(q *keyQueue, now time.Duration) time.Duration {
 	n := min(q.n, q.model.batchMax)
-	return q.minDeadline - now - b.cfg.Latency.Predict(n, q.maxLen) - b.cfg.Margin
+	return q.minDeadline - now - b.predict(n, q.maxLen) - b.cfg.Margin
+}
+
+// predict is the time a batch of n inputs, the longest maxLen bytes, is
+// expected to hold its device: the cost model's, plus the overrun learnt
+// with LearnOverrun. Every plan of the batcher's uses it (waits, device
+// free times, slack, feasibility); the fair share a batch charges its
+// tenants is the model's alone.
+func (b *Batcher) predict(n, maxLen int) time.Duration {
+	return b.cfg.Latency.Predict(n, maxLen) + b.overrun.Learnt()
 }
 
 // linger is q's linger (see BatcherConfig.Linger), for its model's SLO and
@@ -618,7 +637,7 @@ func (b *Batcher) before(q *keyQueue, qh *subQueue, r *keyQueue, rh *subQueue, n
 // deadline even if it ran alone right now.
 func (b *Batcher) expire(ctx Context, now time.Duration) {
 	for _, q := range b.order {
-		if q.n == 0 || now+b.cfg.Latency.Predict(1, 0) <= q.minDeadline {
+		if q.n == 0 || now+b.predict(1, 0) <= q.minDeadline {
 			continue
 		}
 		q.removeIf(func(t *tenantState, it *Item) bool {
@@ -675,7 +694,7 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	d.inflight = Batch{ID: b.batchSeq, Key: key, Items: items, Dispatch: now}
 	d.owners = owners
 	d.busySince = now
-	d.freeAt = now + time.Duration(cost)
+	d.freeAt = now + b.predict(len(items), maxInput(items))
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
 	ctx.Send(d.addr, RunBatch{Batch: d.inflight})
@@ -688,7 +707,7 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 // batch, so it repeats until what is left fits (at most len(items) rounds).
 func (b *Batcher) trimLate(ctx Context, items []Item, owners []owner, now time.Duration) ([]Item, []owner) {
 	for len(items) > 0 {
-		end := now + b.cfg.Latency.Predict(len(items), maxInput(items))
+		end := now + b.predict(len(items), maxInput(items))
 		w := 0
 		for i, it := range items {
 			if it.Req.Deadline >= end {
@@ -730,7 +749,7 @@ func (b *Batcher) take(q *keyQueue, items []Item, owners []owner, limit int, now
 // a device is idle to take it) or a queued request may become infeasible.
 func (b *Batcher) arm(ctx Context, now time.Duration) {
 	wake := time.Duration(math.MaxInt64)
-	alone := b.cfg.Latency.Predict(1, 0)
+	alone := b.predict(1, 0)
 	for _, q := range b.order {
 		if q.n == 0 {
 			continue

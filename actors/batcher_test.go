@@ -270,3 +270,73 @@ func TestBatcherIgnoresRepeatedSubmit(t *testing.T) {
 		t.Fatalf("want one batch of requests 1 and 2, got %+v", rb)
 	}
 }
+
+// TestBatcherLearnsOverrun: with LearnOverrun, batches that run past their
+// predicted time widen the margin admission holds back (capped at
+// OverrunMax), and batches on time again make the batcher forget it.
+func TestBatcherLearnsOverrun(t *testing.T) {
+	dev := Address{ID: 100}
+	run := func(b *Batcher, c *fakeCtx, id uint64, took time.Duration) {
+		t.Helper()
+		submit(b, c, id)
+		rb := ofType[RunBatch](c.take())
+		if len(rb) != 1 {
+			t.Fatalf("request %d: want one batch at once, got %d", id, len(rb))
+		}
+		c.now += took
+		b.Receive(c, BatchDone{Device: dev, BatchID: rb[0].Batch.ID})
+	}
+	// tight asks for a deadline 120 ms away: room for the 100 ms batch
+	// and the 5 ms Margin, not for 30 ms more.
+	tight := func(b *Batcher, c *fakeCtx, id uint64) Outcome {
+		b.Receive(c, Submit{Req: Request{ID: id, Model: "m", Version: "v1", Input: "x", Arrival: c.now, Deadline: c.now + 120*ms, ReplyTo: Address{ID: 2}}})
+		for _, s := range c.take() {
+			if r, ok := s.msg.(Reply); ok && r.ID == id {
+				return r.Outcome
+			}
+			if rb, ok := s.msg.(RunBatch); ok {
+				b.Receive(c, BatchDone{Device: dev, BatchID: rb.Batch.ID})
+				return Completed // admitted and sent
+			}
+		}
+		t.Fatalf("request %d: neither answered nor sent", id)
+		return 0
+	}
+	for _, learn := range []bool{false, true} {
+		cfg := DefaultBatcherConfig()
+		cfg.BatchMax = 1
+		cfg.LearnOverrun = learn
+		b, c := newTestBatcher(t, cfg, 1)
+		run(b, c, 1, 130*ms)
+		want := time.Duration(0)
+		if learn {
+			want = 30 * ms
+		}
+		if got := b.Stats().Overrun; got != want {
+			t.Fatalf("learn %v: overrun %v after a 130 ms batch predicted at 100, want %v", learn, got, want)
+		}
+		wantOutcome := Completed
+		if learn {
+			wantOutcome = Rejected
+		}
+		if o := tight(b, c, 2); o != wantOutcome {
+			t.Errorf("learn %v: a request 120 ms from its deadline: %v, want %v", learn, o, wantOutcome)
+		}
+		if !learn {
+			continue
+		}
+		run(b, c, 3, time.Second)
+		if got := b.Stats().Overrun; got != cfg.OverrunMax {
+			t.Errorf("after a 1 s batch: overrun %v, want the cap %v", got, cfg.OverrunMax)
+		}
+		for id := uint64(10); id < 10+overrunWindowLen; id++ {
+			run(b, c, id, 100*ms)
+		}
+		if got := b.Stats().Overrun; got != 0 {
+			t.Errorf("after a window of batches on time: overrun %v, want 0", got)
+		}
+		if o := tight(b, c, 5); o != Completed {
+			t.Errorf("after a window of batches on time: the tight request %v, want admitted", o)
+		}
+	}
+}

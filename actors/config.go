@@ -37,6 +37,17 @@ type BatcherConfig struct {
 	// Margin is held back from every request's slack for what the cost model
 	// does not see (delivery of messages, variance of compute). Default 5 ms.
 	Margin time.Duration
+	// LearnOverrun adds to every batch the batcher plans with what batches
+	// have lately run past the cost model, dispatch to BatchDone (see
+	// OverrunWindow): in predicted waits and device free times, admission,
+	// the slack flush rule and feasibility. The linger keeps to the model.
+	// Off by default: the simulator's batches take exactly their predicted
+	// time.
+	LearnOverrun bool
+	// OverrunMax caps one batch's overrun as LearnOverrun learns it, so a
+	// stalled batch cannot close admission for the window's length.
+	// Default 50 ms.
+	OverrunMax time.Duration
 	// LingerMax, when positive, caps the derived linger. Zero (the default)
 	// uses the derived linger alone; see Linger.
 	LingerMax time.Duration
@@ -154,6 +165,7 @@ func DefaultBatcherConfig() BatcherConfig {
 		SLO:                200 * time.Millisecond,
 		TimeoutMax:         60 * time.Second,
 		Margin:             5 * time.Millisecond,
+		OverrunMax:         50 * time.Millisecond,
 		AttemptMax:         3,
 		Latency:            FixedLatency(100 * time.Millisecond),
 		NoDeviceRetryAfter: time.Second,
@@ -179,8 +191,8 @@ func (c BatcherConfig) Validate() error {
 		return fmt.Errorf("batcher config: %d Devices, more than DevicesMax %d", len(c.Devices), c.DevicesMax)
 	case c.SLO <= 0 || c.TimeoutMax < c.SLO:
 		return fmt.Errorf("batcher config: SLO %v, TimeoutMax %v: need 0 < SLO <= TimeoutMax", c.SLO, c.TimeoutMax)
-	case c.Margin < 0 || c.LingerMax < 0 || c.NoDeviceRetryAfter < 0:
-		return fmt.Errorf("batcher config: Margin, LingerMax and NoDeviceRetryAfter must not be negative")
+	case c.Margin < 0 || c.LingerMax < 0 || c.NoDeviceRetryAfter < 0 || c.OverrunMax < 0:
+		return fmt.Errorf("batcher config: Margin, LingerMax, NoDeviceRetryAfter and OverrunMax must not be negative")
 	case c.AttemptMax < 1:
 		return fmt.Errorf("batcher config: AttemptMax %d: must be at least 1", c.AttemptMax)
 	}

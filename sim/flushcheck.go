@@ -61,11 +61,14 @@ type FlushCheckConfig struct {
 //
 //	min over queued r of
 //	    min(r.enqueue + Linger(healthy, maxLen),
-//	        r.deadline - Latency.Predict(min(n, batchMax), maxLen) - Margin)
+//	        r.deadline - Latency.Predict(min(n, batchMax), maxLen) - Margin - overrun)
 //
-// where n is the number of requests queued under the key, maxLen the
-// longest input among them, batchMax and Linger those of the key's model
-// (its SLO and batch size in BatcherConfig.Linger); or the current instant
+// where overrun is 0, or with LearnOverrun what the batcher has learnt of
+// its batches' overrun (the check learns it the same way, from each
+// batch's RunBatch and BatchDone times); n is the number of requests
+// queued under the key, maxLen the longest input among them, batchMax and
+// Linger those of the key's model (its SLO and batch size in
+// BatcherConfig.Linger); or the current instant
 // when n >= batchMax or the batcher is draining. A request's deadline is
 // the one the batcher gives it: its own, or Arrival plus its model's SLO
 // when it has none, and never past Arrival+TimeoutMax.
@@ -120,6 +123,11 @@ type FlushCheck struct {
 	done    bool
 
 	heldKeyHigh, heldHigh int
+
+	// overrun mirrors the batcher's LearnOverrun: the same observations
+	// (dispatch to BatchDone, against the predicted cost of the batch as
+	// sent) give the same learnt margin.
+	overrun actors.OverrunWindow
 
 	violationsN, inconsistentN int64
 	violations, inconsistent   []string
@@ -178,6 +186,9 @@ type fcDev struct {
 	models      []string
 	batchID     uint64
 	inflight    []*fcItem
+	// dispatched is when the batch in flight was sent, and predicted its
+	// cost in the batcher's model: for LearnOverrun.
+	dispatched, predicted time.Duration
 }
 
 func (d *fcDev) holds(model string) bool {
@@ -369,7 +380,7 @@ func (f *FlushCheck) bound(k *fcKey) (time.Duration, string) {
 	}
 	k.refresh()
 	linger := k.minEnqueue + m.linger.Linger(f.healthy, k.maxLen)
-	slack := k.minDeadline - c.Latency.Predict(min(n, m.batchMax), k.maxLen) - c.Margin
+	slack := k.minDeadline - c.Latency.Predict(min(n, m.batchMax), k.maxLen) - c.Margin - f.overrun.Learnt()
 	if linger <= slack {
 		return linger, "linger"
 	}
@@ -520,6 +531,9 @@ func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
 		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {
 			return // stale
 		}
+		if c.LearnOverrun {
+			f.overrun.Observe(at-d.dispatched, d.predicted, c.OverrunMax)
+		}
 		f.endBatch(d, nil, false)
 		f.setPhase(d, fcIdle)
 	case actors.BatchAborted:
@@ -606,6 +620,11 @@ func (f *FlushCheck) applyOutput(at time.Duration, e fcEvent) {
 			d.inflight = append(d.inflight, it)
 		}
 		d.batchID = m.Batch.ID
+		maxLen := 0
+		for i := range m.Batch.Items {
+			maxLen = max(maxLen, len(m.Batch.Items[i].Req.Input))
+		}
+		d.dispatched, d.predicted = at, f.cfg.Config.Latency.Predict(len(m.Batch.Items), maxLen)
 		f.setPhase(d, fcBusy)
 	case actors.Reply:
 		it := f.dequeue(m.ID)

@@ -287,7 +287,9 @@ func fcWorld(t *testing.T, cfg Config, wrap func(actors.Actor) actors.Actor) (*W
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.SetExecutor(a, NewDevice(cfg.Latency, cfg.Faults, w.Stream(fmt.Sprintf("device/%d", i))))
+		dev := NewDevice(cfg.Latency, cfg.Faults, w.Stream(fmt.Sprintf("device/%d", i)))
+		dev.SetLatencySpread(cfg.LatencySpread)
+		w.SetExecutor(a, dev)
 		w.Spawn(a, d)
 	}
 	return w, b, fc
@@ -365,6 +367,7 @@ type mirrorProbe struct {
 	b                    *actors.Batcher
 	compared, mismatched int
 	first                []string
+	overrunHigh          time.Duration
 }
 
 func (p *mirrorProbe) Deliver(at time.Duration, _, _ actors.Address, _ actors.Message) {
@@ -374,13 +377,14 @@ func (p *mirrorProbe) Deliver(at time.Duration, _, _ actors.Address, _ actors.Me
 	}
 	s := p.b.Stats()
 	p.compared++
-	if s.Queued != len(fc.queued) || s.Ready != fc.idle || s.Held != fc.held || s.Devices != len(fc.devOrder) {
+	if s.Queued != len(fc.queued) || s.Ready != fc.idle || s.Held != fc.held || s.Devices != len(fc.devOrder) || s.Overrun != fc.overrun.Learnt() {
 		p.mismatched++
 		if len(p.first) < 5 {
-			p.first = append(p.first, fmt.Sprintf("at %v: batcher queued %d, ready %d, held %d, devices %d; check %d, %d, %d, %d",
-				at, s.Queued, s.Ready, s.Held, s.Devices, len(fc.queued), fc.idle, fc.held, len(fc.devOrder)))
+			p.first = append(p.first, fmt.Sprintf("at %v: batcher queued %d, ready %d, held %d, devices %d, overrun %v; check %d, %d, %d, %d, %v",
+				at, s.Queued, s.Ready, s.Held, s.Devices, s.Overrun, len(fc.queued), fc.idle, fc.held, len(fc.devOrder), fc.overrun.Learnt()))
 		}
 	}
+	p.overrunHigh = max(p.overrunHigh, s.Overrun)
 }
 
 // TestFlushCheckMirrorsBatcher runs the check beside the batcher under
@@ -414,6 +418,13 @@ func TestFlushCheckMirrorsBatcher(t *testing.T) {
 			cfg.Traffic.Mix = []ModelMix{{Model: "a", Version: "1", Weight: 1}, {Model: "b", Version: "2", Weight: 1}, {Model: "a", Weight: 1}}
 			cfg.Traffic.CancelRate, cfg.Traffic.CancelAfter = 0.1, 20*time.Millisecond
 			cfg.Faults = FaultPlan{CrashRate: 0.1, HangRate: 0.05, SlowRate: 0.1, SlowFactor: 4, BatchErrorRate: 0.05, ItemErrorRate: 0.01}
+			// Batches that run past their prediction, learnt by the
+			// batcher and, from the messages alone, by the check.
+			learn := seed >= 2
+			if learn {
+				cfg.Batcher.LearnOverrun = true
+				cfg.LatencySpread = 0.05
+			}
 			w, b, fc := fcWorld(t, cfg, nil)
 			p := &mirrorProbe{fc: fc, b: b}
 			w.Observe(p)
@@ -425,6 +436,9 @@ func TestFlushCheckMirrorsBatcher(t *testing.T) {
 				t.Errorf("delay %v seed %d: %d inconsistencies: %s", delay, seed, n, strings.Join(first, "; "))
 			}
 			t.Logf("registry %v, delay %v, seed %d: %d comparisons, %d checks", i >= 2, delay, seed, p.compared, fc.Checks())
+			if learn && p.overrunHigh == 0 {
+				t.Errorf("delay %v seed %d: LearnOverrun learnt nothing from batches of spread cost", delay, seed)
+			}
 			if p.mismatched > 0 || p.compared < 20 {
 				t.Errorf("delay %v seed %d: %d of %d comparisons differ: %s", delay, seed, p.mismatched, p.compared, strings.Join(p.first, "; "))
 			}

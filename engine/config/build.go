@@ -52,6 +52,8 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	b.SLO = p.SLO
 	b.TimeoutMax = p.TimeoutMax
 	b.Margin = p.Margin
+	b.LearnOverrun = p.LearnOverrun
+	b.OverrunMax = p.OverrunMax
 	b.LingerMax = p.LingerMax
 	b.AttemptMax = p.AttemptMax
 	b.Latency = lat

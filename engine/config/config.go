@@ -184,6 +184,11 @@ type Policy struct {
 	TimeoutMax time.Duration `yaml:"timeout_max"`
 	// Margin is held back from every request's slack.
 	Margin time.Duration `yaml:"margin"`
+	// LearnOverrun adds to Margin what batches have lately run past
+	// their predicted time (actors.BatcherConfig.LearnOverrun), capped
+	// per batch at OverrunMax.
+	LearnOverrun bool          `yaml:"learn_overrun"`
+	OverrunMax   time.Duration `yaml:"overrun_max"`
 	// LingerMax, when positive, caps the derived linger.
 	LingerMax  time.Duration `yaml:"linger_max"`
 	AttemptMax int           `yaml:"attempt_max"`

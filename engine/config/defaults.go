@@ -14,7 +14,7 @@ import (
 // default tenant); Embedded adds the model "echo".
 func Default() *File {
 	e := engine.DefaultConfig()
-	b := e.Batcher // the live engine's, whose margin is wider than the simulator's
+	b := e.Batcher // the live engine's, which learns its batches' overrun (the simulator's does not)
 	d := actors.DefaultDeviceConfig()
 	h := defaultHTTP()
 	return &File{
@@ -46,6 +46,8 @@ func Default() *File {
 			SLO:                b.SLO,
 			TimeoutMax:         b.TimeoutMax,
 			Margin:             b.Margin,
+			LearnOverrun:       b.LearnOverrun,
+			OverrunMax:         b.OverrunMax,
 			LingerMax:          b.LingerMax,
 			AttemptMax:         b.AttemptMax,
 			KeyPolicy:          keyPolicyName[b.KeyPolicy],

@@ -165,6 +165,7 @@ func (v *validator) policy() {
 	v.durIn("policy.timeout_max", p.TimeoutMax, time.Millisecond, timeoutMaxMax)
 	v.durIn("policy.slo", p.SLO, time.Millisecond, max(p.TimeoutMax, time.Millisecond))
 	v.durIn("policy.margin", p.Margin, 0, p.SLO)
+	v.durIn("policy.overrun_max", p.OverrunMax, 0, p.SLO)
 	v.durIn("policy.linger_max", p.LingerMax, 0, p.SLO)
 	v.intIn("policy.attempt_max", p.AttemptMax, 1, attemptMaxMax)
 	if _, ok := keyPolicies[p.KeyPolicy]; !ok {
