@@ -55,6 +55,10 @@ type Signals struct {
 	DevicesNeeded int
 	// DevicesHealthy counts registered devices that are not quarantined.
 	DevicesHealthy int
+	// Overrun is what the batcher adds to every batch it plans with, learnt
+	// from how long its batches ran (BatcherConfig.LearnOverrun); 0
+	// without it.
+	Overrun time.Duration
 }
 
 // KeySignal describes one key's queue.
@@ -136,6 +140,7 @@ func (b *Batcher) Signals(now time.Duration) Signals {
 		s.Devices = append(s.Devices, DeviceSignal{Device: d.addr, BusyFraction: frac, Healthy: d.phase != devQuarantined})
 	}
 	s.DevicesHealthy = b.healthy
+	s.Overrun = b.overrun.Learnt()
 	s.DevicesNeeded = int(math.Ceil(need / b.cfg.TargetUtilization))
 	if pressure {
 		s.DevicesNeeded = max(s.DevicesNeeded, b.healthy+1)

@@ -648,6 +648,7 @@ func TestMetrics(t *testing.T) {
 			Devices:        []actors.DeviceSignal{{Device: actors.Address{ID: 16}, BusyFraction: 0.25, Healthy: true}, {Device: actors.Address{ID: 17}}},
 			DevicesNeeded:  3,
 			DevicesHealthy: 1,
+			Overrun:        2500 * time.Microsecond,
 		}, nil
 	}
 	f := &fakeDoer{}
@@ -679,6 +680,7 @@ func TestMetrics(t *testing.T) {
 		`batchd_device_healthy{device="17"} 0`,
 		`batchd_devices_healthy 1`,
 		`batchd_devices_needed 3`,
+		`batchd_batch_overrun_seconds 0.0025`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)

@@ -168,6 +168,7 @@ type signalsCollector struct {
 
 	up, depth, waitOldest, slackMin, rate, batchMean     *prometheus.Desc
 	busy, healthy, devicesHealthy, devicesNeeded, needed *prometheus.Desc
+	overrun                                              *prometheus.Desc
 }
 
 func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), timeout time.Duration) *signalsCollector {
@@ -186,11 +187,12 @@ func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), ti
 		healthy:        prometheus.NewDesc("batchd_device_healthy", "1 if the device is registered and not quarantined.", []string{"device"}, nil),
 		devicesHealthy: prometheus.NewDesc("batchd_devices_healthy", "Registered devices that are not quarantined.", nil, nil),
 		devicesNeeded:  prometheus.NewDesc("batchd_devices_needed", "Autoscaling recommendation: devices needed for the current load at the target utilisation, led by queue wait.", nil, nil),
+		overrun:        prometheus.NewDesc("batchd_batch_overrun_seconds", "What the batcher adds to every batch it plans with: the 99th percentile of how much longer than the cost model its recent batches ran (policy.learn_overrun; 0 without it).", nil, nil),
 	}
 }
 
 func (c *signalsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded} {
+	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded, c.overrun} {
 		ch <- d
 	}
 }
@@ -286,4 +288,5 @@ func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(ch, c.devicesHealthy, float64(s.DevicesHealthy))
 	emit(ch, c.devicesNeeded, float64(s.DevicesNeeded))
+	emit(ch, c.overrun, s.Overrun.Seconds())
 }
