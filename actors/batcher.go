@@ -87,8 +87,8 @@ type BatcherStats struct {
 	Rejected, Expired, Cancelled, FailedAttempts int64
 	// Retried counts items re-queued after a device failure.
 	Retried int64
-	// Overrun is what LearnOverrun has learnt (0 without it): admission
-	// and the slack rule hold back Margin plus this.
+	// Overrun is what LearnOverrun has learnt (0 without it): the batcher
+	// adds it to every batch it plans with (see Batcher.predict).
 	Overrun time.Duration
 }
 

@@ -103,21 +103,21 @@ type Config struct {
 	JobTimeoutMin time.Duration
 }
 
-// DefaultConfig: the live engine's batcher learns how much longer than its cost model
-// batches run (BatcherConfig.LearnOverrun), on top of the simulator's 5 ms
-// margin. The simulator's batches take exactly their predicted time; live,
-// a loaded CPU adds timer, hand-over and scheduling delays (a 100 ms
-// emulated batch took up to 107 ms at p99 under 3x overload on the
-// development VM). A fixed 15 ms margin was tuned for that VM; the learnt
-// overrun follows the machine. At 12,000 req/s against 4,000/s of devices
-// (six alternating pairs against the fixed 15 ms; RESULTS.md), it had
-// fewer completions over their SLO in 5 of 6 pairs, the server's slowest
-// completion under the 200 ms SLO in 6 of 6 runs (the fixed margin: 1 of
-// 6), and goodput from 1.8% lower to 3.2% higher.
-//
 // DefaultConfig returns the seeds' service: 4 emulated devices at 100 ms
 // per batch of up to 100, with the batcher learning its overrun. Runtime
 // must still be set.
+//
+// The batcher learns how much longer than its cost model batches run
+// (BatcherConfig.LearnOverrun), on top of the simulator's 5 ms margin. The
+// simulator's batches take exactly their predicted time; live, a loaded CPU
+// adds timer, hand-over and scheduling delays (a 100 ms emulated batch took
+// up to 107 ms at p99 under 3x overload on the development VM). A fixed
+// 15 ms margin was tuned for that VM; the learnt overrun follows the
+// machine. At 12,000 req/s against 4,000/s of devices (six alternating
+// pairs against the fixed 15 ms; RESULTS.md), it had fewer completions
+// over their SLO in 5 of 6 pairs, the server's slowest completion under
+// the 200 ms SLO in 6 of 6 runs (the fixed margin: 1 of 6), and goodput
+// from 1.8% lower to 3.2% higher.
 func DefaultConfig() Config {
 	dev := actors.DefaultDeviceConfig()
 	// Real time is not exact: on a starved CPU a 5 ms batch can take well
