@@ -24,9 +24,12 @@ type Runtime struct {
 	host       *live.Host
 	sys        *actor.ActorSystem
 
-	mu     sync.Mutex
-	pids   []*actor.PID
-	closed bool
+	mu          sync.Mutex
+	pids        []*actor.PID
+	dispatchers []*dispatcher
+	closed      bool
+	// workers tracks the dispatchers' goroutines.
+	workers sync.WaitGroup
 }
 
 var _ engine.Runtime = (*Runtime)(nil)
@@ -85,15 +88,19 @@ func (r *Runtime) Spawn(addr actors.Address, newActor func() actors.Actor, backe
 	if err != nil {
 		return fmt.Errorf("protoactor: spawn: %w", err)
 	}
+	d := newDispatcher(&r.workers)
 	props := actor.PropsFromProducer(
 		func() actor.Actor { return &shell{cell: cell} },
 		actor.WithGuardian(actor.RestartingSupervisorStrategy()),
+		actor.WithDispatcher(d),
 	)
 	if _, err := root.SpawnNamed(props, pid.Id); err != nil {
+		d.stop()
 		return fmt.Errorf("protoactor: spawn %v: %w", addr, err)
 	}
 	cell.Open() // only now may other actors' messages reach the mailbox
 	r.pids = append(r.pids, pid)
+	r.dispatchers = append(r.dispatchers, d)
 	return nil
 }
 
@@ -127,7 +134,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
-	pids := r.pids
+	pids, dispatchers := r.pids, r.dispatchers
 	r.mu.Unlock()
 
 	err := r.host.Close(ctx)
@@ -143,5 +150,20 @@ func (r *Runtime) Close(ctx context.Context) error {
 		}
 	}
 	r.sys.Shutdown()
+	// The actors have stopped: their mailboxes' goroutines end, each once
+	// its run in hand is done.
+	for _, d := range dispatchers {
+		d.stop()
+	}
+	done := make(chan struct{})
+	go func() {
+		r.workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("protoactor: mailbox goroutines still running: %w", ctx.Err()))
+	}
 	return err
 }
