@@ -155,15 +155,8 @@ func (r *Runtime) Close(ctx context.Context) error {
 	for _, d := range dispatchers {
 		d.stop()
 	}
-	done := make(chan struct{})
-	go func() {
-		r.workers.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = errors.Join(err, fmt.Errorf("protoactor: mailbox goroutines still running: %w", ctx.Err()))
+	if werr := live.Wait(ctx, &r.workers); werr != nil {
+		err = errors.Join(err, fmt.Errorf("protoactor: mailbox goroutines still running: %w", werr))
 	}
 	return err
 }

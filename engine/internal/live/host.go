@@ -213,18 +213,27 @@ func (h *Host) Close(ctx context.Context) error {
 	for _, c := range cells {
 		c.close()
 	}
+	// A backend that ignores its cancelled context keeps its worker, and
+	// the wait goes on past ctx until it returns.
+	if err := Wait(ctx, &h.wg); err != nil {
+		return fmt.Errorf("close: goroutines still running: %w", err)
+	}
+	return nil
+}
+
+// Wait waits for wg until ctx ends, and then returns ctx's error. Past
+// ctx, one goroutine goes on waiting for wg, and ends with it.
+func Wait(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
 	go func() {
-		h.wg.Wait()
+		wg.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		// A backend that ignores its cancelled context keeps its worker;
-		// the goroutine above ends with it.
-		return fmt.Errorf("close: goroutines still running: %w", ctx.Err())
+		return ctx.Err()
 	}
 }
 
