@@ -29,7 +29,7 @@ func TestDispatcher(t *testing.T) {
 		t.Fatalf("ran %q after the first run, want second", got)
 	}
 	d.stop()
-	d.stop() // a second stop is harmless
+	d.stop()  // a second stop is harmless
 	wg.Wait() // returns only once the goroutine has ended
 	d.Schedule(func() { ran <- "after stop" })
 	if got := <-ran; got != "after stop" {
