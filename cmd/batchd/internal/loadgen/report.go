@@ -153,6 +153,9 @@ func (r *recorder) record(res result) {
 	r.sent++
 	_ = r.latency[class].RecordValue(max(res.done.Sub(res.intended).Microseconds(), 1))
 	_ = r.service[class].RecordValue(max(res.done.Sub(res.sent).Microseconds(), 1))
+	// arrived is the kernel's wall-clock time, with no monotonic reading,
+	// so this difference is taken on the wall clock: a step of the clock
+	// during a run would show in it.
 	at := res.done
 	if !res.arrived.IsZero() {
 		at = res.arrived
