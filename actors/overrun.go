@@ -25,7 +25,10 @@ type OverrunWindow struct {
 	n      int // observations in ring, up to its length
 	next   int // where the next one goes
 	learnt time.Duration
-	sorted []time.Duration // scratch for the quantile
+	// sorted holds ring[:n] in order, kept so by each Observe (a
+	// binary search and a move of at most overrunWindowLen values, not a
+	// sort: the batcher observes every batch).
+	sorted []time.Duration
 }
 
 // Observe records one batch that took elapsed against a prediction of
@@ -36,15 +39,20 @@ func (w *OverrunWindow) Observe(elapsed, predicted, max time.Duration) {
 	if over < 0 {
 		over = 0
 	}
+	if w.n == len(w.ring) {
+		old := w.ring[w.next]
+		i, _ := slices.BinarySearch(w.sorted, old)
+		w.sorted = slices.Delete(w.sorted, i, i+1)
+	} else {
+		w.n++
+	}
 	w.ring[w.next] = over
 	w.next = (w.next + 1) % len(w.ring)
-	w.n = min(w.n+1, len(w.ring))
-	w.sorted = append(w.sorted[:0], w.ring[:w.n]...)
-	slices.Sort(w.sorted)
+	i, _ := slices.BinarySearch(w.sorted, over)
+	w.sorted = slices.Insert(w.sorted, i, over)
 	// The smallest remembered overrun at or above the quantile: with few
 	// observations, the largest.
-	i := int(overrunQuantile * float64(w.n))
-	w.learnt = w.sorted[min(i, w.n-1)]
+	w.learnt = w.sorted[min(int(overrunQuantile*float64(w.n)), w.n-1)]
 }
 
 // Learnt is the overrun that overrunQuantile of the remembered batches
