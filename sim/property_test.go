@@ -164,6 +164,10 @@ func drawConfig(t *rapid.T, o genOpts) Config {
 	// Half the runs have the batcher ask its devices to announce themselves
 	// again at its start, as the live engine's does.
 	cfg.Reannounce = rapid.Bool().Draw(t, "reannounce")
+	// Half the runs have the batcher learn its overrun, as the live
+	// engine's does; here it learns the network's delay, when there is
+	// one, and the faults' slow runs.
+	b.LearnOverrun = rapid.Bool().Draw(t, "learn_overrun")
 	// A livelock guard far above what these runs need.
 	cfg.EventsMax = 50_000_000
 	return cfg
@@ -267,10 +271,10 @@ func drawFaults(t *rapid.T) FaultPlan {
 // messages (rapid prints every drawn value too).
 func describe(cfg Config) string {
 	b := cfg.Batcher
-	return fmt.Sprintf("seed %d, %.1f req/s for %v, %d devices (%d healthy), batch max %d, latency %+v, SLO %v, margin %v, linger max %v, attempts %d, queue %d/%d, net delay %v, timeout %v, cancel %.2f after %v, mix %v, inputs %d-%d, faults %+v, policy %d, aging %v, merge %v, models %+v, tenants %+v, reannounce %v",
+	return fmt.Sprintf("seed %d, %.1f req/s for %v, %d devices (%d healthy), batch max %d, latency %+v, SLO %v, margin %v, linger max %v, attempts %d, queue %d/%d, net delay %v, timeout %v, cancel %.2f after %v, mix %v, inputs %d-%d, faults %+v, policy %d, aging %v, merge %v, models %+v, tenants %+v, reannounce %v, learn overrun %v",
 		cfg.Seed, cfg.Rate, cfg.Duration, cfg.Devices, cfg.HealthyDevices, b.BatchMax, cfg.Latency, b.SLO, b.Margin, b.LingerMax,
 		b.AttemptMax, b.QueueMax, b.QueueTotalMax, cfg.NetDelay, cfg.Traffic.Timeout, cfg.Traffic.CancelRate, cfg.Traffic.CancelAfter,
-		cfg.Traffic.Mix, cfg.Traffic.InputLenMin, cfg.Traffic.InputLenMax, cfg.Faults, b.KeyPolicy, b.PriorityAging, b.BucketMerge, b.Models, b.Tenants, cfg.Reannounce)
+		cfg.Traffic.Mix, cfg.Traffic.InputLenMin, cfg.Traffic.InputLenMax, cfg.Faults, b.KeyPolicy, b.PriorityAging, b.BucketMerge, b.Models, b.Tenants, cfg.Reannounce, b.LearnOverrun)
 }
 
 // propRun is one run with the property tests' observers.
