@@ -53,6 +53,7 @@ func (s *Scenario) SimConfig(seed uint64) (sim.Config, error) {
 	b.BatchMax, b.QueueMax, b.QueueTotalMax, b.KeysMax = p.BatchMax, p.QueueMax, p.QueueTotalMax, p.KeysMax
 	b.SLO, b.TimeoutMax, b.Margin, b.LingerMax = p.SLO, p.TimeoutMax, p.Margin, p.LingerMax
 	b.AttemptMax = p.AttemptMax
+	b.LearnOverrun, b.OverrunMax = p.LearnOverrun, p.OverrunMax
 	b.KeyPolicy = actors.PolicyFair
 	if p.KeyPolicy == "slack" {
 		b.KeyPolicy = actors.PolicySlack

@@ -95,6 +95,31 @@ func TestParseMapsOntoSimConfig(t *testing.T) {
 	}
 }
 
+// TestParsePolicyLearnOverrun: the policy's learn_overrun and overrun_max
+// reach the batcher; both default to the batcher's own defaults.
+func TestParsePolicyLearnOverrun(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want bool
+		max  time.Duration
+	}{
+		{minimal, false, actors.DefaultBatcherConfig().OverrunMax},
+		{strings.Replace(minimal, "name: tiny", "name: tiny\npolicy: {learn_overrun: true, overrun_max: 20ms}", 1), true, 20 * time.Millisecond},
+	} {
+		s, err := parse(t, c.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := s.SimConfig(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := cfg.Batcher; b.LearnOverrun != c.want || b.OverrunMax != c.max {
+			t.Errorf("learn_overrun %v, overrun_max %v; want %v, %v", b.LearnOverrun, b.OverrunMax, c.want, c.max)
+		}
+	}
+}
+
 // TestParseErrors: each mistake is reported with the file, its line and
 // the key's path, and nothing else is wrong with the file.
 func TestParseErrors(t *testing.T) {
@@ -119,6 +144,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst size on poisson", "    rate: 300", "    rate: 300\n    burst_size: 4", "s.yaml:14: traffic[0].burst_size: only a burst phase has a burst size"},
 		{"phase past duration", "name: tiny", "name: tiny\nduration: 2500ms", "traffic[1].duration: the phase ends at 3s, after the scenario's duration 2.5s"},
 		{"two latency models", "name: tiny", "name: tiny\ndevices: {latency: {fixed: 1s, base: 2s}}", "s.yaml:2: devices.latency: give one of fixed, base/per_item and profile"},
+		{"negative overrun cap", "name: tiny", "name: tiny\npolicy: {overrun_max: -1ms}", "s.yaml:2: policy.overrun_max: -1ms"},
 		{"missing profile", "name: tiny", "name: tiny\ndevices:\n  latency: {profile: p.csv}", `s.yaml:3: devices.latency.profile: "p.csv"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -257,6 +257,12 @@ type Policy struct {
 	SLO           time.Duration `yaml:"slo"`
 	TimeoutMax    time.Duration `yaml:"timeout_max"`
 	Margin        time.Duration `yaml:"margin"`
+	// LearnOverrun has the batcher learn how much longer than the cost
+	// model its batches run (with devices.latency_spread, or slow faults)
+	// and plan with it, as the live server's does; OverrunMax caps one
+	// batch's overrun.
+	LearnOverrun bool          `yaml:"learn_overrun"`
+	OverrunMax   time.Duration `yaml:"overrun_max"`
 	// LingerMax, when positive, caps the linger derived from the SLO.
 	LingerMax  time.Duration `yaml:"linger_max"`
 	AttemptMax int           `yaml:"attempt_max"`
@@ -295,6 +301,8 @@ func defaults() Scenario {
 			SLO:                b.SLO,
 			TimeoutMax:         b.TimeoutMax,
 			Margin:             b.Margin,
+			LearnOverrun:       b.LearnOverrun,
+			OverrunMax:         b.OverrunMax,
 			LingerMax:          b.LingerMax,
 			AttemptMax:         b.AttemptMax,
 			KeyPolicy:          "fair",

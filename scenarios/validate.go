@@ -304,6 +304,7 @@ func (v *validator) policy() {
 	v.durIn("policy.slo", p.SLO, time.Microsecond, time.Hour)
 	v.durIn("policy.timeout_max", p.TimeoutMax, p.SLO, time.Hour)
 	v.durIn("policy.margin", p.Margin, 0, time.Hour)
+	v.durIn("policy.overrun_max", p.OverrunMax, 0, time.Hour)
 	v.durIn("policy.linger_max", p.LingerMax, 0, time.Hour)
 	v.intIn("policy.attempt_max", p.AttemptMax, 1, attemptMax)
 	if p.KeyPolicy != "fair" && p.KeyPolicy != "slack" {
