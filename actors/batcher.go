@@ -110,6 +110,9 @@ type devState struct {
 	// owners[i] is where inflight.Items[i] is counted.
 	owners []owner
 	freeAt time.Duration // predicted; see freeTimes
+	// cost is the cost model's time for the batch in flight, as it was
+	// sent: what LearnOverrun compares the batch's real time with.
+	cost time.Duration
 	// For the busy fraction.
 	registered, busySince, busyTotal time.Duration
 }
@@ -172,8 +175,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			return // stale: that batch was already settled
 		}
 		if b.cfg.LearnOverrun {
-			items := d.inflight.Items
-			b.overrun.Observe(ctx.Now()-d.inflight.Dispatch, b.cfg.Latency.Predict(len(items), maxInput(items)), b.cfg.OverrunMax)
+			b.overrun.Observe(ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
 		}
 		b.settle(d, nil, ctx.Now())
 		b.setIdle(d)
@@ -674,10 +676,10 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	}
 	// Charge the batch's predicted cost to the tenants of its items, each
 	// its share for its weight: fair scheduling evens these out.
-	cost := float64(b.cfg.Latency.Predict(len(items), maxInput(items)))
+	cost := b.cfg.Latency.Predict(len(items), maxInput(items))
 	b.vtime = max(b.vtime, owners[0].t.served)
 	for _, o := range owners {
-		o.t.served += cost / float64(len(items)) / o.t.weight
+		o.t.served += float64(cost) / float64(len(items)) / o.t.weight
 	}
 	q.sig.batch(len(items))
 	b.batchSeq++
@@ -694,7 +696,8 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	d.inflight = Batch{ID: b.batchSeq, Key: key, Items: items, Dispatch: now}
 	d.owners = owners
 	d.busySince = now
-	d.freeAt = now + b.predict(len(items), maxInput(items))
+	d.cost = cost
+	d.freeAt = now + cost + b.overrun.Learnt() // as predict has it
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
 	ctx.Send(d.addr, RunBatch{Batch: d.inflight})
