@@ -11,7 +11,7 @@ import (
 // development VM, 130 µs for a batch of 100 (measured around the device's
 // JobDone). Done on the device actor's own goroutine, those wake-ups came
 // before its BatchDone, and so before the device could get its next batch:
-// its hand-over between batches was 310-330 µs on average at saturation.
+// its hand-over between batches was 310-331 µs on average at saturation.
 //
 // So the waiter endpoint only queues replies, at the cost of an append,
 // and one goroutine of the engine's hands them over. The hand-over fell
