@@ -1,8 +1,12 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 	"unicode/utf8"
 )
@@ -125,4 +129,38 @@ func TestAsyncStoreBounds(t *testing.T) {
 		s.wg.Done()
 	}
 	s.wg.Wait()
+}
+
+// TestReadAll: the body reader returns what io.ReadAll does, for bodies
+// shorter than, equal to and longer than their first buffer, whether their
+// length is declared or not, and with one allocation when it is.
+func TestReadAll(t *testing.T) {
+	for _, size := range []int{0, 1, 40, bodyReadInitial - 1, bodyReadInitial, bodyReadInitial + 1, 5000} {
+		body := strings.Repeat("a", size)
+		for _, declared := range []int64{int64(size), -1} {
+			// iotest.OneByteReader: a body that arrives in pieces.
+			for name, r := range map[string]func() io.Reader{
+				"whole":    func() io.Reader { return strings.NewReader(body) },
+				"one byte": func() io.Reader { return iotest.OneByteReader(strings.NewReader(body)) },
+			} {
+				got, err := readAll(r(), declared, 1<<20)
+				if err != nil || string(got) != body {
+					t.Errorf("%d bytes, declared %d, %s: got %d bytes, %v", size, declared, name, len(got), err)
+				}
+			}
+		}
+		if size > 0 {
+			r := strings.NewReader(body)
+			allocs := testing.AllocsPerRun(10, func() {
+				r.Reset(body)
+				_, _ = readAll(r, int64(size), 1<<20)
+			})
+			if allocs > 1 {
+				t.Errorf("%d bytes declared: %v allocations, want 1", size, allocs)
+			}
+		}
+	}
+	if _, err := readAll(iotest.ErrReader(io.ErrUnexpectedEOF), 10, 1<<20); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a failing body: got %v", err)
+	}
 }
