@@ -224,6 +224,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opts.logLevel}))
+	applyGC(opts.file.Process, os.Getenv, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	// After the first signal the default action is back, so a second one

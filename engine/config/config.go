@@ -48,6 +48,8 @@ type File struct {
 	DefaultTenant Limits `yaml:"default_tenant"`
 	// Jobs is the durable store of async and batch jobs.
 	Jobs Jobs `yaml:"jobs"`
+	// Process is the Go runtime's settings for the server's process.
+	Process Process `yaml:"process"`
 
 	// src says where each key's value came from ("file.yaml:12" or
 	// "--devices"), by path; errors quote it.
@@ -93,6 +95,22 @@ type HTTP struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM: the drain
 	// of queued work and the answer to every request in flight.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Process is how the Go runtime manages the server's memory. GOGC and
+// GOMEMLIMIT in the environment win over it, as they do for any Go
+// program.
+type Process struct {
+	// GCPercent is Go's GOGC: a collection starts once the heap has grown
+	// this many percent over what the last one left live. The server's
+	// live heap is mostly its connections' buffers; at Go's default of 100
+	// it collected every 0.8 s at 3x overload, and each collection's
+	// mark phase (35-60 ms) delayed the answers that fell in it.
+	GCPercent int `yaml:"gc_percent"`
+	// MemoryLimitBytes is a soft limit on the runtime's memory
+	// (GOMEMLIMIT): near it, collections run as often as needed whatever
+	// GCPercent says. 0: no limit.
+	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
 }
 
 // Engine is engine.Config's own settings.

@@ -219,6 +219,8 @@ func TestErrors(t *testing.T) {
 		{"rate without burst", "tenants:\n  - name: a\n    api_key: abcdefgh\n    rate: 10\n", []string{"tenants[0].burst: 0: a rate needs a burst of at least 1"}},
 		{"tenant model unknown", "models: [{name: m, versions: [{name: v1}]}]\ntenants:\n  - {name: a, api_key: abcdefgh, models: [n]}\n", []string{`bad.yaml:3: tenants[0].models[0]: "n": not among models`}},
 		{"default tenant weight", "default_tenant:\n  weight: 0\n", []string{"bad.yaml:2: default_tenant.weight: 0: want 1 to"}},
+		{"gc percent", "process:\n  gc_percent: 5\n", []string{"bad.yaml:2: process.gc_percent: 5: want 25 to 10000"}},
+		{"memory limit", "process:\n  memory_limit_bytes: 1000\n", []string{"bad.yaml:2: process.memory_limit_bytes: 1000: want 0 (no limit) or 67108864 to"}},
 		{"several at once", "devices:\n  count: 0\npolicy:\n  slo: 0s\n", []string{"bad.yaml:2: devices.count", "bad.yaml:4: policy.slo"}},
 		{"several unknown at once", "a: 1\nb: 2\n", []string{"bad.yaml:1: a: unknown key", "bad.yaml:2: b: unknown key"}},
 	} {

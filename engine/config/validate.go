@@ -27,6 +27,14 @@ const (
 	timeoutMaxMax     = time.Hour
 	shutdownMaxMax    = 10 * time.Minute
 	asyncRetentionMax = 24 * time.Hour
+	// A GOGC below gcPercentMin collects most of the time; above
+	// gcPercentMax the heap is all garbage.
+	gcPercentMin = 25
+	gcPercentMax = 10000
+	// A memory limit below memoryLimitMin would collect without pause; one
+	// above memoryLimitMax (1 PiB) is a typo.
+	memoryLimitMin = 64 << 20
+	memoryLimitMax = 1 << 50
 )
 
 // validator collects mistakes with the path of the key each is about.
@@ -102,6 +110,7 @@ func (f *File) Validate() error {
 	v.tenants()
 	v.limits("default_tenant", f.DefaultTenant)
 	v.jobs()
+	v.process()
 	if len(v.errs) > 0 {
 		sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].line < v.errs[j].line })
 		msgs := make([]string, len(v.errs))
@@ -145,6 +154,14 @@ func (v *validator) http() {
 	v.intIn("http.model_labels_max", h.ModelLabelsMax, 1, 1<<16)
 	v.durIn("http.scrape_timeout", h.ScrapeTimeout, time.Millisecond, time.Minute)
 	v.durIn("http.shutdown_timeout", h.ShutdownTimeout, time.Millisecond, shutdownMaxMax)
+}
+
+func (v *validator) process() {
+	p := v.f.Process
+	v.intIn("process.gc_percent", p.GCPercent, gcPercentMin, gcPercentMax)
+	if m := p.MemoryLimitBytes; m != 0 && (m < memoryLimitMin || m > memoryLimitMax) {
+		v.bad("process.memory_limit_bytes", "%d: want 0 (no limit) or %d to %d", m, int64(memoryLimitMin), int64(memoryLimitMax))
+	}
 }
 
 func (v *validator) engine() {
