@@ -101,6 +101,13 @@ type Config struct {
 	// near-zero predicted latency does not cut off a healthy call.
 	// Default 1 s.
 	JobTimeoutMin time.Duration
+	// ReplyGrace bounds every Do: a request still unanswered this long
+	// past its deadline (req.Deadline, at most Arrival plus the batcher's
+	// TimeoutMax) is answered Expired by the engine itself. The actors
+	// answer by the deadline; this guards the callers against a reply that
+	// is lost all the same. Checked every quarter of it (at most every
+	// second), so it is kept to within that. Default 5 s.
+	ReplyGrace time.Duration
 }
 
 // DefaultConfig returns the seeds' service: 4 emulated devices at 100 ms
@@ -132,6 +139,7 @@ func DefaultConfig() Config {
 		InFlightMax:        200_000,
 		JobTimeoutMultiple: 10,
 		JobTimeoutMin:      time.Second,
+		ReplyGrace:         5 * time.Second,
 	}
 }
 
@@ -152,6 +160,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine config: InFlightMax %d: must be at least 1", c.InFlightMax)
 	case c.JobTimeoutMultiple < 1 || c.JobTimeoutMin <= 0:
 		return fmt.Errorf("engine config: JobTimeoutMultiple and JobTimeoutMin must be positive")
+	case c.ReplyGrace <= 0:
+		return fmt.Errorf("engine config: ReplyGrace %v: must be positive", c.ReplyGrace)
 	}
 	return nil
 }
@@ -195,28 +205,33 @@ type Engine struct {
 	statsSeq     uint64
 	statsWaiters map[uint64]chan statsAnswer
 
-	counters counters
-	replies  *replyQueue
+	counters  counters
+	replies   *replyQueue
+	sweepDone chan struct{} // closed when sweepLoop has ended
 }
 
 type waiterShard struct {
 	mu sync.Mutex
 	// m maps a request in flight to its waiting Do: the channel it waits
-	// on and the request, to submit again to a batcher that restarted;
-	// nil once the Do gave up (the request is still in flight until its
-	// reply). A pointer: a map of the whole values made every Do about a
-	// third slower in parallel (BenchmarkDo/parallel 4.3 to 5.7-8.6 µs).
+	// on and the request, to submit again to a batcher that restarted.
+	// A pointer: a map of the whole values made every Do about a third
+	// slower in parallel (BenchmarkDo/parallel 4.3 to 5.7-8.6 µs).
 	m map[uint64]*waiting
 	_ [40]byte // keep shards on separate cache lines
 }
 
 type waiting struct {
+	// ch is nil once the Do gave up: the request is still in flight
+	// until its reply, or its bound.
 	ch  chan actors.Reply
 	req actors.Request
+	// bound is when the engine answers the request itself, on the
+	// runtime clock (Config.ReplyGrace).
+	bound time.Duration
 }
 
 type counters struct {
-	submitted, replied, late, duplicate, abandoned, refused, resubmitted atomic.Int64
+	submitted, replied, late, duplicate, abandoned, refused, resubmitted, unanswered atomic.Int64
 }
 
 // Stats is a snapshot of the engine's counters and its batcher's.
@@ -230,7 +245,11 @@ type Stats struct {
 	// Abandoned counts Do calls that returned because their ctx ended
 	// before the reply; Late counts the replies that came after.
 	Abandoned, Late int64
-	// Duplicate counts replies for a request already answered (dropped).
+	// Unanswered counts requests the engine answered itself, Expired, at
+	// their bound (Config.ReplyGrace): a reply the actors never sent.
+	Unanswered int64
+	// Duplicate counts replies for a request already answered (dropped),
+	// by the engine at its bound included.
 	Duplicate int64
 	// Refused counts Do calls turned away by InFlightMax.
 	Refused int64
@@ -271,6 +290,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		e.replies.close()
 		return nil, err
 	}
+	e.sweepDone = make(chan struct{})
+	go e.sweepLoop()
 	return e, nil
 }
 
@@ -394,8 +415,9 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	req.ReplyTo = e.waiter
 	ch := make(chan actors.Reply, 1)
 	sh := &e.shards[id%waiterShards]
+	w := &waiting{ch: ch, req: req, bound: e.bound(req)}
 	sh.mu.Lock()
-	sh.m[id] = &waiting{ch: ch, req: req}
+	sh.m[id] = w
 	sh.mu.Unlock()
 
 	e.rt.Send(e.batcher, actors.Submit{Req: req})
@@ -424,9 +446,9 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 // for it, it is on its way into ch, and abandon returns it instead.
 func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (actors.Reply, bool) {
 	sh.mu.Lock()
-	_, waits := sh.m[id]
+	w, waits := sh.m[id]
 	if waits {
-		sh.m[id] = nil // no one waits: not resubmitted either
+		w.ch = nil // no one waits: not resubmitted either
 	}
 	sh.mu.Unlock()
 	if !waits {
@@ -463,10 +485,8 @@ func (e *Engine) deliver(m actors.Reply) {
 	sh.mu.Lock()
 	w, inFlight := sh.m[m.ID]
 	var ch chan actors.Reply
-	if w != nil {
-		ch = w.ch
-	}
 	if inFlight {
+		ch = w.ch
 		delete(sh.m, m.ID)
 	}
 	sh.mu.Unlock()
@@ -503,7 +523,7 @@ func (e *Engine) resubmit() {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id, w := range sh.m {
-			if w == nil {
+			if w.ch == nil {
 				delete(sh.m, id)
 				e.release()
 				continue
@@ -573,6 +593,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.closed = true
 	close(e.closing)
 	e.closeMu.Unlock()
+	<-e.sweepDone // ends at closing, within one sweep
 	err := e.rt.Close(ctx)
 	// The runtime has stopped: no reply comes any more.
 	e.replies.close()
@@ -608,6 +629,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		Replied:     c.replied.Load(),
 		Abandoned:   c.abandoned.Load(),
 		Late:        c.late.Load(),
+		Unanswered:  c.unanswered.Load(),
 		Duplicate:   c.duplicate.Load(),
 		Refused:     c.refused.Load(),
 		Resubmitted: c.resubmitted.Load(),

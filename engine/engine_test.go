@@ -234,6 +234,49 @@ func TestInFlightMax(t *testing.T) {
 	}
 }
 
+// TestReplyGrace: a request the actors never answer is answered Expired by
+// the engine at its deadline plus ReplyGrace, not before; one whose Do gave
+// up leaves the in-flight count by then too, so a Drain ends.
+func TestReplyGrace(t *testing.T) {
+	c := fastConfig()
+	c.ReplyGrace = 40 * time.Millisecond
+	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
+		rt, err := protoactor.New(o)
+		return blackHole{rt}, err
+	}
+	e := start(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Do(ctx, request(0)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do with an ended ctx: %v", err)
+	}
+	gone, cancelGone := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancelGone()
+	left := request(1)
+	left.Deadline = e.Now() + 30*time.Millisecond
+	if _, err := e.Do(gone, left); !errors.Is(err, context.DeadlineExceeded) { // its entry stays until its bound
+		t.Fatalf("Do that gives up: %v", err)
+	}
+
+	req := request(2)
+	req.Deadline = e.Now() + 30*time.Millisecond
+	r, err := e.Do(context.Background(), req)
+	if err != nil || r.Outcome != actors.Expired || r.Reason != actors.ReasonDeadline {
+		t.Fatalf("lost request: %+v, %v; want Expired, deadline", r, err)
+	}
+	if bound := req.Deadline + c.ReplyGrace; r.Done < bound || e.Now() < bound {
+		t.Errorf("answered at %v, before its bound %v", r.Done, bound)
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), waitMax)
+	defer dcancel()
+	if err := e.Drain(dctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if s := stats(t, e); s.InFlight != 0 || s.Unanswered != 2 || s.Abandoned != 1 {
+		t.Errorf("stats %+v: want nothing in flight, 2 unanswered, 1 abandoned", s)
+	}
+}
+
 // TestDrain: Drain waits until everything in flight is answered; requests
 // after it are rejected.
 func TestDrain(t *testing.T) {
@@ -403,6 +446,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *engine.Config) { c.Devices = 0 },
 		func(c *engine.Config) { c.InFlightMax = 0 },
 		func(c *engine.Config) { c.JobTimeoutMultiple = 0 },
+		func(c *engine.Config) { c.ReplyGrace = 0 },
 		func(c *engine.Config) { c.Batcher.BatchMax = 0 },
 		func(c *engine.Config) { c.Device.WatchdogMultiple = 0 },
 	}

@@ -88,6 +88,7 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	c.InFlightMax = f.Engine.InFlightMax
 	c.JobTimeoutMultiple = f.Engine.JobTimeoutMultiple
 	c.JobTimeoutMin = f.Engine.JobTimeoutMin
+	c.ReplyGrace = f.HTTP.ReplyGrace // the engine answers what it lost; the handler sizes its writes by it
 
 	// Every device gets an emulated backend of its own, with the fault
 	// knobs and a seed per device (the engine's own default backend,

@@ -69,8 +69,9 @@ type HTTP struct {
 	// BatchConcurrencyMax the engine calls one such request has at once.
 	BatchItemsMax       int `yaml:"batch_items_max"`
 	BatchConcurrencyMax int `yaml:"batch_concurrency_max"`
-	// ReplyGrace is how long past a request's deadline the handler still
-	// waits for the engine before it answers 504 itself.
+	// ReplyGrace is how long past a request's deadline the engine waits
+	// for its actors' reply before it answers the request Expired (504)
+	// itself: a bound on every wait, for a reply that was lost.
 	ReplyGrace time.Duration `yaml:"reply_grace"`
 	// ReadHeaderTimeout bounds reading a request's headers and
 	// BodyReadTimeout its body, so a slow client cannot hold a connection.

@@ -45,10 +45,9 @@ type Config struct {
 	// 60 s, the batcher's default.
 	TimeoutMax time.Duration
 	// ReplyGrace is how long past a request's deadline (its timeout, or
-	// TimeoutMax when it set none) the handler still waits for the engine's
-	// reply before giving up with 504. The engine answers every request by
-	// its deadline itself; this is the backstop that bounds a handler, and
-	// an async goroutine, if it ever did not. Default 5 s.
+	// TimeoutMax when it set none) the Doer may take to answer it (see
+	// Doer): the handler sizes a response's write deadline with it. It
+	// should equal the engine's ReplyGrace. Default 5 s.
 	ReplyGrace time.Duration
 	// BodyReadTimeout bounds reading a request body, so a client that
 	// trickles its body cannot hold a connection and a goroutine. It is set

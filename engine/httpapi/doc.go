@@ -132,9 +132,10 @@
 // disconnects ends it, and the engine withdraws the queued request
 // (actors.Cancel). The request's timeout becomes its Deadline on the
 // engine clock (Doer.Now at arrival + timeout); the engine answers by it
-// (Expired: 504). The handler's own wait is bounded too, at the timeout
-// (or TimeoutMax) plus ReplyGrace, so no handler or async goroutine can
-// wait for ever on an engine that never answers.
+// (Expired: 504). The wait is bounded by the Doer: engine.Engine answers
+// a request it has lost Expired at its deadline (or TimeoutMax) plus its
+// ReplyGrace, so no handler or async goroutine waits for ever, without a
+// timer per request.
 //
 // # Server timeouts and graceful stop
 //

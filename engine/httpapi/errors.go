@@ -104,19 +104,19 @@ func (h *Handler) replyError(rep actors.Reply) *apiError {
 	return e
 }
 
-// doError maps an error from Doer.Do. parent is the context the request
-// came with: when it ended, the client is gone; when only the handler's
-// backstop ended, the engine did not answer in time.
-func (h *Handler) doError(parent context.Context, err error) *apiError {
+// doError maps an error from Doer.Do. ctx is the context the request came
+// with: a deadline of its own that ended is 504; otherwise, when it ended,
+// the client is gone (or, for an async request, the server is stopping).
+func (h *Handler) doError(ctx context.Context, err error) *apiError {
 	switch {
 	case errors.Is(err, engine.ErrInFlightMax):
 		return &apiError{status: http.StatusServiceUnavailable, code: codeOverloaded, msg: err.Error(), retryAfter: h.cfg.RetryAfterDefault}
 	case errors.Is(err, engine.ErrClosed):
 		return &apiError{status: http.StatusServiceUnavailable, code: codeDraining, msg: err.Error(), retryAfter: h.cfg.RetryAfterDefault}
-	case parent.Err() != nil:
-		return &apiError{status: statusClientClosed, code: codeCancelled, msg: "client went away"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, code: codeDeadline, msg: "no reply from the engine in time"}
+	case ctx.Err() != nil:
+		return &apiError{status: statusClientClosed, code: codeCancelled, msg: "client went away"}
 	}
 	return &apiError{status: http.StatusInternalServerError, code: codeInternal, msg: err.Error()}
 }

@@ -619,23 +619,6 @@ func TestDisconnectCancels(t *testing.T) {
 	}
 }
 
-// An engine that never answers is cut off at the request's timeout plus
-// ReplyGrace with 504.
-func TestBackstopTimeout(t *testing.T) {
-	f := &fakeDoer{}
-	f.setReply(func(ctx context.Context, req actors.Request) (actors.Reply, error) {
-		<-ctx.Done()
-		return actors.Reply{}, ctx.Err()
-	})
-	cfg := httpapi.DefaultConfig()
-	cfg.ReplyGrace = time.Millisecond
-	h := newHandler(t, f, cfg)
-	r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x", "timeout_ms": 5}`)
-	if r.status != 504 || r.errCode(t) != "deadline" {
-		t.Errorf("got %d %s", r.status, r.body)
-	}
-}
-
 func TestMetrics(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
 	cfg.APIKeys = []httpapi.APIKey{{Key: "k", Tenant: "acme"}}

@@ -38,14 +38,13 @@ func (h *Handler) v1Infer(w http.ResponseWriter, r *http.Request) {
 	}
 	req := request(k, model, in.common, in.input, start)
 	if in.async || preferAsync(r) {
-		h.submitAsync(w, r, req, in.timeout, start)
+		h.submitAsync(w, r, req, start)
 		return
 	}
 	// r.Context() ends when the client goes away: Do then withdraws the
-	// queued request from the batcher.
-	ctx, cancel := h.doContext(r.Context(), in.timeout)
-	defer cancel()
-	rep, aerr := h.do(ctx, r.Context(), req, start)
+	// queued request from the batcher. Do itself is bounded by the
+	// request's deadline (see Doer).
+	rep, aerr := h.do(r.Context(), req, start)
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return
@@ -89,12 +88,12 @@ type acceptedResponse struct {
 
 // submitAsync starts an async request on a goroutine of its own, tracked
 // by the async store and bounded by AsyncInFlightMax, and answers 202.
-func (h *Handler) submitAsync(w http.ResponseWriter, r *http.Request, req actors.Request, timeout, start time.Duration) {
+func (h *Handler) submitAsync(w http.ResponseWriter, r *http.Request, req actors.Request, start time.Duration) {
 	// The id is the only thing that guards a result from another client
 	// of the same tenant, so it is unguessable: 128 random bits.
 	id := rand.Text()
 	// Not the request's context: the client leaves after the 202. cctx is
-	// cancelled only by Shutdown; ctx adds the backstop.
+	// cancelled only by Shutdown.
 	cctx, cancelAll := context.WithCancel(context.Background())
 	e := &asyncEntry{id: id, tenant: req.Tenant, model: req.Model, cancel: cancelAll}
 	if aerr := h.async.add(e, h.eng.Now()); aerr != nil {
@@ -107,10 +106,8 @@ func (h *Handler) submitAsync(w http.ResponseWriter, r *http.Request, req actors
 	go func() {
 		defer h.async.wg.Done()
 		defer cancelAll()
-		ctx, cancel := h.doContext(cctx, timeout)
-		defer cancel()
 		h.async.start(id)
-		rep, aerr := h.do(ctx, cctx, req, start)
+		rep, aerr := h.do(cctx, req, start)
 		var res *inferResponse
 		status := statusCompleted
 		if aerr == nil {
@@ -244,9 +241,7 @@ func (h *Handler) v1Batch(w http.ResponseWriter, r *http.Request) {
 	for i, input := range in.inputs {
 		reqs[i] = request(k, model, in.common, input, start)
 	}
-	ctx, cancel := h.doContext(r.Context(), in.timeout)
-	defer cancel()
-	results := h.fanOut(ctx, r.Context(), reqs, start)
+	results := h.fanOut(r.Context(), reqs, start)
 	if r.Context().Err() != nil {
 		h.fail(w, r, &apiError{status: statusClientClosed, code: codeCancelled, msg: "client went away"})
 		return

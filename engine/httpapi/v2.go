@@ -164,9 +164,7 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 	for i, input := range in.inputs {
 		reqs[i] = request(k, model, c, input, start)
 	}
-	ctx, cancel := h.doContext(r.Context(), 0)
-	defer cancel()
-	results := h.fanOut(ctx, r.Context(), reqs, start)
+	results := h.fanOut(r.Context(), reqs, start)
 	out := v2Tensor{Name: "output", Datatype: "BYTES", Shape: []int64{int64(len(results))}, Data: make([]string, len(results))}
 	for i, res := range results {
 		if res.err != nil {
