@@ -413,7 +413,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	req.ID = id
 	req.Arrival = e.rt.Now()
 	req.ReplyTo = e.waiter
-	ch := make(chan actors.Reply, 1)
+	ch := replyChans.Get().(chan actors.Reply)
 	sh := &e.shards[id%waiterShards]
 	w := &waiting{ch: ch, req: req, bound: e.bound(req)}
 	sh.mu.Lock()
@@ -427,6 +427,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 
 	select {
 	case r := <-ch:
+		replyChans.Put(ch) // emptied, and its one send is done
 		return r, nil
 	case <-ctx.Done():
 		if r, ok := e.abandon(sh, id, ch); ok {
@@ -442,6 +443,11 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	}
 }
 
+// replyChans holds the channels Do waits on. A channel gets one send, from
+// whoever took its entry out of the waiter table, so once Do has received
+// it no one else holds it; a channel whose Do gave up is never put back.
+var replyChans = sync.Pool{New: func() any { return make(chan actors.Reply, 1) }}
+
 // abandon marks a request's waiter as gone. If the reply was already taken
 // for it, it is on its way into ch, and abandon returns it instead.
 func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (actors.Reply, bool) {
@@ -452,7 +458,9 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 	}
 	sh.mu.Unlock()
 	if !waits {
-		return <-ch, true // deliver sends right after taking the entry
+		r := <-ch // deliver (or sweep) sends right after taking the entry
+		replyChans.Put(ch)
+		return r, true
 	}
 	e.counters.abandoned.Add(1)
 	return actors.Reply{}, false
