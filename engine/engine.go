@@ -397,6 +397,10 @@ func (e *Engine) Devices() []actors.Address { return append([]actors.Address(nil
 // rejected, expired, cancelled) is a Reply with a nil error. The error is
 // for the engine: ctx.Err() when ctx ends first (the request is withdrawn
 // with actors.Cancel; its late reply is dropped), ErrClosed, ErrInFlightMax.
+//
+// Do returns by the request's deadline (at most Arrival plus the batcher's
+// TimeoutMax) plus Config.ReplyGrace whatever ctx does: a request the
+// actors have not answered by then is answered Expired by the engine.
 func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
 	if e.isClosed() {
 		return actors.Reply{}, ErrClosed
