@@ -418,8 +418,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		return
 	}
 	if t.queued == 0 {
-		// Back from idle: level with the others, no banked credit.
-		t.served = max(t.served, b.vtime)
+		t.served = b.levelled(t, m.batchMax)
 	}
 	b.lastKey = q
 	q.push(t, it)
@@ -535,7 +534,7 @@ func (b *Batcher) abort(ctx Context, d *devState, pending []uint64, reason strin
 			b.answerHeld(ctx, o, it, Expired, ReasonDeadline, "deadline exceeded after a device failure")
 		default:
 			if o.t.queued == 0 {
-				o.t.served = max(o.t.served, b.vtime)
+				o.t.served = b.levelled(o.t, o.q.model.batchMax)
 			}
 			o.q.push(o.t, it)
 			b.where[it.Req.ID] = o.q
