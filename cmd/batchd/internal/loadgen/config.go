@@ -106,6 +106,10 @@ type Config struct {
 	// RSSPID, when positive, is a process whose resident memory (VmRSS in
 	// /proc/PID/status) is sampled every Interval into the time series.
 	RSSPID int
+	// SlowOver, when positive, adds to the report's split of the 200s'
+	// time (Report.Split) a row for those slower than it: where a tail
+	// spends its time. Default 0: the row for all 200s only.
+	SlowOver time.Duration
 
 	// backlog, when positive, replaces the backlog's size (tests).
 	backlog int
@@ -180,6 +184,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("load config: Interval %v: want 10ms to Duration", c.Interval)
 	case c.RSSPID < 0:
 		return fmt.Errorf("load config: RSSPID %d: must not be negative", c.RSSPID)
+	case c.SlowOver < 0 || c.SlowOver > c.Timeout:
+		return fmt.Errorf("load config: SlowOver %v: want 0 (off) to Timeout", c.SlowOver)
 	}
 	return nil
 }

@@ -119,6 +119,44 @@ func TestOpenLoopPoisson(t *testing.T) {
 	}
 }
 
+// TestSplit: the split of the 200s' time puts a server's own figure under
+// server and what it does not report (here a sleep after it) under the
+// trip; the row over SlowOver holds every slow request.
+func TestSplit(t *testing.T) {
+	var n atomic.Int64
+	s := echoServer(t, 0, func(*http.Request, map[string]any) int {
+		if n.Add(1)%2 == 0 {
+			time.Sleep(40 * time.Millisecond) // after the 3.5 ms the server reports
+		}
+		return http.StatusOK
+	})
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival, c.SlowOver = 100, Fixed, 30*time.Millisecond
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := rep.Split
+	if sp == nil || sp.All == nil || sp.Over == nil {
+		t.Fatalf("split %+v", sp)
+	}
+	if sp.All.Count != rep.Requests.OK || sp.Over.Count < rep.Requests.OK/2 || sp.Over.Count > sp.All.Count || sp.OverMs != 30 {
+		t.Errorf("counts: all %d, over %d, of %d ok", sp.All.Count, sp.Over.Count, rep.Requests.OK)
+	}
+	if math.Abs(sp.Over.Server-3.5) > 0.01 || math.Abs(sp.Over.Queue-1.25) > 0.01 || sp.Over.Read < 0 || sp.Over.SendLag < 0 {
+		t.Errorf("over: %+v", sp.Over)
+	}
+	// Half the requests carry 40 ms the server does not report, and the
+	// slow row holds all of those.
+	if runtime.GOOS == "linux" && (sp.All.Trip < 36.5/3 || sp.Over.Trip < sp.All.Trip) {
+		t.Errorf("trip: all %.2f ms, over %.2f; want at least a third of the unreported 36.5 (half the requests carry it), and more over", sp.All.Trip, sp.Over.Trip)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil || !strings.Contains(b.String(), "over 30ms") {
+		t.Errorf("table lacks the split's row (%v):\n%s", err, b.String())
+	}
+}
+
 // TestCoordinatedOmission: with one request in flight against a server
 // that takes 20 ms, 100 req/s cannot be sent on time. Latency from the
 // intended time shows the queue; time from the actual send does not.
@@ -364,6 +402,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Warmup = c.Duration }, "Warmup"},
 		{func(c *Config) { c.Model = "a/b" }, "Model"},
 		{func(c *Config) { c.InputLen = 0 }, "InputLen"},
+		{func(c *Config) { c.SlowOver = -time.Millisecond }, "SlowOver"},
 	} {
 		cfg := DefaultConfig()
 		c.mut(&cfg)

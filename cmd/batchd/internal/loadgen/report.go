@@ -59,15 +59,18 @@ type recorder struct {
 	// What 200s report of their time inside the server (with Check).
 	srvLatency, srvQueue, srvCompute *hdr.Histogram
 	batchItems, batchCount           int64
-	status                           map[int]int64
-	errs                             map[string]int64
-	errSample                        []string
-	wrong                            int64
-	dropped                          int64
-	sent                             int64 // measured requests, dropped ones excluded
-	window                           [classes]int64
-	intervals                        []Interval
-	rssErr                           string
+	// splitAll and splitSlow add up where the measured 200s (all, and
+	// those over SlowOver) spent their time.
+	splitAll, splitSlow splitSum
+	status              map[int]int64
+	errs                map[string]int64
+	errSample           []string
+	wrong               int64
+	dropped             int64
+	sent                int64 // measured requests, dropped ones excluded
+	window              [classes]int64
+	intervals           []Interval
+	rssErr              string
 	// cpuFirst and cpuLast are the sampled process's CPU time at the
 	// first and last sample.
 	cpuFirst, cpuLast time.Duration
@@ -175,6 +178,10 @@ func (r *recorder) record(res result) {
 		r.wrong++
 	}
 	if st := res.server; st.BatchSize > 0 {
+		r.splitAll.add(res, at)
+		if r.cfg.SlowOver > 0 && res.done.Sub(res.intended) > r.cfg.SlowOver {
+			r.splitSlow.add(res, at)
+		}
 		_ = r.srvLatency.RecordValue(max(int64(st.LatencyMs*1000), 1))
 		_ = r.srvQueue.RecordValue(max(int64(st.QueueMs*1000), 1))
 		_ = r.srvCompute.RecordValue(max(int64(st.ComputeMs*1000), 1))
@@ -247,6 +254,8 @@ type Report struct {
 	// batch size a request ran in. Latency minus Server.Latency is HTTP,
 	// the network stack and the generator.
 	Server *ServerTimes `json:"server,omitempty"`
+	// Split is where the 200s' time went, on average (with Check).
+	Split *Split `json:"split,omitempty"`
 
 	// GeneratorCPUS is the CPU time the generator itself used, in
 	// seconds: on a machine it shares with the server, the load it can
@@ -287,6 +296,64 @@ func (rep *Report) setCPU(cpuS, wallS float64, requests int64, cores int) {
 // generator ran 83-84% busy at 45-47k req/s (2026-11-21): such a run may
 // measure the generator as much as the server.
 const GeneratorBusyWarn = 0.8
+
+// splitSum adds up the parts of 200s' latencies (see Split).
+type splitSum struct {
+	n, tripN                     int64
+	lag, server, queue, trip, rd time.Duration
+}
+
+// add counts one 200 that reported its server times; at is when its
+// response reached the socket (its read when the socket gave no time).
+func (s *splitSum) add(res result, at time.Time) {
+	server := time.Duration(res.server.LatencyMs * float64(time.Millisecond))
+	s.n++
+	s.lag += res.sent.Sub(res.intended)
+	s.server += server
+	s.queue += time.Duration(res.server.QueueMs * float64(time.Millisecond))
+	s.rd += res.done.Sub(at)
+	if !res.arrived.IsZero() {
+		s.tripN++
+		s.trip += at.Sub(res.sent) - server
+	}
+}
+
+// mean returns the means, in milliseconds, or nil for no request.
+func (s *splitSum) mean() *SplitRow {
+	if s.n == 0 {
+		return nil
+	}
+	ms := func(d time.Duration, n int64) float64 { return d.Seconds() * 1000 / float64(n) }
+	row := &SplitRow{Count: s.n, SendLag: ms(s.lag, s.n), Server: ms(s.server, s.n), Queue: ms(s.queue, s.n), Read: ms(s.rd, s.n)}
+	if s.tripN > 0 {
+		row.Trip = ms(s.trip, s.tripN)
+	}
+	return row
+}
+
+// Split is where the measured 200s spent their time, as means in
+// milliseconds: the generator's send lag, the server's own latency (of
+// which queue), the trip in and out (from the send to the response at the
+// socket, less the server's latency: HTTP, the network stack, the server's
+// read and write) and the generator's read (from the socket to the read).
+// They add up to the latency. Over is the same for the 200s slower than
+// Config.SlowOver.
+type Split struct {
+	All    *SplitRow `json:"all"`
+	Over   *SplitRow `json:"over,omitempty"`
+	OverMs float64   `json:"over_threshold_ms,omitempty"`
+}
+
+// SplitRow is one row of a Split.
+type SplitRow struct {
+	Count   int64   `json:"count"`
+	SendLag float64 `json:"send_lag_ms"`
+	Server  float64 `json:"server_ms"`
+	Queue   float64 `json:"queue_ms"`
+	// Trip is over the requests whose arrival the socket stamped.
+	Trip float64 `json:"trip_ms"`
+	Read float64 `json:"read_ms"`
+}
 
 // ServerTimes are the server's own figures for the 200s.
 type ServerTimes struct {
@@ -436,6 +503,11 @@ func (r *recorder) report(sendingEnded, finished time.Time) *Report {
 			Compute:       percentiles(r.srvCompute),
 			BatchSizeMean: float64(r.batchItems) / float64(r.batchCount),
 		}
+		rep.Split = &Split{All: r.splitAll.mean()}
+		if cfg.SlowOver > 0 {
+			rep.Split.Over = r.splitSlow.mean()
+			rep.Split.OverMs = cfg.SlowOver.Seconds() * 1000
+		}
 	}
 	if cfg.RSSPID > 0 {
 		rss := &RSS{PID: cfg.RSSPID, Err: r.rssErr, CPUS: (r.cpuLast - r.cpuFirst).Seconds()}
@@ -533,6 +605,16 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		row("server: queue", s.Queue)
 		row("server: compute", s.Compute)
 		fmt.Fprintf(tw, "batch size\tmean %.1f (as requests saw it)\n", s.BatchSizeMean)
+	}
+	if sp := rep.Split; sp != nil && sp.All != nil {
+		fmt.Fprintf(tw, "split of ok (ms, mean)\tcount\tsend lag\tserver\t(queue)\ttrip\tread\n")
+		split := func(name string, r *SplitRow) {
+			fmt.Fprintf(tw, "  %s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", name, r.Count, r.SendLag, r.Server, r.Queue, r.Trip, r.Read)
+		}
+		split("all", sp.All)
+		if sp.Over != nil {
+			split(fmt.Sprintf("over %gms", sp.OverMs), sp.Over)
+		}
 	}
 	if rep.RSS != nil {
 		r := rep.RSS
