@@ -340,3 +340,59 @@ func TestBatcherLearnsOverrun(t *testing.T) {
 		}
 	}
 }
+
+// TestBatcherTenantBackFromIdleKeepsOneItemCredit: a tenant that was idle
+// while another was served comes back one item ahead of the system
+// virtual time, no more: of its three requests, two go before the busy
+// tenant's next (one for being level, one for the credit), the third after.
+func TestBatcherTenantBackFromIdleKeepsOneItemCredit(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 1
+	cfg.Latency = FixedLatency(10 * ms)
+	cfg.KeyPolicy = PolicyFair
+	b, c := newTestBatcher(t, cfg, 1)
+	dev := Address{ID: 100}
+	send := func(id uint64, tenant string) {
+		b.Receive(c, Submit{Req: Request{ID: id, Tenant: tenant, Model: "m", Version: "v1", Input: "x", Arrival: c.now, ReplyTo: Address{ID: 2}}})
+	}
+	// finish completes the batch on the device and returns the tenant of
+	// the one sent next, if any.
+	var running RunBatch
+	next := func() string {
+		t.Helper()
+		rb := ofType[RunBatch](c.take())
+		if len(rb) != 1 {
+			t.Fatalf("want one batch sent, got %d", len(rb))
+		}
+		running = rb[0]
+		return rb[0].Batch.Items[0].Req.Tenant
+	}
+	finish := func() string {
+		t.Helper()
+		c.now += 10 * ms
+		b.Receive(c, BatchDone{Device: dev, BatchID: running.Batch.ID})
+		return next()
+	}
+	send(1, "a")
+	if got := next(); got != "a" {
+		t.Fatalf("first batch: tenant %q", got)
+	}
+	for id := uint64(10); id < 20; id++ {
+		send(id, "b")
+	}
+	for range 5 { // a is idle while b is served
+		if got := finish(); got != "b" {
+			t.Fatalf("a idle: tenant %q served", got)
+		}
+	}
+	for id := uint64(2); id <= 4; id++ {
+		send(id, "a")
+	}
+	var order []string
+	for range 3 {
+		order = append(order, finish())
+	}
+	if want := []string{"a", "a", "b"}; strings.Join(order, ",") != strings.Join(want, ",") {
+		t.Errorf("after a's return: %v, want %v (level, then one item's credit, then b)", order, want)
+	}
+}
