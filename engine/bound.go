@@ -60,7 +60,7 @@ func (e *Engine) sweep(now time.Duration) {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id, w := range sh.m {
-			if w.bound <= now {
+			if e.bound(w.req) <= now {
 				delete(sh.m, id)
 				due = append(due, overdue{id, w.ch, &w.req})
 			}

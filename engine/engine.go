@@ -225,9 +225,6 @@ type waiting struct {
 	// until its reply, or its bound.
 	ch  chan actors.Reply
 	req actors.Request
-	// bound is when the engine answers the request itself, on the
-	// runtime clock (Config.ReplyGrace).
-	bound time.Duration
 }
 
 type counters struct {
@@ -419,9 +416,8 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	req.ReplyTo = e.waiter
 	ch := replyChans.Get().(chan actors.Reply)
 	sh := &e.shards[id%waiterShards]
-	w := &waiting{ch: ch, req: req, bound: e.bound(req)}
 	sh.mu.Lock()
-	sh.m[id] = w
+	sh.m[id] = &waiting{ch: ch, req: req}
 	sh.mu.Unlock()
 
 	e.rt.Send(e.batcher, actors.Submit{Req: req})
