@@ -311,10 +311,10 @@ func (s *splitSum) add(res result, at time.Time) {
 	s.lag += res.sent.Sub(res.intended)
 	s.server += server
 	s.queue += time.Duration(res.server.QueueMs * float64(time.Millisecond))
-	s.rd += res.done.Sub(at)
 	if !res.arrived.IsZero() {
 		s.tripN++
 		s.trip += at.Sub(res.sent) - server
+		s.rd += res.done.Sub(at)
 	}
 }
 
@@ -324,9 +324,9 @@ func (s *splitSum) mean() *SplitRow {
 		return nil
 	}
 	ms := func(d time.Duration, n int64) float64 { return d.Seconds() * 1000 / float64(n) }
-	row := &SplitRow{Count: s.n, SendLag: ms(s.lag, s.n), Server: ms(s.server, s.n), Queue: ms(s.queue, s.n), Read: ms(s.rd, s.n)}
+	row := &SplitRow{Count: s.n, SendLag: ms(s.lag, s.n), Server: ms(s.server, s.n), Queue: ms(s.queue, s.n)}
 	if s.tripN > 0 {
-		row.Trip = ms(s.trip, s.tripN)
+		row.Trip, row.Read = ms(s.trip, s.tripN), ms(s.rd, s.tripN)
 	}
 	return row
 }
@@ -350,7 +350,8 @@ type SplitRow struct {
 	SendLag float64 `json:"send_lag_ms"`
 	Server  float64 `json:"server_ms"`
 	Queue   float64 `json:"queue_ms"`
-	// Trip is over the requests whose arrival the socket stamped.
+	// Trip and Read are over the requests whose arrival the socket
+	// stamped (on Linux, all but the first few).
 	Trip float64 `json:"trip_ms"`
 	Read float64 `json:"read_ms"`
 }
