@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -162,5 +163,67 @@ func TestReadAll(t *testing.T) {
 	}
 	if _, err := readAll(iotest.ErrReader(io.ErrUnexpectedEOF), 10, 1<<20); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("a failing body: got %v", err)
+	}
+}
+
+// FuzzDecodeFast: decodeJSON, which tries json.Unmarshal first, accepts
+// and refuses exactly what the Decoder alone does, with the same values
+// and the same words, for each body type, strict and not.
+func FuzzDecodeFast(f *testing.F) {
+	for _, s := range []string{
+		`{"input": "hello"}`,
+		`{"input": "x", "version": "v1", "priority": "high", "timeout_ms": 250, "params": {"b": [1, {"z": 1}], "a": "x"}, "async": true}`,
+		`{"input": "x", "extra": 1}`, `{"INPUT": "x"}`, `{"in\u0070ut": "x"}`, `{"input": "a\"}, \"evil\": {\"", "async": true}`,
+		`{"params": {"input": "x", "evil": [}]}, "input": "x"}`, `{"input": "x",}`, `{"input": "x"} {}`, `{"input": "x"}` + "\n",
+		`{"items": [{"input": "a"}, {"input": "b", "x": 1}]}`, `{"timeout_ms": 1e3, "input": "x"}`, `{"async": "yes", "input": "x"}`,
+		`{"id": "r1", "inputs": [{"name": "t", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}], "outputs": []}`,
+		`[]`, `null`, ``, `{`, `{}`, ` { } `, `{"input" "x"}`, `{"input": tru}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) {
+			return // refused before either path
+		}
+		same := func(name string, fresh func() any, strict bool) {
+			got, want := fresh(), fresh()
+			gotErr, wantErr := decodeJSON(body, got, strict), decodeWithDecoder(body, want, strict)
+			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.msg != wantErr.msg) {
+				t.Fatalf("%s, strict %v: %q: got error %v, the Decoder alone %v", name, strict, body, gotErr, wantErr)
+			}
+			if gotErr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s, strict %v: %q: got %+v, the Decoder alone %+v", name, strict, body, got, want)
+			}
+		}
+		for _, strict := range []bool{true, false} {
+			same("infer", func() any { return new(inferBody) }, strict)
+			same("batch", func() any { return new(batchBody) }, strict)
+			same("v2", func() any { return new(v2Body) }, strict)
+		}
+	})
+}
+
+// TestKnownKeys: the strict fast path knows exactly the names encoding/json
+// decodes into, embedded structs' included, and leaves bodies with nested
+// structs to the Decoder.
+func TestKnownKeys(t *testing.T) {
+	got := knownKeys(reflect.TypeOf(inferBody{}))
+	want := map[string]bool{"input": true, "version": true, "priority": true, "timeout_ms": true, "params": true, "async": true}
+	if !reflect.DeepEqual(got.names, want) || !got.flat {
+		t.Errorf("inferBody: %v (flat %v), want %v, flat", got.names, got.flat, want)
+	}
+	if knownKeys(reflect.TypeOf(batchBody{})).flat {
+		t.Error("batchBody is flat: its items are structs a strict Decoder checks")
+	}
+}
+
+func BenchmarkDecodeInfer(b *testing.B) {
+	body := []byte(`{"input": "the quick brown fox", "priority": "high", "timeout_ms": 200}`)
+	lim := limits{inputMaxBytes: 1 << 16, itemsMax: 8, timeoutMax: time.Minute}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeInfer(body, lim); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
