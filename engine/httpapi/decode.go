@@ -200,13 +200,13 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipValue returns the index just past the JSON value at b[i:], or -1 if
-// there is none there. Strings are skipped with their escapes, objects and
-// arrays by their nesting; anything else runs to the next delimiter.
+// skipValue returns the index of the delimiter after the JSON value at
+// b[i:] (a ',', '}' or ']' outside it), or -1 if there is none. Strings
+// are skipped with their escapes, objects and arrays by their nesting.
 func skipValue(b []byte, i int) int {
 	depth := 0
 	for i < len(b) {
-		switch c := b[i]; c {
+		switch b[i] {
 		case '"':
 			i++
 			for i < len(b) && b[i] != '"' {
@@ -235,9 +235,6 @@ func skipValue(b []byte, i int) int {
 			i++
 		default:
 			i++
-		}
-		if depth == 0 && i < len(b) && (b[i] == ',' || b[i] == '}') {
-			return i
 		}
 	}
 	return -1
