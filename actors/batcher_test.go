@@ -396,3 +396,56 @@ func TestBatcherTenantBackFromIdleKeepsOneItemCredit(t *testing.T) {
 		t.Errorf("after a's return: %v, want %v (level, then one item's credit, then b)", order, want)
 	}
 }
+
+// TestBatcherRidersOfAPartBatchStayLevel: a batch that is not full took
+// every request of its key, so the tenants riding in it (all but the one
+// whose turn sent it) are charged no further than that tenant. Tenant a's
+// one request and b's two leave together at the linger; then b's and a's
+// requests on keys of their own compete for the device. Level, the older
+// (b's) goes first. With a fourth request the batch is full, b is charged
+// its three places, and a's goes first though it is younger.
+func TestBatcherRidersOfAPartBatchStayLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rides int // b's requests in the shared batch
+		want  string
+	}{
+		{"part batch", 2, "b"},
+		{"full batch", 3, "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultBatcherConfig()
+			cfg.BatchMax = 4
+			cfg.Latency = FixedLatency(10 * ms)
+			cfg.KeyPolicy = PolicyFair
+			b, c := newTestBatcher(t, cfg, 1)
+			id := uint64(0)
+			send := func(tenant, model string) {
+				id++
+				b.Receive(c, Submit{Req: Request{ID: id, Tenant: tenant, Model: model, Version: "v1", Input: "x", Arrival: c.now, ReplyTo: Address{ID: 2}}})
+			}
+			send("a", "shared")
+			for range tc.rides {
+				send("b", "shared")
+			}
+			c.advance(b, 5*ms)
+			send("b", "mb")
+			c.advance(b, 6*ms)
+			send("a", "ma")
+			c.advance(b, 10*ms) // the shared key's linger (tc.rides 2), or at once (full)
+			rb := ofType[RunBatch](c.take())
+			if len(rb) != 1 || rb[0].Batch.Key.Model != "shared" || len(rb[0].Batch.Items) != 1+tc.rides {
+				t.Fatalf("want the shared batch of %d, got %+v", 1+tc.rides, rb)
+			}
+			c.advance(b, 20*ms) // both keys of their own are due by now
+			b.Receive(c, BatchDone{Device: Address{ID: 100}, BatchID: rb[0].Batch.ID})
+			next := ofType[RunBatch](c.take())
+			if len(next) != 1 {
+				t.Fatalf("want one batch after the shared one, got %d", len(next))
+			}
+			if got := next[0].Batch.Items[0].Req.Tenant; got != tc.want {
+				t.Errorf("next after the shared batch: tenant %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
