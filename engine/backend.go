@@ -227,14 +227,14 @@ func (e *Emulated) Run(ctx context.Context, model, version string, inputs []stri
 	return outputs, itemErrs, nil
 }
 
-// sleep waits d, or until ctx is done (see yieldUntil: on a Go timer alone
+// sleep waits d, or until ctx is done (see preciseUntil: on a Go timer alone
 // every emulated 100 ms batch took 100.4-100.7 ms, a device that much slower
 // than its latency model and the live engine that much behind the
 // simulator).
 func sleep(ctx context.Context, d time.Duration) error {
 	err := ctx.Err()
 	if d > 0 {
-		err = yieldUntil(ctx, time.Now().Add(d))
+		err = preciseUntil(ctx, time.Now().Add(d))
 	}
 	if err != nil {
 		return fmt.Errorf("emulated backend: abandoned: %w", err)

@@ -1,8 +1,13 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // kernelSleep blocks the calling thread in nanosleep until t. A signal
@@ -18,4 +23,81 @@ func kernelSleep(t time.Time) {
 			return
 		}
 	}
+}
+
+// timerFD is a timer file descriptor (timerfd_create(2)) in non-blocking
+// mode, so that reading it waits in the runtime's network poller, which
+// wakes on the timer's expiry rather than at its next millisecond.
+type timerFD struct {
+	f  *os.File
+	fd int // f's descriptor; f.Fd() would make it blocking
+}
+
+// idleTimerFDs keeps timer fds between waits, at most timerFDsMax: one per
+// wait would be a descriptor, an epoll registration and a close each time.
+var idleTimerFDs = make(chan *timerFD, timerFDsMax)
+
+const timerFDsMax = 64
+
+func getTimerFD() *timerFD {
+	select {
+	case tf := <-idleTimerFDs:
+		return tf
+	default:
+	}
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil // out of descriptors: the caller yields instead
+	}
+	return &timerFD{f: os.NewFile(uintptr(fd), "timerfd"), fd: fd}
+}
+
+func putTimerFD(tf *timerFD) {
+	select {
+	case idleTimerFDs <- tf:
+	default:
+		tf.f.Close()
+	}
+}
+
+// pollUntil waits until t (never before), or until ctx is done, reading a
+// timer fd set to t. The read also has t as its deadline, a Go timer: a
+// scheduler that always has goroutines ready to run polls the network
+// only now and then, but checks its timers at every switch. Without a
+// timer fd it is yieldUntil.
+func pollUntil(ctx context.Context, t time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sleep: %w", err)
+	}
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	tf := getTimerFD()
+	if tf == nil {
+		return yieldUntil(ctx, t)
+	}
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	if err := unix.TimerfdSettime(tf.fd, 0, &spec, nil); err != nil {
+		tf.f.Close()
+		return yieldUntil(ctx, t)
+	}
+	_ = tf.f.SetReadDeadline(t)
+	stop := context.AfterFunc(ctx, func() { _ = tf.f.SetReadDeadline(time.Unix(1, 0)) })
+	var n [8]byte // the expiry count
+	_, err := tf.f.Read(n[:])
+	if !stop() || err != nil {
+		// Cancelled, or the deadline came first (the timer may yet expire,
+		// or a cancel may yet move the deadline): not kept for another wait.
+		tf.f.Close()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("sleep: %w", err)
+		}
+		for time.Until(t) > 0 { // only if the fd failed: bounded by t
+			time.Sleep(time.Until(t))
+		}
+		return nil
+	}
+	putTimerFD(tf)
+	return nil
 }

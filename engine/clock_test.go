@@ -11,11 +11,11 @@ import (
 var sleeps = []struct {
 	name  string
 	until func(context.Context, time.Time) error
-}{{"SleepUntil", SleepUntil}, {"yieldUntil", yieldUntil}}
+}{{"SleepUntil", SleepUntil}, {"preciseUntil", preciseUntil}, {"yieldUntil", yieldUntil}}
 
 func TestSleepNeverEarly(t *testing.T) {
 	for _, s := range sleeps {
-		for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, spinLead, kernelLead, kernelLead + 3*time.Millisecond} {
+		for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, spinHold, pollLead, kernelLead, kernelLead + 3*time.Millisecond} {
 			due := time.Now().Add(d)
 			if err := s.until(context.Background(), due); err != nil {
 				t.Fatalf("%s(+%v): %v", s.name, d, err)
@@ -78,29 +78,36 @@ func TestAfterFunc(t *testing.T) {
 }
 
 // BenchmarkSleepLateness compares how late a 0-5 ms sleep wakes with
-// SleepUntil, yieldUntil and time.Sleep; it reports the lateness
-// percentiles in microseconds.
+// SleepUntil, preciseUntil, yieldUntil (preciseUntil before it polled a
+// timer fd) and time.Sleep; it reports the lateness
+// percentiles in microseconds and the process's CPU time a sleep (Linux).
 func BenchmarkSleepLateness(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		sleep func(time.Time)
 	}{
 		{"SleepUntil", func(due time.Time) { _ = SleepUntil(context.Background(), due) }},
+		{"preciseUntil", func(due time.Time) { _ = preciseUntil(context.Background(), due) }},
 		{"yieldUntil", func(due time.Time) { _ = yieldUntil(context.Background(), due) }},
 		{"time.Sleep", func(due time.Time) { time.Sleep(time.Until(due)) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			late := make([]time.Duration, 0, b.N)
+			cpu := processCPU()
 			for i := 0; b.Loop(); i++ {
 				// 0 to 5 ms, spread evenly and deterministically.
 				due := time.Now().Add(time.Duration(i*7919%5000) * time.Microsecond)
 				tc.sleep(due)
 				late = append(late, time.Since(due))
 			}
+			cpu = processCPU() - cpu
 			slices.Sort(late)
 			q := func(p float64) float64 { return float64(late[int(p*float64(len(late)-1))]) / 1e3 }
 			b.ReportMetric(q(0.5), "late-p50-µs")
 			b.ReportMetric(q(0.99), "late-p99-µs")
+			if cpu > 0 {
+				b.ReportMetric(float64(cpu)/1e3/float64(len(late)), "cpu-µs/op")
+			}
 		})
 	}
 }
