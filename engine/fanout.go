@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"sync"
 
 	"github.com/batchd/batchd/actors"
@@ -69,8 +70,14 @@ func (r *replyQueue) run(deliver func(actors.Reply)) {
 		r.q = spare[:0]
 		r.stopped = stopping
 		r.mu.Unlock()
-		for _, m := range batch {
+		for i, m := range batch {
 			deliver(m)
+			if i < len(batch)-1 {
+				// Let the Do just woken run before the next is woken: the
+				// runtime runs the goroutine woken last first, and so the
+				// replies went out newest first, the longest-waiting last.
+				runtime.Gosched()
+			}
 		}
 		if stopping {
 			return
