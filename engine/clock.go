@@ -24,7 +24,7 @@ import (
 //     wait more than a plain sleep. The live runtime's timers and the
 //     emulated backend use it.
 //   - SleepUntil sleeps the last kernelLead in the kernel (nanosleep),
-//     which wakes 0.08-0.14 ms late and uses no CPU, but blocks an OS
+//     which wakes 0.08-0.14 ms late and spins no CPU, but blocks an OS
 //     thread, and its P until the runtime's monitor takes that back. In
 //     the live server that cost 20-30% of its throughput when CPU-bound
 //     (a 5 ms backend, 1024 connections). The load generator, one sender
