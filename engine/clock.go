@@ -40,8 +40,12 @@ const (
 	// pollLead is how long before its time AfterFunc's Go timer fires, for
 	// preciseUntil to wait out the rest.
 	pollLead = 2 * time.Millisecond
-	// yieldLead is what yieldUntil yields through.
+	// yieldLead is what yieldUntil yields through, but for its last
+	// yieldHold: a goroutine that yields goes to the back of the global
+	// run queue and, on a busy machine, can come back a millisecond or
+	// more late.
 	yieldLead = time.Millisecond
+	yieldHold = 50 * time.Microsecond
 	// spinHold is the last stretch preciseUntil spins: a timer fd read
 	// wakes 0.04-0.15 ms late on the development VM.
 	spinHold        = 100 * time.Microsecond
@@ -96,13 +100,18 @@ func yieldUntil(ctx context.Context, t time.Time) error {
 		return err
 	}
 	// At most yieldLead plus the timer's lateness: bounded in time.
-	for time.Until(t) > 0 {
+	for {
+		left := time.Until(t)
+		if left <= 0 {
+			return nil
+		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sleep: %w", err)
 		}
-		runtime.Gosched()
+		if left > yieldHold {
+			runtime.Gosched()
+		}
 	}
-	return nil
 }
 
 // timerUntil waits on a Go timer until t (late as Go's timers are), or
