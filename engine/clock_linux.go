@@ -96,14 +96,10 @@ func pollUntil(ctx context.Context, t time.Time) error {
 	if !stop() || err != nil {
 		// Cancelled, or the deadline came first (the timer may yet expire,
 		// or a cancel may yet move the deadline): not kept for another wait.
+		// yieldUntil answers ctx's error, or returns at once once t has
+		// passed, or waits out what a failed read left.
 		tf.f.Close()
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("sleep: %w", err)
-		}
-		for time.Until(t) > 0 { // only if the fd failed: bounded by t
-			time.Sleep(time.Until(t))
-		}
-		return nil
+		return yieldUntil(ctx, t)
 	}
 	putTimerFD(tf)
 	return nil
