@@ -468,10 +468,19 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 
 // receive is the waiter endpoint: every Reply of the engine's requests, and
 // the batcher's stats answers, arrive here on the sender's goroutine.
-// Replies are queued for deliver; the rest is handled here.
+// Replies are queued for deliver, but for rejections; the rest is handled
+// here.
 func (e *Engine) receive(msg actors.Message) {
 	switch m := msg.(type) {
 	case actors.Reply:
+		if m.Outcome == actors.Rejected {
+			// Admission answers one request at a time, and fast, so it is
+			// handed over here: queued, it waited behind the replies of a
+			// whole batch and their handlers (replyQueue.run yields to
+			// each), milliseconds under overload.
+			e.deliver(m)
+			return
+		}
 		e.replies.put(m) // handed over by deliver (see replyQueue)
 	case batcherRestarted:
 		e.resubmit()
@@ -487,7 +496,7 @@ func (e *Engine) receive(msg actors.Message) {
 }
 
 // deliver hands a reply to the Do that waits for it, on the reply queue's
-// goroutine.
+// goroutine (or, for a rejection, the sender's).
 func (e *Engine) deliver(m actors.Reply) {
 	sh := &e.shards[m.ID%waiterShards]
 	sh.mu.Lock()
