@@ -31,3 +31,43 @@ func TestReplyQueue(t *testing.T) {
 		t.Errorf("a reply put after close was handed over")
 	}
 }
+
+// TestReceiveRejectionAtOnce: a rejection reaches its waiting Do before
+// receive returns, while a completion is queued for the reply queue's
+// goroutine (not running here), so a rejection never waits behind a batch's
+// replies.
+func TestReceiveRejectionAtOnce(t *testing.T) {
+	e := &Engine{replies: newReplyQueue(), idle: make(chan struct{}, 1)}
+	for i := range e.shards {
+		e.shards[i].m = make(map[uint64]*waiting)
+	}
+	wait := func(id uint64) chan actors.Reply {
+		ch := make(chan actors.Reply, 1)
+		sh := &e.shards[id%waiterShards]
+		sh.m[id] = &waiting{ch: ch}
+		e.inFlight.Add(1)
+		return ch
+	}
+	done, rejected := wait(1), wait(2)
+	e.receive(actors.Reply{ID: 1, Outcome: actors.Completed})
+	e.receive(actors.Reply{ID: 2, Outcome: actors.Rejected})
+	select {
+	case r := <-rejected:
+		if r.ID != 2 || r.Outcome != actors.Rejected {
+			t.Errorf("rejection handed over as %+v", r)
+		}
+	default:
+		t.Error("the rejection was not handed over by the time receive returned")
+	}
+	select {
+	case r := <-done:
+		t.Errorf("the completion was handed over on receive's goroutine: %+v", r)
+	default:
+	}
+	if len(e.replies.q) != 1 || e.replies.q[0].ID != 1 {
+		t.Errorf("reply queue holds %+v, want the completion alone", e.replies.q)
+	}
+	if n := e.inFlight.Load(); n != 1 {
+		t.Errorf("in flight %d after the rejection, want 1", n)
+	}
+}
