@@ -137,16 +137,19 @@ func outcomeOf(rep actors.Reply, err *apiError) string {
 	return actors.Failed.String()
 }
 
+// reasonNone is the reason label of a request that was not refused.
+const reasonNone = "none"
+
 // reasonOf names the reason label for the requests counter.
 func reasonOf(rep actors.Reply, err *apiError) string {
 	if rep.Outcome != 0 {
 		if rep.Reason == actors.ReasonNone {
-			return "none"
+			return reasonNone
 		}
 		return rep.Reason.String()
 	}
 	if err == nil {
-		return "none"
+		return reasonNone
 	}
 	return err.code
 }

@@ -267,8 +267,11 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, status int, 
 	buf := encodeBuffers.Get().(*bytes.Buffer)
 	defer putEncodeBuffer(buf)
 	buf.Reset()
-	// Encode writes the value and a newline, as the body ends.
-	if err := json.NewEncoder(buf).Encode(v); err != nil {
+	// The body ends with a newline, as json.Encoder writes one.
+	if ir, ok := v.(*inferResponse); ok && ir != nil {
+		b := appendInferResponse(buf.AvailableBuffer(), ir)
+		buf.Write(append(b, '\n'))
+	} else if err := json.NewEncoder(buf).Encode(v); err != nil {
 		// Only plain structs of strings and numbers are written: a bug.
 		h.log.Error("httpapi: encode response", "err", err)
 		status = http.StatusInternalServerError

@@ -27,6 +27,28 @@ type metrics struct {
 	batchSize *prometheus.HistogramVec // model
 
 	models *labelSet
+
+	// completedBy and responsesBy hold series already resolved, keyed by
+	// their labels: WithLabelValues hashes the labels and takes a lock on
+	// every call, six times for a completed request. Both are bounded as
+	// their labels are (models by the labelSet, tenants by the config's
+	// keys, routes by the mux's patterns, status codes by net/http).
+	completedBy sync.Map // seriesKey → *completedSeries
+	responsesBy sync.Map // responseKey → prometheus.Counter
+}
+
+type seriesKey struct{ model, tenant string }
+
+// completedSeries are the series a completed request of one model and
+// tenant updates.
+type completedSeries struct {
+	requests                               prometheus.Counter
+	latency, queueWait, compute, batchSize prometheus.Observer
+}
+
+type responseKey struct {
+	route  string
+	status int
 }
 
 // otherLabel stands for the label values past a labelSet's bound.
@@ -125,27 +147,58 @@ func newMetrics(cfg Config) *metrics {
 func (m *metrics) observe(model, tenant string, rep actors.Reply, err *apiError, elapsed time.Duration) {
 	model = m.models.label(model)
 	outcome := outcomeOf(rep, err)
-	m.requests.WithLabelValues(model, tenant, outcome, reasonOf(rep, err)).Inc()
-	m.latency.WithLabelValues(model, outcome).Observe(elapsed.Seconds())
 	if rep.Outcome != actors.Completed {
+		m.requests.WithLabelValues(model, tenant, outcome, reasonOf(rep, err)).Inc()
+		m.latency.WithLabelValues(model, outcome).Observe(elapsed.Seconds())
 		return
 	}
+	s := m.completed(model, tenant)
+	if reason := reasonOf(rep, err); reason == reasonNone {
+		s.requests.Inc()
+	} else {
+		m.requests.WithLabelValues(model, tenant, outcome, reason).Inc()
+	}
+	s.latency.Observe(elapsed.Seconds())
 	if rep.Dispatch > 0 {
-		m.queueWait.WithLabelValues(model).Observe((rep.Dispatch - rep.Arrival).Seconds())
+		s.queueWait.Observe((rep.Dispatch - rep.Arrival).Seconds())
 		if rep.Done > 0 {
-			m.compute.WithLabelValues(model).Observe((rep.Done - rep.Dispatch).Seconds())
+			s.compute.Observe((rep.Done - rep.Dispatch).Seconds())
 		}
 	}
 	if rep.BatchSize > 0 {
-		m.batchSize.WithLabelValues(model).Observe(float64(rep.BatchSize))
+		s.batchSize.Observe(float64(rep.BatchSize))
 	}
+}
+
+// completed returns the series of model's and tenant's completed
+// requests, resolving them the first time.
+func (m *metrics) completed(model, tenant string) *completedSeries {
+	k := seriesKey{model, tenant}
+	if s, ok := m.completedBy.Load(k); ok {
+		return s.(*completedSeries)
+	}
+	outcome := actors.Completed.String()
+	s := &completedSeries{
+		requests:  m.requests.WithLabelValues(model, tenant, outcome, reasonNone),
+		latency:   m.latency.WithLabelValues(model, outcome),
+		queueWait: m.queueWait.WithLabelValues(model),
+		compute:   m.compute.WithLabelValues(model),
+		batchSize: m.batchSize.WithLabelValues(model),
+	}
+	got, _ := m.completedBy.LoadOrStore(k, s)
+	return got.(*completedSeries)
 }
 
 func (m *metrics) response(route string, status int) {
 	if route == "" {
 		route = "none"
 	}
-	m.responses.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	k := responseKey{route, status}
+	c, ok := m.responsesBy.Load(k)
+	if !ok {
+		c, _ = m.responsesBy.LoadOrStore(k, m.responses.WithLabelValues(route, strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 func (m *metrics) handler() http.Handler {
