@@ -63,6 +63,21 @@ func TestSleepUntilKernelSleepsFull(t *testing.T) {
 	}
 }
 
+// TestSpinFor: the spin is 1/spinShare of the wait, at most spinHold.
+func TestSpinFor(t *testing.T) {
+	for _, tc := range []struct{ d, want time.Duration }{
+		{-time.Second, 0},
+		{0, 0},
+		{5 * time.Millisecond, 5 * time.Millisecond / spinShare},
+		{spinShare * spinHold, spinHold},
+		{time.Second, spinHold},
+	} {
+		if got := spinFor(tc.d); got != tc.want {
+			t.Errorf("spinFor(%v) = %v, want %v", tc.d, got, tc.want)
+		}
+	}
+}
+
 func TestAfterFunc(t *testing.T) {
 	fired := make(chan time.Time, 1)
 	due := time.Now().Add(3 * time.Millisecond)
@@ -78,7 +93,8 @@ func TestAfterFunc(t *testing.T) {
 }
 
 // BenchmarkSleepLateness compares how late a 0-5 ms sleep wakes with
-// SleepUntil, preciseUntil, yieldUntil (preciseUntil before it polled a
+// SleepUntil, preciseUntil, preciseUntil spinning the whole spinHold (as
+// it did before spinShare), yieldUntil (preciseUntil before it polled a
 // timer fd) and time.Sleep; it reports the lateness
 // percentiles in microseconds and the process's CPU time a sleep (Linux).
 func BenchmarkSleepLateness(b *testing.B) {
@@ -88,6 +104,7 @@ func BenchmarkSleepLateness(b *testing.B) {
 	}{
 		{"SleepUntil", func(due time.Time) { _ = SleepUntil(context.Background(), due) }},
 		{"preciseUntil", func(due time.Time) { _ = preciseUntil(context.Background(), due) }},
+		{"preciseUntil-spinHold", func(due time.Time) { _ = preciseUntilHold(context.Background(), due, spinHold) }},
 		{"yieldUntil", func(due time.Time) { _ = yieldUntil(context.Background(), due) }},
 		{"time.Sleep", func(due time.Time) { time.Sleep(time.Until(due)) }},
 	} {
