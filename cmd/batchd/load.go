@@ -43,8 +43,11 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.SlowOver, "slow-over", 0, "split the time of the 200s slower than this (send lag, server, trip, read) in a row of its own")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator's run to this file (go tool pprof)")
-	// Hidden: the engine-overhead yardstick (see loadgen.Baseline).
+	// Hidden: the engine-overhead yardstick (see loadgen.Baseline), and with
+	// a wait, the same holding every answer until the next tick of that
+	// period (loadgen.WaitingBaseline).
 	baseline := fs.String("baseline-server", "", "")
+	baselineWait := fs.Duration("baseline-wait", 0, "")
 
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -60,7 +63,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if *baseline != "" {
-		return serveBaseline(ctx, *baseline, stdout)
+		return serveBaseline(ctx, *baseline, *baselineWait, stdout)
 	}
 	a, err := loadgen.ParseArrival(*arrival)
 	if err != nil {
@@ -124,13 +127,25 @@ func printVisible(w io.Writer, fs *flag.FlagSet) {
 }
 
 // serveBaseline serves loadgen.Baseline on addr until ctx ends: the plain
-// net/http handler that batchd's throughput is compared with.
-func serveBaseline(ctx context.Context, addr string, stdout io.Writer) error {
+// net/http handler that batchd's throughput is compared with; with a wait,
+// loadgen.WaitingBaseline.
+func serveBaseline(ctx context.Context, addr string, wait time.Duration, stdout io.Writer) error {
+	if wait < 0 {
+		return usagef("--baseline-wait %v: must not be negative", wait)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
-	srv := &http.Server{Handler: loadgen.Baseline(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	h := loadgen.Baseline()
+	if wait > 0 {
+		hctx, cancel := context.WithCancel(ctx)
+		var waited func()
+		h, waited = loadgen.WaitingBaseline(hctx, wait)
+		defer waited()
+		defer cancel() // before waited: the ticker's goroutine returns once cancelled
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "baseline server on http://%s\n", ln.Addr())

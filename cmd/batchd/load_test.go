@@ -74,7 +74,7 @@ func TestBaselineServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- serveBaseline(ctx, "127.0.0.1:0", out) }()
+	go func() { done <- serveBaseline(ctx, "127.0.0.1:0", 0, out) }()
 	deadline := time.Now().Add(10 * time.Second)
 	var base string
 	for base == "" && time.Now().Before(deadline) {

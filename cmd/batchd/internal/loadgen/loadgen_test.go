@@ -488,3 +488,64 @@ func TestGeneratorBusyWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingBaseline: the waiting yardstick answers what the checker
+// expects, and once its ctx ends it answers at once and its goroutine ends.
+func TestWaitingBaseline(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h, wait := WaitingBaseline(ctx, time.Millisecond)
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	c := cfgFor(s.URL)
+	c.Connections, c.Duration = 2, 300*time.Millisecond
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests.OK == 0 || rep.Requests.OK != rep.Requests.Sent || rep.Requests.WrongOutput != 0 {
+		t.Errorf("waiting baseline: %+v %v", rep.Requests, rep.Status)
+	}
+	cancel()
+	wait()
+	resp, err := http.Post(s.URL+"/v1/models/m/infer", "application/json", strings.NewReader(`{"input":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("after its ctx ended: %d, want 200 at once", resp.StatusCode)
+	}
+}
+
+// TestTickedHold: a held handler goes on at the next release and not
+// before; past waitingMax, hold refuses; once closed, it does not wait.
+func TestTickedHold(t *testing.T) {
+	var tk ticked
+	held := make(chan bool, 1)
+	go func() { held <- tk.hold(context.Background()) }()
+	for n := 0; n == 0; {
+		tk.mu.Lock()
+		n = len(tk.waiting)
+		tk.mu.Unlock()
+		runtime.Gosched()
+	}
+	select {
+	case <-held:
+		t.Fatal("hold returned before a release")
+	default:
+	}
+	tk.release(false)
+	if ok := <-held; !ok {
+		t.Error("hold after a release: false, want true")
+	}
+
+	tk.waiting = make([]chan struct{}, waitingMax)
+	if tk.hold(context.Background()) {
+		t.Errorf("hold with %d waiting: true, want false", waitingMax)
+	}
+	tk.waiting = nil
+	tk.release(true)
+	if !tk.hold(context.Background()) || len(tk.waiting) != 0 {
+		t.Errorf("hold once closed: waited or queued (%d waiting)", len(tk.waiting))
+	}
+}
