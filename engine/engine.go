@@ -477,7 +477,10 @@ func (e *Engine) receive(msg actors.Message) {
 			// Admission answers one request at a time, and fast, so it is
 			// handed over here: queued, it waited behind the replies of a
 			// whole batch and their handlers (replyQueue.run yields to
-			// each), milliseconds under overload.
+			// each), milliseconds under overload. It may overtake a
+			// completion queued for the same request only where that
+			// request was resubmitted to a restarted batcher: the first
+			// handed over is its answer, the other a duplicate, as before.
 			e.deliver(m)
 			return
 		}
