@@ -107,15 +107,15 @@ func loadDriver() (*cudaDriver, error) {
 // openDriver loads the library name, binds every symbol and calls cuInit.
 // A missing library or symbol is an error, never a panic.
 func openDriver(name string) (*cudaDriver, error) {
-	h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, err := dlopen(name)
 	if err != nil {
 		return nil, fmt.Errorf("cudabridge: %s not found or not loadable (is the NVIDIA driver installed, and its library on the loader's path?): %v: %w", name, err, ErrNoDriver)
 	}
 	d := &cudaDriver{}
 	for _, s := range d.symbols() {
-		sym, err := purego.Dlsym(h, s.name)
+		sym, err := dlsym(h, s.name)
 		if err != nil || sym == 0 {
-			_ = purego.Dlclose(h)
+			dlclose(h)
 			return nil, fmt.Errorf("cudabridge: %s has no %s (a CUDA 11 or newer driver is needed): %v: %w", name, s.name, err, ErrNoDriver)
 		}
 		purego.RegisterFunc(s.fn, sym)

@@ -1,0 +1,14 @@
+package cudabridge
+
+import "errors"
+
+// errNoDlopen: on Windows the driver is nvcuda.dll, which this bridge does
+// not load. The rest of batchd (the simulator, the emulated backend)
+// builds and runs there.
+var errNoDlopen = errors.New("loading the CUDA driver is supported on Linux only")
+
+func dlopen(string) (uintptr, error) { return 0, errNoDlopen }
+
+func dlsym(uintptr, string) (uintptr, error) { return 0, errNoDlopen }
+
+func dlclose(uintptr) {}
