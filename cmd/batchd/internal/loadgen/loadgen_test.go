@@ -319,7 +319,17 @@ func TestClosedLoop(t *testing.T) {
 func TestBaseline(t *testing.T) {
 	s := httptest.NewServer(Baseline())
 	t.Cleanup(s.Close)
-	c := cfgFor(s.URL)
+	checkBaseline(t, s.URL)
+	if code := postInfer(t, s.URL, "{"); code != http.StatusBadRequest {
+		t.Errorf("bad JSON: %d", code)
+	}
+}
+
+// checkBaseline runs a short closed loop against a baseline server at url
+// and fails t unless every request was answered with the right output.
+func checkBaseline(t *testing.T, url string) {
+	t.Helper()
+	c := cfgFor(url)
 	c.Connections, c.Duration = 2, 300*time.Millisecond
 	rep, err := Run(context.Background(), c)
 	if err != nil {
@@ -328,14 +338,17 @@ func TestBaseline(t *testing.T) {
 	if rep.Requests.OK == 0 || rep.Requests.OK != rep.Requests.Sent || rep.Requests.WrongOutput != 0 {
 		t.Errorf("baseline: %+v %v", rep.Requests, rep.Status)
 	}
-	resp, err := http.Post(s.URL+"/v1/models/m/infer", "application/json", strings.NewReader("{"))
+}
+
+// postInfer posts body to url's infer route and returns the status code.
+func postInfer(t *testing.T, url, body string) int {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/models/m/infer", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("bad JSON: %d", resp.StatusCode)
-	}
+	return resp.StatusCode
 }
 
 // TestCancel: ending ctx stops the sending early.
@@ -496,24 +509,11 @@ func TestWaitingBaseline(t *testing.T) {
 	h, wait := WaitingBaseline(ctx, time.Millisecond)
 	s := httptest.NewServer(h)
 	t.Cleanup(s.Close)
-	c := cfgFor(s.URL)
-	c.Connections, c.Duration = 2, 300*time.Millisecond
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Requests.OK == 0 || rep.Requests.OK != rep.Requests.Sent || rep.Requests.WrongOutput != 0 {
-		t.Errorf("waiting baseline: %+v %v", rep.Requests, rep.Status)
-	}
+	checkBaseline(t, s.URL)
 	cancel()
 	wait()
-	resp, err := http.Post(s.URL+"/v1/models/m/infer", "application/json", strings.NewReader(`{"input":"a"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("after its ctx ended: %d, want 200 at once", resp.StatusCode)
+	if code := postInfer(t, s.URL, `{"input":"a"}`); code != http.StatusOK {
+		t.Errorf("after its ctx ended: %d, want 200 at once", code)
 	}
 }
 
