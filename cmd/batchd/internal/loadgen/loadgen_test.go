@@ -523,7 +523,10 @@ func TestTickedHold(t *testing.T) {
 	var tk ticked
 	held := make(chan bool, 1)
 	go func() { held <- tk.hold(context.Background()) }()
-	for n := 0; n == 0; {
+	for deadline, n := time.Now().Add(10*time.Second), 0; n == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("hold did not queue its handler")
+		}
 		tk.mu.Lock()
 		n = len(tk.waiting)
 		tk.mu.Unlock()
