@@ -5,7 +5,7 @@ import "errors"
 // errNoDlopen: on Windows the driver is nvcuda.dll, which this bridge does
 // not load. The rest of batchd (the simulator, the emulated backend)
 // builds and runs there.
-var errNoDlopen = errors.New("loading the CUDA driver is supported on Linux only")
+var errNoDlopen = errors.New("this bridge does not load the CUDA driver on Windows")
 
 func dlopen(string) (uintptr, error) { return 0, errNoDlopen }
 

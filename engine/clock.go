@@ -21,8 +21,8 @@ import (
 //     runtime's network poller (Linux; see pollUntil) until spinHold (or
 //     1/spinShare of a shorter wait) before the time, and spins the rest.
 //     It wakes within a few tens of microseconds, blocks no thread, and
-//     spends up to 0.1 ms of CPU a wait more than a plain sleep. The live runtime's timers and the
-//     emulated backend use it. Where the CPUs are saturated it wakes
+//     spends up to 0.1 ms of CPU a wait more than a plain sleep. The live
+//     runtime's timers and the emulated backend use it. Where the CPUs are saturated it wakes
 //     later than yielding does (an emulated batch late by 0.25-0.6 ms at
 //     p90 under 3x overload, against 0.02-0.09 ms): the poller, and a
 //     processor's timers, are then looked at less often (RESULTS.md).
