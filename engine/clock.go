@@ -22,10 +22,11 @@ import (
 //     1/spinShare of a shorter wait) before the time, and spins the rest.
 //     It wakes within a few tens of microseconds, blocks no thread, and
 //     spends up to 0.1 ms of CPU a wait more than a plain sleep. The live
-//     runtime's timers and the emulated backend use it. Where the CPUs are saturated it wakes
-//     later than yielding does (an emulated batch late by 0.25-0.6 ms at
-//     p90 under 3x overload, against 0.02-0.09 ms): the poller, and a
-//     processor's timers, are then looked at less often (RESULTS.md).
+//     runtime's timers and the emulated backend use it. Where the CPUs are
+//     saturated it wakes later than yielding does (an emulated batch late
+//     by 0.25-0.6 ms at p90 under 3x overload, against 0.02-0.09 ms): the
+//     poller, and a processor's timers, are then looked at less often
+//     (RESULTS.md).
 //   - SleepUntil sleeps the last kernelLead in the kernel (nanosleep),
 //     which wakes 0.08-0.14 ms late and spins no CPU, but blocks an OS
 //     thread, and its P until the runtime's monitor takes that back. In
