@@ -24,9 +24,9 @@ func Baseline() http.Handler {
 }
 
 // WaitingBaseline is Baseline holding every answer until the next tick, when
-// one goroutine releases all the handlers waiting, every `every`: the least
-// a server that batches must add to Baseline (park each handler until its
-// batch is done, then wake it), with no batcher, actor or backend at all.
+// one goroutine releases all the handlers waiting, every `every`: about the
+// least a server that batches must add to Baseline (park each handler until
+// its batch is done, then wake it), with no batcher, actor or backend.
 // It serves until ctx ends, and then answers at once; the returned wait
 // blocks until its goroutine has returned.
 func WaitingBaseline(ctx context.Context, every time.Duration) (h http.Handler, wait func()) {
