@@ -37,9 +37,15 @@ type File struct {
 	Engine  Engine  `yaml:"engine"`
 	Devices Devices `yaml:"devices"`
 	Policy  Policy  `yaml:"policy"`
-	// Models is the registry. Empty serves any model name and takes a
-	// request's version as given.
+	// Models is the registry: the models served, with their versions. A
+	// file that leaves it out keeps the default registry (model "echo");
+	// it may be empty only with OpenRegistry.
 	Models []Model `yaml:"models"`
+	// OpenRegistry serves any model name and takes a request's version as
+	// given, with no registry: an explicit choice, since it lets clients
+	// name models that exist nowhere (each one a batch key of its own).
+	// With it, the file must list no models.
+	OpenRegistry bool `yaml:"open_registry"`
 	// Tenants are the API keys the server knows. With none, every request
 	// is the open default tenant's.
 	Tenants []Tenant `yaml:"tenants"`
@@ -364,6 +370,11 @@ func Decode(name string, data []byte) (*File, error) {
 	f.src = make(map[string]string, len(lines))
 	for path, line := range lines {
 		f.src[path] = fmt.Sprintf("%s:%d", name, line)
+	}
+	// An open registry drops the default one, unless the file lists
+	// models of its own too (Validate refuses that).
+	if f.OpenRegistry && !f.Has("models") {
+		f.Models = nil
 	}
 	return f, nil
 }

@@ -306,3 +306,55 @@ func TestMarshalRoundTrip(t *testing.T) {
 		t.Errorf("key not redacted in the copy only:\n%s", out)
 	}
 }
+
+// TestRegistryChoice: a file that leaves models out keeps the default
+// registry (an open one would serve any model name); an open registry is
+// asked for with open_registry, and then no models may be listed.
+func TestRegistryChoice(t *testing.T) {
+	f, err := Load("r.yaml", []byte("devices: {count: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := f.HTTPConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Models) != 1 || h.Models[0].Name != "echo" || f.OpenRegistry {
+		t.Errorf("a file without models: registry %+v, open %v; want echo only", h.Models, f.OpenRegistry)
+	}
+	f, err = Load("r.yaml", []byte("open_registry: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err = f.HTTPConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.EngineConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Models) != 0 || len(c.Batcher.Models) != 0 {
+		t.Errorf("open_registry: handler registry %+v, batcher %+v; want none", h.Models, c.Batcher.Models)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"open_registry: true\nmodels: [{name: m, versions: [{name: v1}]}]\n", "r.yaml:1: open_registry: true serves any model name"},
+		{"models: []\n", "r.yaml:1: models: empty: list the models to serve, or set open_registry: true"},
+	} {
+		if _, err := Load("r.yaml", []byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	// What --print-config writes of an open registry loads back as one.
+	f, err = Load("r.yaml", []byte("open_registry: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := Load("printed.yaml", out); err != nil || !g.OpenRegistry || len(g.Models) != 0 {
+		t.Errorf("printed open registry loads back as %+v, %v", g, err)
+	}
+}

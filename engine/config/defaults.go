@@ -9,9 +9,9 @@ import (
 
 // Default returns the configuration a file starts from: every value is the
 // default of the struct it ends up in, taken from that struct's own
-// constructor, so the file and the packages cannot drift apart. It lists no
-// model (any model name is served) and no tenant (everyone is the open
-// default tenant); Embedded adds the model "echo".
+// constructor, so the file and the packages cannot drift apart. It lists
+// the seeds' one model, "echo" (a file that leaves models out keeps it),
+// and no tenant (everyone is the open default tenant).
 func Default() *File {
 	e := engine.DefaultConfig()
 	b := e.Batcher // the live engine's, which learns its batches' overrun (the simulator's does not)
@@ -57,6 +57,7 @@ func Default() *File {
 			TargetUtilization:  b.TargetUtilization,
 			NoDeviceRetryAfter: b.NoDeviceRetryAfter,
 		},
+		Models:        []Model{defaultEcho()},
 		DefaultTenant: limitsOf(b.DefaultTenant),
 		Jobs:          defaultJobs(),
 		Process:       Process{GCPercent: DefaultGCPercent},
@@ -68,6 +69,17 @@ func Default() *File {
 // 100, for about twice the resident memory (113 to 221 MB at 3x overload on
 // the development VM; RESULTS.md).
 const DefaultGCPercent = 400
+
+// defaultEcho is the default registry's one model: the seeds' "echo", one
+// version.
+func defaultEcho() Model {
+	m := defaultModel()
+	m.Name = "echo"
+	v := defaultVersion()
+	v.Name = "v1"
+	m.Versions = []Version{v}
+	return m
+}
 
 // defaultModel is what a model listed in the file starts from: no limits of
 // its own (the policy's apply) and one bucket.

@@ -243,6 +243,12 @@ func (v *validator) devices() {
 // models checks the registry and returns the set of model names.
 func (v *validator) models() map[string]bool {
 	names := map[string]bool{}
+	switch {
+	case v.f.OpenRegistry && len(v.f.Models) > 0:
+		v.bad("open_registry", "true serves any model name: list no models with it (or set it false)")
+	case !v.f.OpenRegistry && len(v.f.Models) == 0:
+		v.bad("models", "empty: list the models to serve, or set open_registry: true to serve any model name")
+	}
 	for i, m := range v.f.Models {
 		p := fmt.Sprintf("models[%d]", i)
 		switch {
