@@ -298,7 +298,7 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 	}
 
 	hcfg.Logger = log
-	hcfg.Ready = func(ctx context.Context) bool {
+	hcfg.Ready = func(ctx context.Context, model string) bool {
 		s, err := eng.Stats(ctx)
 		return err == nil && s.Batcher.Devices > 0
 	}

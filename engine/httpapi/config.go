@@ -93,13 +93,16 @@ type Config struct {
 	// would otherwise be a new series); the rest are counted as "other".
 	// Default 64.
 	ModelLabelsMax int
-	// Ready reports whether the engine can serve: /v2/health/ready and the
-	// OIP model ready endpoints answer 200 only while it returns true, and
-	// never after Shutdown. It is called on the probe's goroutine, so it
-	// must be safe for concurrent use; ctx bounds it. Typically "the engine
-	// has a healthy device". Nil: derived from Signals (DevicesHealthy >
-	// 0) when that is set, else always ready.
-	Ready func(ctx context.Context) bool
+	// Ready reports whether a request for model can be served now (a
+	// healthy device that can take it); model "" asks about the server as
+	// a whole (some model can be). /v2/health/ready asks with "", and
+	// /v2/models/{m}[/versions/{v}]/ready with m, once m is known to the
+	// registry (an unknown model is 404 without asking); both answer 200
+	// only while it returns true, and never after Shutdown. It is called
+	// on the probe's goroutine, so it must be safe for concurrent use; ctx
+	// bounds it (ScrapeTimeout). Nil: derived from Signals (DevicesHealthy
+	// > 0, for any model) when that is set, else always ready.
+	Ready func(ctx context.Context, model string) bool
 	// Signals returns the batcher's load signals for /metrics (queue depth
 	// and oldest wait per key, device busy fractions, the autoscaling
 	// recommendation). It is called at scrape time, on the scraper's

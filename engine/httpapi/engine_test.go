@@ -53,7 +53,7 @@ func startLive(t *testing.T, ec engine.Config, hc httpapi.Config) *live {
 		t.Fatal(err)
 	}
 	if hc.Ready == nil {
-		hc.Ready = func(ctx context.Context) bool {
+		hc.Ready = func(ctx context.Context, _ string) bool {
 			s, err := eng.Stats(ctx)
 			return err == nil && s.Batcher.Devices > 0
 		}

@@ -547,8 +547,9 @@ func (h *Handler) nextID() string {
 	return h.idPrefix + strconv.FormatUint(h.idSeq.Add(1), 36)
 }
 
-// ready reports whether the engine can serve now.
-func (h *Handler) ready(ctx context.Context) bool {
+// ready reports whether the engine can serve a request for model now (""
+// for any model).
+func (h *Handler) ready(ctx context.Context, model string) bool {
 	if h.draining.Load() {
 		return false
 	}
@@ -556,7 +557,7 @@ func (h *Handler) ready(ctx context.Context) bool {
 	defer cancel()
 	switch {
 	case h.cfg.Ready != nil:
-		return h.cfg.Ready(ctx)
+		return h.cfg.Ready(ctx, model)
 	case h.cfg.Signals != nil:
 		s, err := h.cfg.Signals(ctx)
 		return err == nil && s.DevicesHealthy > 0

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -480,7 +482,7 @@ func TestOIP(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
 	cfg.Models = []actors.ModelConfig{{Name: "m", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}, {Name: "v2", Weight: 1}}}}
 	ready := true
-	cfg.Ready = func(context.Context) bool { return ready }
+	cfg.Ready = func(context.Context, string) bool { return ready }
 	f := &fakeDoer{}
 	h := newHandler(t, f, cfg)
 
@@ -570,6 +572,44 @@ func TestOIP(t *testing.T) {
 	}
 	if r := serve(h, "GET", "/v2/models/m/ready", ""); r.status != 503 {
 		t.Errorf("model not ready: %d", r.status)
+	}
+}
+
+// A model's readiness is asked about that model: one no device can take
+// is 503 while another is 200; the server as a whole asks with "", and an
+// unknown model is 404 without asking.
+func TestModelReadyAsksForTheModel(t *testing.T) {
+	cfg := httpapi.DefaultConfig()
+	cfg.Models = []actors.ModelConfig{
+		{Name: "up", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}},
+		{Name: "down", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}},
+	}
+	var mu sync.Mutex
+	var asked []string
+	cfg.Ready = func(_ context.Context, model string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, model)
+		return model != "down"
+	}
+	h := newHandler(t, &fakeDoer{}, cfg)
+	for path, want := range map[string]int{
+		"/v2/health/ready":                  200,
+		"/v2/models/up/ready":               200,
+		"/v2/models/up/versions/v1/ready":   200,
+		"/v2/models/down/ready":             503,
+		"/v2/models/down/versions/v1/ready": 503,
+		"/v2/models/nope/ready":             404,
+	} {
+		if r := serve(h, "GET", path, ""); r.status != want {
+			t.Errorf("GET %s: %d %s, want %d", path, r.status, r.body, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(asked)
+	if got := strings.Join(asked, ","); got != ",down,down,up,up" {
+		t.Errorf("Ready asked about %q, want the server once and each known model by name", got)
 	}
 }
 

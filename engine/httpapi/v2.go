@@ -65,7 +65,7 @@ func (h *Handler) v2Live(w http.ResponseWriter, r *http.Request) {
 // Config.Ready), else 503. The protocol only asks for a non-200; 503 is
 // what load balancers and Kubernetes probes read as "not now".
 func (h *Handler) v2Ready(w http.ResponseWriter, r *http.Request) {
-	ready := h.ready(r.Context())
+	ready := h.ready(r.Context(), "")
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
@@ -116,14 +116,15 @@ func (h *Handler) v2Metadata(w http.ResponseWriter, r *http.Request) {
 }
 
 // v2ModelReady serves GET /v2/models/{model}[/versions/{version}]/ready: a
-// known model is ready when the engine is.
+// known model is ready when the engine can serve a request for it now
+// (Config.Ready asked with its name).
 func (h *Handler) v2ModelReady(w http.ResponseWriter, r *http.Request) {
 	_, _, model, _, aerr := h.v2Model(r)
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return
 	}
-	ready := h.ready(r.Context())
+	ready := h.ready(r.Context(), model)
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
