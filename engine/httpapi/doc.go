@@ -59,7 +59,10 @@
 // {"error": "message"} on /v2, with the same status codes. 429 and 503
 // carry a Retry-After header in whole seconds, rounded up (at least 1),
 // and retry_after_ms; the hint is the batcher's (RetryAfter, from its
-// predicted drain time) or Config.RetryAfterDefault.
+// predicted drain time) or Config.RetryAfterDefault. A 503 draining, and
+// any 503 after Shutdown (readiness included), carries Connection: close,
+// so the client's next request goes out on a new connection, to a server
+// that is not stopping.
 //
 //	status  code                               cause
 //	400     bad_request                        bad JSON, unknown /v1 field, missing or oversize input,

@@ -279,6 +279,12 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, status int, 
 		buf.WriteString(`{"error":{"code":"internal","message":"encoding the response failed"}}` + "\n")
 	}
 	hdr := w.Header()
+	if status == http.StatusServiceUnavailable && h.draining.Load() {
+		// A stopping server's 503 ends the connection: a client (or load
+		// balancer) that kept it alive would only get more of them, and
+		// http.Server.Shutdown waits for it to go idle.
+		hdr.Set("Connection", "close")
+	}
 	hdr["Content-Type"] = contentTypeJSON
 	hdr.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
@@ -309,6 +315,12 @@ func putEncodeBuffer(b *bytes.Buffer) {
 // KServe and Triton clients expect.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *apiError) {
 	e.setRetryAfter(w)
+	if e.code == codeDraining {
+		// The engine may be draining before this handler is told to
+		// (writeJSON closes on its own draining): either way, the next
+		// request belongs on a new connection, to another server.
+		w.Header().Set("Connection", "close")
+	}
 	if e.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="batchd"`)
 	}

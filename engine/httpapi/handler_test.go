@@ -575,6 +575,52 @@ func TestOIP(t *testing.T) {
 	}
 }
 
+// Every 503 of a server that is stopping says Connection: close, so
+// clients and load balancers reconnect elsewhere instead of keeping a
+// connection the stop waits on: the engine's draining refusals, the async
+// and job intake's, and readiness after Shutdown. A 503 for load does not.
+func TestDrainingClosesConnections(t *testing.T) {
+	f := &fakeDoer{}
+	h := newHandler(t, f, httpapi.DefaultConfig())
+	f.setReply(func(context.Context, actors.Request) (actors.Reply, error) {
+		return actors.Reply{Outcome: actors.Rejected, Reason: actors.ReasonQueueFull}, nil
+	})
+	if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x"}`); r.status != 503 || r.header.Get("Connection") == "close" {
+		t.Errorf("queue full: %d, Connection %q; want 503 on a kept connection", r.status, r.header.Get("Connection"))
+	}
+	for name, reply := range map[string]func(context.Context, actors.Request) (actors.Reply, error){
+		"engine closed": func(context.Context, actors.Request) (actors.Reply, error) { return actors.Reply{}, engine.ErrClosed },
+		"batcher draining": func(context.Context, actors.Request) (actors.Reply, error) {
+			return actors.Reply{Outcome: actors.Rejected, Reason: actors.ReasonDraining}, nil
+		},
+	} {
+		f.setReply(reply)
+		for _, path := range []string{"/v1/models/m/infer", "/v2/models/m/infer"} {
+			body := `{"input": "x"}`
+			if strings.HasPrefix(path, "/v2") {
+				body = `{"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["x"]}]}`
+			}
+			if r := serve(h, "POST", path, body); r.status != 503 || r.header.Get("Connection") != "close" {
+				t.Errorf("%s, %s: %d %s, Connection %q; want 503 and close", name, path, r.status, r.body, r.header.Get("Connection"))
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/models/m/infer", `{"input": "x", "async": true}`},
+		{"GET", "/v2/health/ready", ""},
+		{"GET", "/v2/models/m/ready", ""},
+	} {
+		if r := serve(h, c.method, c.path, c.body); r.status != 503 || r.header.Get("Connection") != "close" {
+			t.Errorf("%s %s after Shutdown: %d, Connection %q; want 503 and close", c.method, c.path, r.status, r.header.Get("Connection"))
+		}
+	}
+}
+
 // A model's readiness is asked about that model: one no device can take
 // is 503 while another is 200; the server as a whole asks with "", and an
 // unknown model is 404 without asking.
