@@ -31,8 +31,12 @@ type Batcher struct {
 
 	models  map[string]*modelState
 	tenants map[string]*tenantState
-	keys    map[Key]*keyQueue
-	order   []*keyQueue // creation order, so that no decision rests on map order
+	// tenantOrder holds the tenants in creation order, for the same reason.
+	tenantOrder []*tenantState
+	keys        map[Key]*keyQueue
+	order       []*keyQueue // creation order, so that no decision rests on map order
+	// sweepAt is when sweep next looks for idle keys and tenants to release.
+	sweepAt time.Duration
 	where   map[uint64]*keyQueue
 	// lastKey is the key of the last admission: traffic often repeats it,
 	// and comparing beats hashing three strings.
@@ -77,8 +81,13 @@ type BatcherStats struct {
 	QueuedHigh int
 	// Held is the number of items queued or running on a device.
 	Held int
-	// Keys is the number of compatibility keys tracked.
-	Keys int
+	// Keys is the number of compatibility keys tracked; Tenants and
+	// Models the tenants and models the batcher keeps state for. Each is
+	// bounded (KeysMax, TenantsMax, the registry or KeysMax) under any
+	// sequence of requests: idle ones are released.
+	Keys, Tenants, Models int
+	// KeysReleased counts the idle keys released.
+	KeysReleased int64
 	// Devices is the number of registered devices; Ready of those are idle.
 	Devices, Ready int
 	// Batches is the number of batches dispatched.
@@ -153,6 +162,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 func (b *Batcher) Stats() BatcherStats {
 	s := b.stats
 	s.Queued, s.Held, s.Keys = b.queued, b.held, len(b.order)
+	s.Tenants, s.Models = len(b.tenantOrder), len(b.models)
 	s.Devices, s.Ready = len(b.devOrder), len(b.ready)
 	s.Overrun = b.overrun.Learnt()
 	return s
@@ -172,7 +182,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 	case BatchDone:
 		d := b.devs[m.Device]
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
-			return // stale: that batch was already settled
+			break // stale: that batch was already settled
 		}
 		if b.cfg.LearnOverrun {
 			b.overrun.Observe(ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
@@ -182,7 +192,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 	case BatchAborted:
 		d := b.devs[m.Device]
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
-			return
+			break // stale
 		}
 		b.abort(ctx, d, m.Pending, m.Reason)
 		d.phase = devDown
@@ -191,7 +201,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 	case DeviceDown:
 		d := b.devs[m.Device]
 		if d == nil || d.phase == devQuarantined {
-			return
+			break
 		}
 		switch d.phase {
 		case devIdle:
@@ -204,7 +214,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		b.freeValid = false
 	case batcherTick:
 		if m.gen != b.timerGen {
-			return // stale: superseded by a later arming
+			break // stale: superseded by a later arming
 		}
 		b.timer = 0
 	case Start:
@@ -377,7 +387,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 	if q == nil || q.key != key {
 		q = b.keys[key]
 	}
-	t := b.tenant(req.Tenant)
+	t := b.tenant(req.Tenant, now)
 	switch {
 	case b.draining:
 		reject(ReasonDraining, "draining: not admitting new requests", b.cfg.NoDeviceRetryAfter)
@@ -396,38 +406,84 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		reject(ReasonRateLimited, fmt.Sprintf("tenant %q is over its rate of %g/s", t.name, t.cfg.Rate), wait)
 		return
 	}
-	if q == nil {
-		if len(b.order) >= b.cfg.KeysMax {
-			reject(ReasonQueueFull, fmt.Sprintf("overloaded: %d distinct keys queued", len(b.order)), b.compute())
-			return
-		}
-		q = &keyQueue{key: key, model: m, minDeadline: time.Duration(math.MaxInt64)}
-		b.keys[key] = q
-		b.order = append(b.order, q)
+	// A key is state a client can make with any params, version or
+	// length: a tenant may hold items in at most TenantKeysMax keys, and a
+	// new key takes the place of an idle one at the bound. State is made
+	// only for a request that is admitted, so a rejected one leaves none.
+	if (q == nil || q.holds(t) == 0) && t.keys >= b.cfg.TenantKeysMax {
+		reject(ReasonQuota, fmt.Sprintf("tenant %q holds requests under %d distinct keys, its limit", t.name, t.keys), b.compute())
+		return
 	}
-	// Demand counts what is turned away for load: the autoscaling signal
-	// must see the traffic the fleet could not take.
-	q.sig.arrival(now, b.cfg.SignalWindow)
+	if q == nil && len(b.order) >= b.cfg.KeysMax && !b.evictKey() {
+		reject(ReasonQueueFull, fmt.Sprintf("overloaded: %d distinct keys hold requests", len(b.order)), b.nextRoom(now))
+		return
+	}
+	if q != nil {
+		// Demand counts what is turned away for load: the autoscaling
+		// signal must see the traffic the fleet could not take. (A key
+		// that does not exist yet is not made for a rejection; its
+		// demand shows once one of its requests is admitted.)
+		q.sig.arrival(now, b.cfg.SignalWindow)
+		q.usedAt = now
+	}
 	wait := b.predictWait(q, t, now)
 	switch {
-	case b.held >= b.cfg.QueueTotalMax || q.held >= b.cfg.QueueMax:
+	case b.held >= b.cfg.QueueTotalMax || (q != nil && q.held >= b.cfg.QueueMax):
 		reject(ReasonQueueFull, "overloaded: queue full", b.nextRoom(now))
 		return
 	case now+wait+b.predict(m.batchMax, len(req.Input))+b.cfg.Margin > it.Req.Deadline:
 		reject(ReasonOverloaded, fmt.Sprintf("overloaded: predicted queue wait %v exceeds the deadline", wait), wait)
 		return
 	}
+	if q == nil {
+		q = b.newKey(key, m, now)
+		q.sig.arrival(now, b.cfg.SignalWindow)
+	}
 	if t.queued == 0 {
 		t.served = b.levelled(t, m.batchMax)
 	}
 	b.lastKey = q
 	q.push(t, it)
-	q.held++
-	t.held++
+	b.hold(q, t)
 	b.where[req.ID] = q
 	b.queued++
-	b.held++
 	b.stats.QueuedHigh = max(b.stats.QueuedHigh, b.queued)
+}
+
+// hold counts one more item held (queued or on a device) in q for t.
+func (b *Batcher) hold(q *keyQueue, t *tenantState) {
+	q.held++
+	t.held++
+	b.held++
+	for i := range q.holders {
+		if q.holders[i].t == t {
+			q.holders[i].n++
+			return
+		}
+	}
+	q.holders = append(q.holders, holder{t: t, n: 1})
+	t.keys++
+}
+
+// unhold undoes hold once the item is answered.
+func (b *Batcher) unhold(q *keyQueue, t *tenantState, now time.Duration) {
+	q.held--
+	t.held--
+	b.held--
+	i := 0
+	for q.holders[i].t != t { // hold put it there: the loop ends
+		i++
+	}
+	if q.holders[i].n--; q.holders[i].n == 0 {
+		q.holders = slices.Delete(q.holders, i, i+1)
+		t.keys--
+	}
+	if q.held == 0 {
+		q.usedAt = now
+	}
+	if q.held < 0 || t.held < 0 || b.held < 0 || t.keys < 0 {
+		panic("batchd: batcher released more than it held")
+	}
 }
 
 func (b *Batcher) cancel(ctx Context, id uint64) {
@@ -439,7 +495,7 @@ func (b *Batcher) cancel(ctx Context, id uint64) {
 		if it.Req.ID != id {
 			return false
 		}
-		b.forget(q, t, it.Req.ID)
+		b.forget(q, t, it.Req.ID, ctx.Now())
 		b.reply(ctx, *it, Cancelled, ReasonCancelled, "cancelled by the client", 0)
 		return true
 	})
@@ -447,12 +503,10 @@ func (b *Batcher) cancel(ctx Context, id uint64) {
 
 // forget takes a queued request off the books when the batcher answers it
 // itself. The key's and tenant's queued counts are removeIf's.
-func (b *Batcher) forget(q *keyQueue, t *tenantState, id uint64) {
+func (b *Batcher) forget(q *keyQueue, t *tenantState, id uint64, now time.Duration) {
 	delete(b.where, id)
 	b.queued--
-	b.held--
-	q.held--
-	t.held--
+	b.unhold(q, t, now)
 }
 
 func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
@@ -507,9 +561,7 @@ func (b *Batcher) settle(d *devState, pending []uint64, now time.Duration) {
 	for i, it := range d.inflight.Items {
 		if !slices.Contains(pending, it.Req.ID) {
 			o := d.owners[i]
-			o.q.held--
-			o.t.held--
-			b.held--
+			b.unhold(o.q, o.t, now)
 		}
 	}
 	d.busyTotal += now - d.busySince
@@ -547,9 +599,7 @@ func (b *Batcher) abort(ctx Context, d *devState, pending []uint64, reason strin
 
 // answerHeld answers an item that is held but not queued.
 func (b *Batcher) answerHeld(ctx Context, o owner, it Item, out Outcome, r Reason, why string) {
-	o.q.held--
-	o.t.held--
-	b.held--
+	b.unhold(o.q, o.t, ctx.Now())
 	b.reply(ctx, it, out, r, why, 0)
 }
 
@@ -592,6 +642,7 @@ func (b *Batcher) due(q *keyQueue, now time.Duration) bool {
 func (b *Batcher) schedule(ctx Context) {
 	now := ctx.Now()
 	b.expire(ctx, now)
+	b.sweep(now)
 	for i := 0; i < len(b.ready); {
 		d := b.ready[i]
 		var best *keyQueue
@@ -663,7 +714,7 @@ func (b *Batcher) expire(ctx Context, now time.Duration) {
 			if !b.infeasible(*it, now) {
 				return false
 			}
-			b.forget(q, t, it.Req.ID)
+			b.forget(q, t, it.Req.ID, now)
 			b.reply(ctx, *it, Expired, ReasonDeadline, "deadline exceeded while queued", 0)
 			return true
 		})

@@ -16,9 +16,16 @@ type BatcherConfig struct {
 	// QueueTotalMax bounds the items queued under all keys together.
 	// Default 100,000 (a few tens of MB of small requests).
 	QueueTotalMax int
-	// KeysMax bounds the distinct compatibility keys tracked at once.
-	// Default 1,024.
+	// KeysMax bounds the distinct compatibility keys tracked at once. A
+	// key that holds no request is released when a new key needs its
+	// place, so only keys that hold requests count against it. Default
+	// 1,024.
 	KeysMax int
+	// TenantKeysMax bounds the keys one tenant holds requests in at once:
+	// a key is made by any params, version or input length, and one
+	// client must not take every key's place. A request that would need
+	// one more is rejected ReasonQuota. Default 64.
+	TenantKeysMax int
 	// DevicesMax bounds the devices one batcher schedules. Default 1,024.
 	DevicesMax int
 	// Devices are the device actors the batcher asks, when it starts, to
@@ -161,6 +168,7 @@ func DefaultBatcherConfig() BatcherConfig {
 		QueueMax:           10_000,
 		QueueTotalMax:      100_000,
 		KeysMax:            1_024,
+		TenantKeysMax:      64,
 		DevicesMax:         1_024,
 		SLO:                200 * time.Millisecond,
 		TimeoutMax:         60 * time.Second,
@@ -185,8 +193,8 @@ func (c BatcherConfig) Validate() error {
 		return fmt.Errorf("batcher config: BatchMax %d: must be at least 1", c.BatchMax)
 	case c.QueueMax < 1 || c.QueueTotalMax < c.QueueMax:
 		return fmt.Errorf("batcher config: QueueMax %d, QueueTotalMax %d: need 1 <= QueueMax <= QueueTotalMax", c.QueueMax, c.QueueTotalMax)
-	case c.KeysMax < 1 || c.DevicesMax < 1:
-		return fmt.Errorf("batcher config: KeysMax and DevicesMax must be at least 1")
+	case c.KeysMax < 1 || c.DevicesMax < 1 || c.TenantKeysMax < 1:
+		return fmt.Errorf("batcher config: KeysMax, TenantKeysMax and DevicesMax must be at least 1")
 	case len(c.Devices) > c.DevicesMax:
 		return fmt.Errorf("batcher config: %d Devices, more than DevicesMax %d", len(c.Devices), c.DevicesMax)
 	case c.SLO <= 0 || c.TimeoutMax < c.SLO:

@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -14,11 +16,25 @@ type keyQueue struct {
 	subs  []*subQueue // in creation order; see subsKept
 	n     int         // queued items
 	held  int         // queued plus on a device, for QueueMax
+	// holders counts, per tenant, the items held in this key (queued or on
+	// a device): a tenant holding any counts the key against its
+	// TenantKeysMax. Few tenants share a key, so a slice beats a map.
+	holders []holder
+	// usedAt is when the key last saw an arrival or last stopped holding
+	// anything: a key that holds nothing is released once its signals have
+	// decayed (see Batcher.sweep), or at once when a new key needs its
+	// place (Batcher.evictKey).
+	usedAt time.Duration
 	// Derived from the items by refresh; kept because every scheduling
 	// pass reads them.
 	minDeadline time.Duration
 	maxLen      int
 	sig         keySignals
+}
+
+type holder struct {
+	t *tenantState
+	n int
 }
 
 type subQueue struct {
@@ -36,6 +52,16 @@ func (q *keyQueue) sub(t *tenantState, prio int8) *subQueue {
 	s := &subQueue{tenant: t, prio: prio}
 	q.subs = append(q.subs, s)
 	return s
+}
+
+// holds is how many items t holds in q.
+func (q *keyQueue) holds(t *tenantState) int {
+	for _, h := range q.holders {
+		if h.t == t {
+			return h.n
+		}
+	}
+	return 0
 }
 
 // push queues it, a new request or a retry (put back by its age).
@@ -142,4 +168,80 @@ func (q *keyQueue) removeIf(drop func(t *tenantState, it *Item) bool) {
 		s.tenant.queued -= gone
 	}
 	q.refresh()
+}
+
+// newKey starts tracking key, for model m (which it stores, if it is a
+// model the open registry made up for this request).
+func (b *Batcher) newKey(key Key, m *modelState, now time.Duration) *keyQueue {
+	if len(b.order) >= b.cfg.KeysMax {
+		panic("batchd: a key past KeysMax")
+	}
+	q := &keyQueue{key: key, model: m, minDeadline: time.Duration(math.MaxInt64), usedAt: now}
+	b.keys[key] = q
+	b.order = append(b.order, q)
+	if m.keys == 0 {
+		b.models[m.name] = m
+	}
+	m.keys++
+	return q
+}
+
+// evictKey releases the least recently used key that holds nothing, to
+// make room for a new one; false if every key holds requests.
+func (b *Batcher) evictKey() bool {
+	var lru *keyQueue
+	for _, q := range b.order {
+		if q.held == 0 && (lru == nil || q.usedAt < lru.usedAt) {
+			lru = q
+		}
+	}
+	if lru == nil {
+		return false
+	}
+	b.order = slices.DeleteFunc(b.order, func(q *keyQueue) bool { return q == lru })
+	b.released(lru)
+	return true
+}
+
+// released forgets a key that holds nothing, already out of b.order.
+func (b *Batcher) released(q *keyQueue) {
+	if q.held != 0 || q.n != 0 {
+		panic(fmt.Sprintf("batchd: releasing key %+v, which holds %d items", q.key, q.held))
+	}
+	delete(b.keys, q.key)
+	if b.lastKey == q {
+		b.lastKey = nil
+	}
+	m := q.model
+	if m.keys--; m.keys == 0 && !m.registered {
+		delete(b.models, m.name) // a model the open registry made up
+	}
+	b.stats.KeysReleased++
+}
+
+// sweep releases, at most once per SignalWindow, the keys that have held
+// nothing for two SignalWindows (their arrival rate has decayed to zero,
+// so the signals lose nothing) and the tenants that hold nothing and whose
+// rate limit has refilled (so releasing them forgives nothing). State then
+// follows the load, whatever sequence of requests made it.
+func (b *Batcher) sweep(now time.Duration) {
+	if now < b.sweepAt {
+		return
+	}
+	b.sweepAt = now + b.cfg.SignalWindow
+	idle := 2 * b.cfg.SignalWindow
+	b.order = slices.DeleteFunc(b.order, func(q *keyQueue) bool {
+		if q.held > 0 || now-q.usedAt < idle {
+			return false
+		}
+		b.released(q)
+		return true
+	})
+	b.tenantOrder = slices.DeleteFunc(b.tenantOrder, func(t *tenantState) bool {
+		if !t.idle(now) {
+			return false
+		}
+		delete(b.tenants, t.name)
+		return true
+	})
 }

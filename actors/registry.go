@@ -11,10 +11,16 @@ type modelState struct {
 	inputLenMax int
 	slo         time.Duration
 	edges       []int
+	// registered: from the registry, kept for good. A model the open
+	// registry made up is kept while a key of it is (keys counts them).
+	registered bool
+	keys       int
 }
 
 // model returns the named model's settings: from the registry, or, with no
-// registry, defaults for any name (bounded by KeysMax). Nil if unknown.
+// registry, defaults for any name. Nil if unknown. A model made up for the
+// open registry is stored only with its first key (newKey), so a request
+// that is turned away leaves no state behind.
 func (b *Batcher) model(name string) *modelState {
 	if b.lastKey != nil && b.lastKey.model.name == name {
 		return b.lastKey.model
@@ -22,17 +28,15 @@ func (b *Batcher) model(name string) *modelState {
 	if m := b.models[name]; m != nil {
 		return m
 	}
-	if len(b.cfg.Models) > 0 || len(b.models) >= b.cfg.KeysMax {
+	if len(b.cfg.Models) > 0 {
 		return nil
 	}
-	m := &modelState{name: name, batchMax: b.cfg.BatchMax, slo: b.cfg.SLO}
-	b.models[name] = m
-	return m
+	return &modelState{name: name, batchMax: b.cfg.BatchMax, slo: b.cfg.SLO}
 }
 
 func newModelState(c ModelConfig, cfg BatcherConfig) *modelState {
 	m := &modelState{name: c.Name, versions: c.Versions, inputLenMax: c.InputLenMax,
-		batchMax: cfg.BatchMax, slo: cfg.SLO, edges: c.BucketEdges}
+		batchMax: cfg.BatchMax, slo: cfg.SLO, edges: c.BucketEdges, registered: true}
 	for _, v := range c.Versions {
 		m.totalWeight += v.Weight
 	}

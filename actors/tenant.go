@@ -1,6 +1,9 @@
 package actors
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // tenantState is what the batcher keeps per tenant: its share of device
 // time, what it holds, and its rate limit.
@@ -13,6 +16,8 @@ type tenantState struct {
 	served float64
 	// queued and held (queued or on a device) count its requests.
 	queued, held int
+	// keys counts the keys it holds items in (see TenantKeysMax).
+	keys int
 	// The token bucket, when cfg.Rate > 0.
 	tokens   float64
 	refilled time.Duration
@@ -42,14 +47,29 @@ func (t *tenantState) take(now time.Duration) (bool, time.Duration) {
 	return false, max(wait, time.Millisecond)
 }
 
+// idle reports whether the tenant holds nothing and its rate limit has
+// refilled: its state can go, and coming back it starts as it would.
+func (t *tenantState) idle(now time.Duration) bool {
+	if t.held > 0 {
+		return false
+	}
+	return t.cfg.Rate <= 0 || t.tokens+t.cfg.Rate*(now-t.refilled).Seconds() >= float64(t.cfg.Burst)
+}
+
 // tenant returns the state of the named tenant, creating it on first sight
-// within TenantsMax; nil past the bound.
-func (b *Batcher) tenant(name string) *tenantState {
+// within TenantsMax (releasing an idle tenant at the bound); nil if every
+// tenant tracked holds requests.
+func (b *Batcher) tenant(name string, now time.Duration) *tenantState {
 	if t := b.tenants[name]; t != nil {
 		return t
 	}
-	if len(b.tenants) >= b.cfg.TenantsMax {
-		return nil
+	if len(b.tenantOrder) >= b.cfg.TenantsMax {
+		i := slices.IndexFunc(b.tenantOrder, func(t *tenantState) bool { return t.idle(now) })
+		if i < 0 {
+			return nil
+		}
+		delete(b.tenants, b.tenantOrder[i].name)
+		b.tenantOrder = slices.Delete(b.tenantOrder, i, i+1)
 	}
 	cfg := b.cfg.DefaultTenant
 	for _, c := range b.cfg.Tenants {
@@ -62,6 +82,7 @@ func (b *Batcher) tenant(name string) *tenantState {
 	// waits behind their history nor banks credit it did not use.
 	t.served = b.vtime
 	b.tenants[name] = t
+	b.tenantOrder = append(b.tenantOrder, t)
 	return t
 }
 

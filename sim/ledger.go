@@ -36,6 +36,11 @@ type LedgerConfig struct {
 	// every delivery to the batcher (so it sees the state the previous
 	// delivery left) and once at Finish.
 	Probe func() actors.BatcherStats
+	// SelfCheck, when set, runs the batcher's own assertions
+	// (actors.Batcher.Check) on the state its last delivery left, at that
+	// delivery's time: before every delivery to the batcher and at
+	// Finish. A failure is a ViolationOther.
+	SelfCheck func(now time.Duration) error
 	// ViolationsMax is how many violation descriptions are kept; all are
 	// counted. Default 20.
 	ViolationsMax int
@@ -138,6 +143,9 @@ type Ledger struct {
 	sampler  *signalSampler
 	sampleAt time.Duration
 	last     time.Duration
+	// batcherAt is the time of the last delivery to the batcher (-1:
+	// none yet), what SelfCheck checks the batcher's state at.
+	batcherAt time.Duration
 
 	submitted  int64
 	replied    int64
@@ -199,6 +207,7 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 		modelSLO:    modelSLO,
 		devs:        make(map[actors.Address]*devState),
 		sampleAt:    math.MaxInt64,
+		batcherAt:   -1,
 		batchSizes:  make([]int64, cfg.BatchMax+2),
 		latency:     newHist(),
 		queueWait:   newHist(),
@@ -293,6 +302,10 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 	if to == l.cfg.Batcher && l.cfg.Probe != nil {
 		l.checkQueue(at)
 	}
+	if to == l.cfg.Batcher {
+		l.selfCheck()
+		l.batcherAt = at
+	}
 	switch m := msg.(type) {
 	case actors.Submit:
 		l.submit(at, m.Req)
@@ -318,6 +331,15 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 		d.known, d.incarnation = true, m.Incarnation
 		// The device's own list, which it does not change once sent.
 		d.models = m.Models
+	}
+}
+
+func (l *Ledger) selfCheck() {
+	if l.cfg.SelfCheck == nil || l.batcherAt < 0 {
+		return
+	}
+	if err := l.cfg.SelfCheck(l.batcherAt); err != nil {
+		l.violate(ViolationOther, "%v", err)
 	}
 }
 
@@ -545,6 +567,7 @@ func (l *Ledger) Finish(at time.Duration) {
 	if l.cfg.Probe != nil {
 		l.checkQueue(at)
 	}
+	l.selfCheck()
 	for id := 1; id < len(l.recs); id++ {
 		r := &l.recs[id]
 		if r.submitted && r.replies == 0 {

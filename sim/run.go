@@ -402,6 +402,7 @@ func Run(cfg Config) (Report, error) {
 		QueueTotalMax: cfg.Batcher.QueueTotalMax,
 		SLO:           cfg.Batcher.SLO,
 		Probe:         batcher.Stats,
+		SelfCheck:     batcher.Check,
 		RequestsMax:   LedgerRequestsLimit,
 		RequestsHint:  int(lastID) + 1024,
 		Models:        cfg.Batcher.Models,

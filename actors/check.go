@@ -1,0 +1,97 @@
+package actors
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Check verifies the batcher's books against each other, the way
+// TigerBeetle asserts its invariants: the counts kept at batcher, key and
+// tenant level agree with the items they count, every bound holds, and no
+// idle device is left while a batch it could take is due at now. It returns
+// the first disagreement. It walks every key, tenant and device, so it is
+// for the simulator and tests, after any message (where now is the time
+// the message was handled); the live runtime does not call it.
+func (b *Batcher) Check(now time.Duration) error {
+	queued, held := 0, 0
+	tenantHeld := make(map[*tenantState]int, len(b.tenantOrder))
+	tenantKeys := make(map[*tenantState]int, len(b.tenantOrder))
+	tenantQueued := make(map[*tenantState]int, len(b.tenantOrder))
+	if len(b.order) != len(b.keys) || len(b.order) > b.cfg.KeysMax {
+		return fmt.Errorf("batcher check: %d keys in order, %d in the table, KeysMax %d", len(b.order), len(b.keys), b.cfg.KeysMax)
+	}
+	for _, q := range b.order {
+		if b.keys[q.key] != q {
+			return fmt.Errorf("batcher check: key %+v is not in the table", q.key)
+		}
+		n := 0
+		for _, s := range q.subs {
+			n += s.items.len()
+			tenantQueued[s.tenant] += s.items.len()
+		}
+		hn := 0
+		for i, h := range q.holders {
+			if h.n < 1 || slices.ContainsFunc(q.holders[:i], func(o holder) bool { return o.t == h.t }) {
+				return fmt.Errorf("batcher check: key %+v: tenant %q holds %d, or twice", q.key, h.t.name, h.n)
+			}
+			hn += h.n
+			tenantHeld[h.t] += h.n
+			tenantKeys[h.t]++
+		}
+		switch {
+		case n != q.n:
+			return fmt.Errorf("batcher check: key %+v counts %d queued, holds %d", q.key, q.n, n)
+		case hn != q.held || q.n > q.held:
+			return fmt.Errorf("batcher check: key %+v: held %d, its tenants hold %d, %d queued", q.key, q.held, hn, q.n)
+		case q.held > b.cfg.QueueMax:
+			return fmt.Errorf("batcher check: key %+v holds %d, QueueMax %d", q.key, q.held, b.cfg.QueueMax)
+		case q.model.keys < 1 || b.models[q.model.name] != q.model:
+			return fmt.Errorf("batcher check: key %+v: its model is not stored", q.key)
+		}
+		queued += q.n
+		held += q.held
+	}
+	switch {
+	case queued != b.queued || len(b.where) != b.queued:
+		return fmt.Errorf("batcher check: %d queued in keys, %d counted, %d located", queued, b.queued, len(b.where))
+	case held != b.held || b.held > b.cfg.QueueTotalMax:
+		return fmt.Errorf("batcher check: %d held in keys, %d counted, QueueTotalMax %d", held, b.held, b.cfg.QueueTotalMax)
+	case len(b.tenantOrder) != len(b.tenants) || len(b.tenants) > b.cfg.TenantsMax:
+		return fmt.Errorf("batcher check: %d tenants in order, %d in the table, TenantsMax %d", len(b.tenantOrder), len(b.tenants), b.cfg.TenantsMax)
+	}
+	for _, t := range b.tenantOrder {
+		switch {
+		case b.tenants[t.name] != t:
+			return fmt.Errorf("batcher check: tenant %q is not in the table", t.name)
+		case t.held != tenantHeld[t] || t.keys != tenantKeys[t] || t.queued != tenantQueued[t]:
+			return fmt.Errorf("batcher check: tenant %q counts held %d, keys %d, queued %d; the keys say %d, %d, %d",
+				t.name, t.held, t.keys, t.queued, tenantHeld[t], tenantKeys[t], tenantQueued[t])
+		case t.keys > b.cfg.TenantKeysMax:
+			return fmt.Errorf("batcher check: tenant %q holds %d keys, TenantKeysMax %d", t.name, t.keys, b.cfg.TenantKeysMax)
+		}
+	}
+	running, healthy := 0, 0
+	for _, d := range b.devOrder {
+		if d.phase != devQuarantined {
+			healthy++
+		}
+		if d.phase == devBusy {
+			running += len(d.inflight.Items)
+		}
+	}
+	if running != b.held-b.queued || healthy != b.healthy {
+		return fmt.Errorf("batcher check: %d items on devices, %d held less queued; %d healthy devices, %d counted", running, b.held-b.queued, healthy, b.healthy)
+	}
+	for _, d := range b.ready {
+		if d.phase != devIdle {
+			return fmt.Errorf("batcher check: device %v is ready but not idle", d.addr)
+		}
+		for _, q := range b.order {
+			if d.holds(q.key.Model) && b.due(q, now) {
+				return fmt.Errorf("batcher check: key %+v is due while device %v idles", q.key, d.addr)
+			}
+		}
+	}
+	return nil
+}
