@@ -185,7 +185,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			break // stale: that batch was already settled
 		}
 		if b.cfg.LearnOverrun {
-			b.overrun.Observe(ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
+			b.overrun.Observe(ctx.Now(), ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
 		}
 		b.settle(d, nil, ctx.Now())
 		b.setIdle(d)
@@ -641,6 +641,9 @@ func (b *Batcher) due(q *keyQueue, now time.Duration) bool {
 // become due.
 func (b *Batcher) schedule(ctx Context) {
 	now := ctx.Now()
+	if b.cfg.LearnOverrun {
+		b.overrun.Forget(now, b.cfg.OverrunAge)
+	}
 	b.expire(ctx, now)
 	b.sweep(now)
 	for i := 0; i < len(b.ready); {

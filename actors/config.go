@@ -55,6 +55,11 @@ type BatcherConfig struct {
 	// stalled batch cannot close admission for the window's length.
 	// Default 50 ms.
 	OverrunMax time.Duration
+	// OverrunAge is how long LearnOverrun remembers a batch: what an
+	// overload taught (a starved CPU runs every batch late) is forgotten
+	// this long after it ends, idle or not. Default 1 s: at four devices
+	// of 100 ms, the last 40 batches.
+	OverrunAge time.Duration
 	// LingerMax, when positive, caps the derived linger. Zero (the default)
 	// uses the derived linger alone; see Linger.
 	LingerMax time.Duration
@@ -174,6 +179,7 @@ func DefaultBatcherConfig() BatcherConfig {
 		TimeoutMax:         60 * time.Second,
 		Margin:             5 * time.Millisecond,
 		OverrunMax:         50 * time.Millisecond,
+		OverrunAge:         time.Second,
 		AttemptMax:         3,
 		Latency:            FixedLatency(100 * time.Millisecond),
 		NoDeviceRetryAfter: time.Second,
@@ -201,6 +207,8 @@ func (c BatcherConfig) Validate() error {
 		return fmt.Errorf("batcher config: SLO %v, TimeoutMax %v: need 0 < SLO <= TimeoutMax", c.SLO, c.TimeoutMax)
 	case c.Margin < 0 || c.LingerMax < 0 || c.NoDeviceRetryAfter < 0 || c.OverrunMax < 0:
 		return fmt.Errorf("batcher config: Margin, LingerMax, NoDeviceRetryAfter and OverrunMax must not be negative")
+	case c.LearnOverrun && c.OverrunAge <= 0:
+		return fmt.Errorf("batcher config: OverrunAge %v: must be positive with LearnOverrun", c.OverrunAge)
 	case c.AttemptMax < 1:
 		return fmt.Errorf("batcher config: AttemptMax %d: must be at least 1", c.AttemptMax)
 	}
