@@ -170,6 +170,9 @@ func (b *Batcher) Stats() BatcherStats {
 
 // Receive implements Actor.
 func (b *Batcher) Receive(ctx Context, msg Message) {
+	if b.cfg.LearnOverrun {
+		b.overrun.Forget(ctx.Now(), b.cfg.OverrunAge)
+	}
 	switch m := msg.(type) {
 	case Submit:
 		b.admit(ctx, m.Req)
@@ -641,9 +644,6 @@ func (b *Batcher) due(q *keyQueue, now time.Duration) bool {
 // become due.
 func (b *Batcher) schedule(ctx Context) {
 	now := ctx.Now()
-	if b.cfg.LearnOverrun {
-		b.overrun.Forget(now, b.cfg.OverrunAge)
-	}
 	b.expire(ctx, now)
 	b.sweep(now)
 	for i := 0; i < len(b.ready); {

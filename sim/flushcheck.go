@@ -480,6 +480,10 @@ func (f *FlushCheck) release(it *fcItem) {
 
 func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
 	c := &f.cfg.Config
+	if c.LearnOverrun {
+		// As the batcher forgets, on every message it takes.
+		f.overrun.Forget(at, c.OverrunAge)
+	}
 	switch m := e.msg.(type) {
 	case actors.Submit:
 		q := m.Req
@@ -532,7 +536,7 @@ func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
 			return // stale
 		}
 		if c.LearnOverrun {
-			f.overrun.Observe(at-d.dispatched, d.predicted, c.OverrunMax)
+			f.overrun.Observe(at, at-d.dispatched, d.predicted, c.OverrunMax)
 		}
 		f.endBatch(d, nil, false)
 		f.setPhase(d, fcIdle)
