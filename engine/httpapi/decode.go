@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,16 +95,30 @@ type v2Body struct {
 // value is refused. JSON must be UTF-8 (RFC 8259) and encoding/json would
 // silently replace invalid bytes with U+FFFD, so the raw body is checked
 // first and invalid UTF-8 is refused rather than served altered.
+//
+// encoding/json also matches keys case-insensitively ("INPUT" fills
+// Input) and lets a repeated key overwrite the first: a client that sent
+// either meant something the server would not do, so once decoded, the
+// keys of every object v's types describe are checked (exactKeys): a
+// repeated key, or one that only case-folds to a field's name, is a 400,
+// on every route.
 func decodeJSON(body []byte, v any, strict bool) *apiError {
 	if !utf8.Valid(body) {
 		return badRequest("body is not valid UTF-8")
 	}
+	t := reflect.TypeOf(v).Elem()
 	if decodeFast(body, v, strict) {
-		return nil
+		if strict && knownKeys(t).flat {
+			return nil // keysKnown checked every key: exact and once
+		}
+		return exactKeys(body, t)
 	}
 	// Whatever decodeFast left in v goes: the Decoder starts afresh.
 	reflect.ValueOf(v).Elem().SetZero()
-	return decodeWithDecoder(body, v, strict)
+	if err := decodeWithDecoder(body, v, strict); err != nil {
+		return err
+	}
+	return exactKeys(body, t)
 }
 
 // decodeWithDecoder is decodeJSON's Decoder path: it words every error.
@@ -149,9 +164,10 @@ func decodeFast(body []byte, v any, strict bool) bool {
 const keysKnownMax = 32
 
 // keysKnown reports whether body is a JSON object whose top-level keys are
-// all in known, written without escapes. It reads no further than it
-// must, skips values without decoding them, and answers false on anything
-// it does not expect: it need not validate, since Unmarshal does after it.
+// all in known, each once, written without escapes. It reads no further
+// than it must, skips values without decoding them, and answers false on
+// anything it does not expect: it need not validate, since Unmarshal does
+// after it.
 func keysKnown(body []byte, known map[string]bool) bool {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
@@ -161,7 +177,10 @@ func keysKnown(body []byte, known map[string]bool) bool {
 	if i < len(body) && body[i] == '}' {
 		return true
 	}
-	for range keysKnownMax {
+	// The keys seen so far, as offsets into body: a repeated key is left
+	// to the Decoder path (and exactKeys), which refuses it.
+	var seen [keysKnownMax][2]int
+	for n := range keysKnownMax {
 		if i >= len(body) || body[i] != '"' {
 			return false
 		}
@@ -172,6 +191,12 @@ func keysKnown(body []byte, known map[string]bool) bool {
 		if end >= len(body) || body[end] != '"' || !known[string(body[i+1:end])] {
 			return false
 		}
+		for _, s := range seen[:n] {
+			if string(body[s[0]:s[1]]) == string(body[i+1:end]) {
+				return false
+			}
+		}
+		seen[n] = [2]int{i + 1, end}
 		i = skipSpace(body, end+1)
 		if i >= len(body) || body[i] != ':' {
 			return false
@@ -416,9 +441,10 @@ func decodeBatch(body []byte, lim limits) (batchReq, *apiError) {
 }
 
 // decodeV2 decodes and checks an OIP infer body: exactly one input tensor
-// of datatype BYTES whose data is a flat array of strings (or, as some
-// clients send a [n, 1] tensor, an array of one-string arrays), its
-// length the product of its shape.
+// of datatype BYTES whose data is a flat array of strings, its length the
+// product of its shape, or (as some clients send a [n, 1] tensor) for a
+// shape [n, m], n arrays of m strings each: a ragged one is refused even
+// when its strings add up to n·m, since its rows are not the shape's.
 func decodeV2(body []byte, lim limits) (v2Req, *apiError) {
 	var b v2Body
 	if err := decodeJSON(body, &b, false); err != nil {
@@ -450,8 +476,14 @@ func decodeV2(body []byte, lim limits) (v2Req, *apiError) {
 		if json.Unmarshal(t.Data, &nested) != nil {
 			return v2Req{}, badRequest("input %q: data must be an array of strings", truncate(t.Name))
 		}
+		if len(t.Shape) != 2 || int64(len(nested)) != t.Shape[0] {
+			return v2Req{}, badRequest("input %q: nested data of %d rows for shape %v: want shape [rows, columns]", truncate(t.Name), len(nested), t.Shape)
+		}
 		flat = flat[:0]
-		for _, row := range nested {
+		for i, row := range nested {
+			if int64(len(row)) != t.Shape[1] {
+				return v2Req{}, badRequest("input %q: data[%d] has %d elements, shape %v wants %d", truncate(t.Name), i, len(row), t.Shape, t.Shape[1])
+			}
 			flat = append(flat, row...)
 		}
 	}
@@ -475,4 +507,183 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// schema is what exactKeys knows of a body type: for a struct, its fields
+// by exact JSON name, each with the schema of its value (nil: a value not
+// checked further, such as a string or the free-form params); for a slice
+// or array, its elements'.
+type schema struct {
+	fields map[string]*schema
+	elem   *schema
+}
+
+// schemaOf returns t's schema, nil when no object in t's values has keys
+// to check. Cached per type.
+func schemaOf(t reflect.Type) *schema {
+	if s, ok := schemaCache.Load(t); ok {
+		return s.(*schema)
+	}
+	s := buildSchema(t)
+	schemaCache.Store(t, s)
+	return s
+}
+
+var schemaCache sync.Map // reflect.Type → *schema
+
+func buildSchema(t reflect.Type) *schema {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		s := &schema{fields: map[string]*schema{}}
+		addFields(s, t)
+		return s
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return nil // json.RawMessage: free-form, not ours to check
+		}
+		if e := buildSchema(t.Elem()); e != nil {
+			return &schema{elem: e}
+		}
+	}
+	return nil // strings, numbers, maps, interfaces
+}
+
+func addFields(s *schema, t reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+			continue
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			addFields(s, f.Type)
+			continue
+		case !f.IsExported():
+			continue
+		case name == "":
+			name = f.Name
+		}
+		s.fields[name] = buildSchema(f.Type)
+	}
+}
+
+// exactKeys checks the keys of body, valid JSON that decoded into a value
+// of type t: in every object that decoded into a struct, each key that
+// names a field must name it exactly (encoding/json would take "INPUT"
+// for "input") and at most once (it would keep the last). A key that
+// names no field was refused by a strict decode already, or is an
+// extension a lenient one ignores.
+func exactKeys(body []byte, t reflect.Type) *apiError {
+	s := schemaOf(t)
+	if s == nil {
+		return nil
+	}
+	_, err := checkValue(body, skipSpace(body, 0), s)
+	return err
+}
+
+// checkValue checks the value at body[i:] against s and returns the index
+// just after it. Only the schema's own levels recurse (a few, by the body
+// types); what lies below them is skipped by skipValue, without recursion,
+// however deep it nests.
+func checkValue(body []byte, i int, s *schema) (int, *apiError) {
+	if i >= len(body) {
+		return i, nil
+	}
+	switch {
+	case s.fields != nil && body[i] == '{':
+		return checkObject(body, i, s)
+	case s.elem != nil && body[i] == '[':
+		i = skipSpace(body, i+1)
+		if i < len(body) && body[i] == ']' {
+			return i + 1, nil
+		}
+		for i < len(body) {
+			var err *apiError
+			if i, err = checkValue(body, i, s.elem); err != nil {
+				return i, err
+			}
+			i = skipSpace(body, i)
+			if i >= len(body) || body[i] != ',' {
+				return i + 1, nil // the ']'
+			}
+			i = skipSpace(body, i+1)
+		}
+		return i, nil
+	}
+	return skipAny(body, i), nil
+}
+
+// checkObject checks the object at body[i:] against s (see exactKeys).
+func checkObject(body []byte, i int, s *schema) (int, *apiError) {
+	var seen []string // field names met, at most one per field
+	i = skipSpace(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		return i + 1, nil
+	}
+	for i < len(body) && body[i] == '"' {
+		end := skipString(body, i)
+		raw := body[i+1 : end-1]
+		key := string(raw)
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			// encoding/json unescapes keys before it matches them.
+			if json.Unmarshal(body[i:end], &key) != nil {
+				return end, badRequest("bad JSON: key %q", truncate(string(raw)))
+			}
+		}
+		i = skipSpace(body, skipSpace(body, end)+1) // past the ':'
+		child, known := s.fields[key]
+		if !known {
+			for name := range s.fields {
+				if strings.EqualFold(name, key) {
+					return i, badRequest("key %q: keys are case-sensitive; did you mean %q?", truncate(key), name)
+				}
+			}
+		} else {
+			if slices.Contains(seen, key) {
+				return i, badRequest("key %q given twice", truncate(key))
+			}
+			seen = append(seen, key)
+		}
+		var err *apiError
+		if known && child != nil {
+			i, err = checkValue(body, i, child)
+		} else {
+			i = skipAny(body, i)
+		}
+		if err != nil {
+			return i, err
+		}
+		i = skipSpace(body, i)
+		if i >= len(body) || body[i] != ',' {
+			return i + 1, nil // the '}'
+		}
+		i = skipSpace(body, i+1)
+	}
+	return i, nil
+}
+
+// skipString returns the index just after the string that starts at
+// body[i] (a '"').
+func skipString(body []byte, i int) int {
+	i++
+	for i < len(body) && body[i] != '"' {
+		if body[i] == '\\' {
+			i++
+		}
+		i++
+	}
+	return min(i+1, len(body))
+}
+
+// skipAny returns the index just after the value at body[i:]: skipValue's
+// delimiter, or the end of the body for a value that ends it.
+func skipAny(body []byte, i int) int {
+	if j := skipValue(body, i); j >= 0 {
+		return j
+	}
+	return len(body)
 }

@@ -167,8 +167,8 @@ func TestReadAll(t *testing.T) {
 }
 
 // FuzzDecodeFast: decodeJSON, which tries json.Unmarshal first, accepts
-// and refuses exactly what the Decoder alone does, with the same values
-// and the same words, for each body type, strict and not.
+// and refuses exactly what the Decoder and the key check do, with the same
+// values and the same words, for each body type, strict and not.
 func FuzzDecodeFast(f *testing.F) {
 	for _, s := range []string{
 		`{"input": "hello"}`,
@@ -178,6 +178,7 @@ func FuzzDecodeFast(f *testing.F) {
 		`{"items": [{"input": "a"}, {"input": "b", "x": 1}]}`, `{"timeout_ms": 1e3, "input": "x"}`, `{"async": "yes", "input": "x"}`,
 		`{"id": "r1", "inputs": [{"name": "t", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}], "outputs": []}`,
 		`[]`, `null`, ``, `{`, `{}`, ` { } `, `{"input" "x"}`, `{"input": tru}`,
+		`{"input": "a", "input": "b"}`, `{"items": [{"input": "a", "Input": "b"}]}`, `{"Inputs": []}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -187,11 +188,15 @@ func FuzzDecodeFast(f *testing.F) {
 		}
 		same := func(name string, fresh func() any, strict bool) {
 			got, want := fresh(), fresh()
-			gotErr, wantErr := decodeJSON(body, got, strict), decodeWithDecoder(body, want, strict)
+			wantErr := decodeWithDecoder(body, want, strict)
+			if wantErr == nil {
+				wantErr = exactKeys(body, reflect.TypeOf(want).Elem())
+			}
+			gotErr := decodeJSON(body, got, strict)
 			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.msg != wantErr.msg) {
 				t.Fatalf("%s, strict %v: %q: got error %v, the Decoder alone %v", name, strict, body, gotErr, wantErr)
 			}
-			if gotErr == nil && !reflect.DeepEqual(got, want) {
+			if gotErr == nil && wantErr == nil && !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s, strict %v: %q: got %+v, the Decoder alone %+v", name, strict, body, got, want)
 			}
 		}
@@ -201,6 +206,81 @@ func FuzzDecodeFast(f *testing.F) {
 			same("v2", func() any { return new(v2Body) }, strict)
 		}
 	})
+}
+
+// TestExactKeys: encoding/json matches keys case-insensitively and keeps
+// the last of a repeated key; the decoders refuse both, on /v1 (strict)
+// and /v2 (which still ignores keys that name no field), at every level
+// the body types describe, escaped keys included, but not inside the
+// free-form params.
+func TestExactKeys(t *testing.T) {
+	lim := limits{inputMaxBytes: 64, itemsMax: 8, timeoutMax: time.Minute}
+	v2 := func(inner string) string {
+		return `{"inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"]` + inner + `}]}`
+	}
+	for _, c := range []struct {
+		name, body string
+		decode     func([]byte, limits) *apiError
+		want       string // "" accepts
+	}{
+		{"infer", `{"input": "a"}`, inferErr, ""},
+		{"infer upper", `{"INPUT": "a"}`, inferErr, `key "INPUT": keys are case-sensitive; did you mean "input"?`},
+		{"infer title", `{"Input": "a", "timeout_ms": 5}`, inferErr, `key "Input"`},
+		{"infer folded", `{"input": "a", "aſync": true}`, inferErr, `key "aſync": keys are case-sensitive; did you mean "async"?`},
+		{"infer upper second", `{"input": "a", "Priority": "high"}`, inferErr, `key "Priority"`},
+		{"infer twice", `{"input": "a", "input": "b"}`, inferErr, `key "input" given twice`},
+		{"infer twice escaped", `{"input": "a", "inp\u0075t": "b"}`, inferErr, `key "input" given twice`},
+		{"infer params free-form", `{"input": "a", "params": {"k": 1, "K": 2, "Input": 3}}`, inferErr, ""},
+		{"batch", `{"items": [{"input": "a"}, {"input": "b"}]}`, batchErr, ""},
+		{"batch item upper", `{"items": [{"input": "a"}, {"INPUT": "b"}]}`, batchErr, `key "INPUT"`},
+		{"batch item twice", `{"items": [{"input": "a", "input": "b"}]}`, batchErr, `key "input" given twice`},
+		{"batch items twice", `{"items": [{"input": "a"}], "items": [{"input": "b"}]}`, batchErr, `key "items" given twice`},
+		{"v2", v2(""), v2Err, ""},
+		{"v2 extensions ignored", `{"parameters": {"x": 1}, "outputs": [{"name": "o"}], "inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"], "parameters": {}}]}`, v2Err, ""},
+		{"v2 upper", `{"INPUTS": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`, v2Err, `key "INPUTS": keys are case-sensitive; did you mean "inputs"?`},
+		{"v2 tensor upper", v2(`, "Data": ["b"]`), v2Err, `key "Data"`},
+		{"v2 tensor twice", v2(`, "data": ["b"]`), v2Err, `key "data" given twice`},
+	} {
+		err := c.decode([]byte(c.body), lim)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %s: refused: %v", c.name, c.body, err)
+		case c.want != "" && (err == nil || err.status != 400 || !strings.Contains(err.msg, c.want)):
+			t.Errorf("%s: %s: got %v, want 400 saying %q", c.name, c.body, err, c.want)
+		}
+	}
+}
+
+func inferErr(b []byte, lim limits) *apiError { _, err := decodeInfer(b, lim); return err }
+func batchErr(b []byte, lim limits) *apiError { _, err := decodeBatch(b, lim); return err }
+func v2Err(b []byte, lim limits) *apiError    { _, err := decodeV2(b, lim); return err }
+
+// TestV2Ragged: nested data must have the shape's rows and columns, not
+// merely as many strings as its product.
+func TestV2Ragged(t *testing.T) {
+	lim := limits{inputMaxBytes: 64, itemsMax: 8, timeoutMax: time.Minute}
+	for data, shape := range map[string]string{
+		`[["a", "b", "c"], ["d"]]`: "[2, 2]",
+		`[["a"], ["b", "c"]]`:      "[3, 1]",
+		`[["a", "b"]]`:             "[2]",
+		`[["a"], ["b"]]`:           "[1, 2]",
+		`[["a"], ["b"], []]`:       "[2, 1, 1]",
+	} {
+		body := `{"inputs": [{"name": "t", "shape": ` + shape + `, "datatype": "BYTES", "data": ` + data + `}]}`
+		if _, err := decodeV2([]byte(body), lim); err == nil || err.status != 400 {
+			t.Errorf("shape %s, data %s: %v, want 400", shape, data, err)
+		}
+	}
+	for data, shape := range map[string]string{
+		`[["a", "b"], ["c", "d"]]`: "[2, 2]",
+		`["a", "b", "c", "d"]`:     "[2, 2]",
+		`[["a"], ["b"], ["c"]]`:    "[3, 1]",
+	} {
+		body := `{"inputs": [{"name": "t", "shape": ` + shape + `, "datatype": "BYTES", "data": ` + data + `}]}`
+		if r, err := decodeV2([]byte(body), lim); err != nil || len(r.inputs) == 0 || r.inputs[0] != "a" {
+			t.Errorf("shape %s, data %s: %+v, %v", shape, data, r, err)
+		}
+	}
 }
 
 // TestKnownKeys: the strict fast path knows exactly the names encoding/json

@@ -49,7 +49,12 @@
 // before any item is submitted. The /v1 routes refuse unknown fields (a
 // misspelt "timeout" would otherwise be silently ignored); the /v2 routes
 // ignore them, since OIP clients send extensions ("parameters",
-// "outputs") batchd does not use.
+// "outputs") batchd does not use. On both, keys are matched exactly and
+// once: encoding/json would take "INPUT" for "input" and keep the last of
+// a repeated key, so a key that only case-folds to a field's name, or a
+// field given twice, is a 400 (params, free-form, are not checked). Nested
+// OIP data must be [rows][columns] as its shape [n, m] says: a ragged
+// array is a 400 even when its strings add up to n·m.
 // JSON \u escapes of lone surrogates decode to U+FFFD, as encoding/json
 // does; raw invalid UTF-8 is refused.
 //
