@@ -31,6 +31,7 @@ func openJobs(f *config.File, log *slog.Logger) (*jobService, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Log = log
 	s, err := jobs.Open(cfg, nil)
 	if err != nil {
 		return nil, fmt.Errorf("job store (jobs.dir, --data-dir): %w", err)

@@ -18,10 +18,14 @@
 // Store is one bbolt file: pure Go, ACID transactions, every commit
 // fsynced (NoSync is never set), maintained by etcd. Buckets:
 //
-//	meta    format version, sequence, counters (jobs and items held)
-//	jobs    job id -> job record (JSON): tenant, model, counts, status
+//	meta    format version (2), sequence, counters (jobs and items held)
+//	jobs    job id -> CRC-32C + job record (JSON): tenant, model, counts,
+//	        status
 //	items   job id -> sub-bucket: item index (uint32 big-endian, so a
-//	        cursor walks input order) -> status byte + item (JSON)
+//	        cursor walks input order) -> status byte + CRC-32C + item
+//	        (JSON)
+//	staging job id -> nothing, for a submission written in parts (Begin)
+//	        and not yet committed: Open drops what a crash left
 //	idem    tenant NUL idempotency key -> job id
 //	active  sequence (uint64 big-endian) + job id, for unfinished jobs in
 //	        submission order: what the runner feeds
@@ -36,9 +40,14 @@
 // items held (ItemsStoredMax), finished jobs kept (RetainMax, and none
 // older than RetainAge; a background sweep every SweepEvery). A submission
 // over a bound is refused (ErrTooManyItems, ErrFull) and changes nothing.
-// A corrupt or truncated file is a start-up error naming the file
-// (ErrCorrupt), never a silent loss: Open checks the whole file
-// (bbolt's Tx.Check) and turns a bbolt panic into an error.
+// A corrupt, truncated or empty (0-byte) file is a start-up error naming
+// the file (ErrCorrupt), never a silent loss: Open checks the whole file
+// (bbolt's Tx.Check) and turns a bbolt panic into an error. bbolt checks
+// its pages' structure, not the bytes of the records in them: each record
+// carries a CRC-32C of its key and bytes, checked whenever it is read. A
+// damaged record costs only its item (failed, code "corrupt") or its job
+// (given up), logged at error level with the job's id; the other jobs run
+// on. A file of format 1 (no checksums) is refused (ErrFormat).
 //
 // # Delivery semantics
 //

@@ -57,6 +57,9 @@ type stepResult struct {
 	closed []string
 	// stale counts outcomes for items no longer running (dropped).
 	stale int
+	// damaged lists the jobs found with a damaged record in this step
+	// (logged by the store; their damaged items failed).
+	damaged []string
 }
 
 // step writes outcomes and takes claims in one transaction: one fsync for
@@ -80,9 +83,23 @@ func (s *Store) step(outs []outcome, wants []want) (stepResult, error) {
 				order = append(order, id)
 				return &j, nil
 			}
+			// A damaged job record closes that job alone: the others'
+			// results are written and their items claimed as ever.
+			broken := map[string]bool{}
+			brokenJob := func(id string, err error) {
+				if !broken[id] {
+					broken[id] = true
+					s.log.Error("jobs: damaged job record: the job is given up", "job", id, "file", s.path, "err", err)
+					res.damaged = append(res.damaged, id)
+				}
+			}
 			for _, o := range outs {
 				j, err := load(o.id)
 				if errors.Is(err, ErrNotFound) {
+					res.stale++
+					continue
+				} else if errors.Is(err, ErrCorrupt) {
+					brokenJob(o.id, err)
 					res.stale++
 					continue
 				} else if err != nil {
@@ -96,6 +113,10 @@ func (s *Store) step(outs []outcome, wants []want) (stepResult, error) {
 			for _, w := range wants {
 				j, err := load(w.id)
 				if errors.Is(err, ErrNotFound) {
+					res.closed = append(res.closed, w.id)
+					continue
+				} else if errors.Is(err, ErrCorrupt) {
+					brokenJob(w.id, err)
 					res.closed = append(res.closed, w.id)
 					continue
 				} else if err != nil {
@@ -122,14 +143,19 @@ func (s *Store) step(outs []outcome, wants []want) (stepResult, error) {
 func (s *Store) apply(tx *bbolt.Tx, j *Job, o outcome, res *stepResult) error {
 	items := tx.Bucket(bucketItems).Bucket([]byte(j.ID))
 	if items == nil {
-		return fmt.Errorf("jobs: job %s has no items: %w", j.ID, ErrCorrupt)
+		s.log.Error("jobs: job has no items", "job", j.ID, "file", s.path)
+		res.damaged = append(res.damaged, j.ID)
+		res.stale++
+		return nil
 	}
 	v := items.Get(u32(o.index))
-	if v == nil {
-		return fmt.Errorf("jobs: job %s has no item %d: %w", j.ID, o.index, ErrCorrupt)
-	}
-	it, err := decodeItem(o.index, v)
-	if err != nil {
+	it, err := decodeItem(j.ID, o.index, v)
+	if errors.Is(err, ErrCorrupt) {
+		// Failed by repair: this run's result has nowhere to go.
+		res.damaged = append(res.damaged, j.ID)
+		res.stale++
+		return s.repair(tx, j)
+	} else if err != nil {
 		return err
 	}
 	if it.Status != Running {
@@ -160,12 +186,24 @@ func (s *Store) take(tx *bbolt.Tx, j *Job, w want, now time.Time, res *stepResul
 	}
 	items := tx.Bucket(bucketItems).Bucket([]byte(j.ID))
 	if items == nil {
-		return fmt.Errorf("jobs: job %s has no items: %w", j.ID, ErrCorrupt)
+		s.log.Error("jobs: job has no items: the job is given up", "job", j.ID, "file", s.path)
+		res.damaged = append(res.damaged, j.ID)
+		res.closed = append(res.closed, j.ID)
+		return nil
 	}
 	late := !j.Deadline.IsZero() && !now.Before(j.Deadline)
+	// Every record the scan passes is checked, not only the queued ones:
+	// a damaged status byte would otherwise hide a queued item (the job
+	// then never finishes) or make a finished one run again.
+	damaged := false
 	var picked []uint32
 	for _, idx := range w.retry {
-		if v := items.Get(u32(idx)); len(v) > 0 && v[0] == statusByte[Queued] {
+		v := items.Get(u32(idx))
+		if checkItem(j.ID, idx, v) != nil {
+			damaged = true
+			continue
+		}
+		if v[0] == statusByte[Queued] {
 			picked = append(picked, idx)
 		}
 	}
@@ -182,15 +220,22 @@ func (s *Store) take(tx *bbolt.Tx, j *Job, w want, now time.Time, res *stepResul
 		}
 		idx := binary.BigEndian.Uint32(k)
 		next = idx + 1
-		if len(v) > 0 && v[0] == statusByte[Queued] {
+		if checkItem(j.ID, idx, v) != nil {
+			damaged = true
+			continue
+		}
+		if v[0] == statusByte[Queued] {
 			picked = append(picked, idx)
 		}
 	}
 	res.cursor[j.ID] = next
 	res.exhausted[j.ID] = k == nil
 	for _, idx := range picked {
-		it, err := decodeItem(idx, items.Get(u32(idx)))
-		if err != nil {
+		it, err := decodeItem(j.ID, idx, items.Get(u32(idx)))
+		if errors.Is(err, ErrCorrupt) {
+			damaged = true // the JSON, under a right checksum: a bug's
+			continue
+		} else if err != nil {
 			return err
 		}
 		if late {
@@ -205,6 +250,12 @@ func (s *Store) take(tx *bbolt.Tx, j *Job, w want, now time.Time, res *stepResul
 			return err
 		}
 		res.claims = append(res.claims, claim{id: j.ID, index: idx, input: input, attempts: it.Attempts})
+	}
+	if damaged {
+		res.damaged = append(res.damaged, j.ID)
+		if err := s.repair(tx, j); err != nil {
+			return err
+		}
 	}
 	if j.Done() {
 		res.closed = append(res.closed, j.ID)
@@ -224,7 +275,12 @@ func (s *Store) active() ([]Job, error) {
 					return fmt.Errorf("jobs: %s: %w: active key %x", s.path, ErrCorrupt, k)
 				}
 				j, err := s.job(tx, string(k[8:]))
-				if err != nil {
+				if errors.Is(err, ErrCorrupt) {
+					// Open moves such a job out of the active ones; one
+					// damaged since is left for the next Open.
+					s.log.Error("jobs: damaged job record: the job is given up", "job", string(k[8:]), "file", s.path, "err", err)
+					continue
+				} else if err != nil {
 					return err
 				}
 				out = append(out, j)

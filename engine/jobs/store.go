@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,6 +36,11 @@ var (
 	ErrCorrupt = errors.New("corrupt job store")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("job store closed")
+	// ErrFormat: the store file was written in a layout this batchd does
+	// not read (an older one's); Open names it.
+	ErrFormat = errors.New("job store format")
+	// ErrBusy: StreamsMax submissions are being written in parts already.
+	ErrBusy = errors.New("too many large submissions at once")
 )
 
 // Status is a job's or an item's state.
@@ -220,7 +227,20 @@ type Item struct {
 	BatchSize int           `json:"bs,omitempty"`
 }
 
-func encodeItem(it *Item) ([]byte, error) {
+// Records carry a CRC-32C (Castagnoli) over their key and their bytes: a
+// byte changed on disk (bbolt checks its pages' structure, not their
+// contents) is found when the record is read, instead of being served as
+// if it were what was written. The key is in the sum so that a record
+// moved to another key fails too.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// crcBytes is the size of a record's checksum.
+const crcBytes = 4
+
+// encodeItem is an item's record: its status byte (so a scan for queued
+// items need not decode the rest), the CRC-32C of key and record, then the
+// item as JSON.
+func encodeItem(id string, it *Item) ([]byte, error) {
 	b, err := json.Marshal(it)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode item: %w", err)
@@ -229,23 +249,81 @@ func encodeItem(it *Item) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("jobs: item status %q", it.Status)
 	}
-	return append([]byte{sb}, b...), nil
+	v := make([]byte, 1+crcBytes+len(b))
+	v[0] = sb
+	copy(v[1+crcBytes:], b)
+	binary.BigEndian.PutUint32(v[1:], itemSumOf(id, uint32(it.Index), v))
+	return v, nil
 }
 
-func decodeItem(idx uint32, v []byte) (Item, error) {
+// itemSumOf is the checksum of record v, leaving its checksum field out.
+func itemSumOf(id string, idx uint32, v []byte) uint32 {
+	sum := crc32.Update(0, castagnoli, []byte(id))
+	sum = crc32.Update(sum, castagnoli, u32(idx))
+	sum = crc32.Update(sum, castagnoli, v[:1])
+	return crc32.Update(sum, castagnoli, v[1+crcBytes:])
+}
+
+// checkItem reports whether record v of job id's item idx is whole: long
+// enough, a known status, its checksum right.
+func checkItem(id string, idx uint32, v []byte) error {
+	if len(v) < 1+crcBytes+2 {
+		return fmt.Errorf("jobs: job %s item %d: %d-byte record: %w", id, idx, len(v), ErrCorrupt)
+	}
+	if _, ok := statusOf(v[0]); !ok {
+		return fmt.Errorf("jobs: job %s item %d: status byte %q: %w", id, idx, v[0], ErrCorrupt)
+	}
+	if got, want := itemSumOf(id, idx, v), binary.BigEndian.Uint32(v[1:]); got != want {
+		return fmt.Errorf("jobs: job %s item %d: checksum %08x, record says %08x: %w", id, idx, got, want, ErrCorrupt)
+	}
+	return nil
+}
+
+func decodeItem(id string, idx uint32, v []byte) (Item, error) {
 	var it Item
-	if len(v) < 2 {
-		return it, fmt.Errorf("jobs: item %d: %d-byte record: %w", idx, len(v), ErrCorrupt)
+	if err := checkItem(id, idx, v); err != nil {
+		return it, err
 	}
-	st, ok := statusOf(v[0])
-	if !ok {
-		return it, fmt.Errorf("jobs: item %d: status byte %q: %w", idx, v[0], ErrCorrupt)
+	if err := json.Unmarshal(v[1+crcBytes:], &it); err != nil {
+		return it, fmt.Errorf("jobs: job %s item %d: %w: %w", id, idx, ErrCorrupt, err)
 	}
-	if err := json.Unmarshal(v[1:], &it); err != nil {
-		return it, fmt.Errorf("jobs: item %d: %w: %w", idx, ErrCorrupt, err)
-	}
+	st, _ := statusOf(v[0])
 	it.Index, it.Status = int(idx), st
 	return it, nil
+}
+
+// encodeJob is a job's record: the CRC-32C of its id and JSON, then the
+// JSON.
+func encodeJob(j *Job) ([]byte, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: encode job: %w", err)
+	}
+	v := make([]byte, crcBytes+len(b))
+	copy(v[crcBytes:], b)
+	binary.BigEndian.PutUint32(v, jobSum(j.ID, b))
+	return v, nil
+}
+
+func jobSum(id string, b []byte) uint32 {
+	return crc32.Update(crc32.Update(0, castagnoli, []byte(id)), castagnoli, b)
+}
+
+func decodeJob(id string, v []byte) (Job, error) {
+	var j Job
+	if len(v) < crcBytes+2 {
+		return j, fmt.Errorf("jobs: job %s: %d-byte record: %w", id, len(v), ErrCorrupt)
+	}
+	if got, want := jobSum(id, v[crcBytes:]), binary.BigEndian.Uint32(v); got != want {
+		return j, fmt.Errorf("jobs: job %s: checksum %08x, record says %08x: %w", id, got, want, ErrCorrupt)
+	}
+	if err := json.Unmarshal(v[crcBytes:], &j); err != nil {
+		return j, fmt.Errorf("jobs: job %s: %w: %w", id, ErrCorrupt, err)
+	}
+	if j.ID != id {
+		return j, fmt.Errorf("jobs: job %s: record names %q: %w", id, j.ID, ErrCorrupt)
+	}
+	return j, nil
 }
 
 // Config configures a Store and its Runner. Start from DefaultConfig.
@@ -297,6 +375,14 @@ type Config struct {
 	RetryMax        int
 	RetryBackoffMin time.Duration
 	RetryBackoffMax time.Duration
+	// StreamsMax bounds the submissions written in parts (Begin) at once;
+	// one more is refused at once (ErrBusy) rather than queued, so that a
+	// burst of large batches cannot pile up memory or the store's writer.
+	// Default 4.
+	StreamsMax int
+	// Log is where the store reports the records it finds damaged; nil
+	// discards.
+	Log *slog.Logger
 }
 
 // DefaultConfig returns the defaults, with path as the file.
@@ -319,6 +405,7 @@ func DefaultConfig(path string) Config {
 		RetryMax:        200,
 		RetryBackoffMin: 20 * time.Millisecond,
 		RetryBackoffMax: 2 * time.Second,
+		StreamsMax:      4,
 	}
 }
 
@@ -340,6 +427,8 @@ func (c Config) Validate() error {
 		return errors.New("jobs config: FlushItems and FlushEvery must be positive")
 	case c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin:
 		return errors.New("jobs config: want 0 < RetryBackoffMin <= RetryBackoffMax")
+	case c.StreamsMax < 1:
+		return fmt.Errorf("jobs config: StreamsMax %d: must be positive", c.StreamsMax)
 	}
 	return nil
 }
@@ -352,6 +441,10 @@ var (
 	bucketIdem   = []byte("idem")
 	bucketActive = []byte("active")
 	bucketDone   = []byte("done")
+	// bucketStaging lists the submissions being written in parts (id to
+	// nothing): their items are in bucketItems, but no job record names
+	// them yet. Open drops what a crash left there.
+	bucketStaging = []byte("staging")
 
 	keyFormat    = []byte("format")
 	keyJobsHeld  = []byte("jobs_held")
@@ -359,8 +452,9 @@ var (
 )
 
 // formatVersion is the layout this code writes; a file of another is
-// refused at Open rather than misread.
-const formatVersion = 1
+// refused at Open rather than misread. Format 2 added the records'
+// checksums (format 1 had none).
+const formatVersion = 2
 
 // submitBatchDelay is the longest a submission waits to share a commit.
 const submitBatchDelay = 2 * time.Millisecond
@@ -373,6 +467,10 @@ type Store struct {
 	db   *bbolt.DB
 	cfg  Config
 	path string
+	log  *slog.Logger
+	// streams holds a token per submission being written in parts
+	// (StreamsMax).
+	streams chan struct{}
 	// now is the wall clock (injected by tests): retention and deadlines
 	// must survive a restart, which the engine's clock does not.
 	now func() time.Time
@@ -390,10 +488,20 @@ func Open(cfg Config, now func() time.Time) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if dir := filepath.Dir(cfg.Path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("jobs: store directory: %w", err)
 		}
+	}
+	// bbolt makes a new store of an empty file; but batchd's store is
+	// never empty once created, so an empty file is one truncated (a
+	// copy cut short, a full disk): its jobs would be lost in silence.
+	if fi, err := os.Stat(cfg.Path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		return nil, fmt.Errorf("jobs: open %s: %w: the file is empty (0 bytes), not a job store; move it away to start with an empty store", cfg.Path, ErrCorrupt)
 	}
 	db, err := openDB(cfg.Path, cfg.OpenTimeout)
 	if err != nil {
@@ -402,7 +510,7 @@ func Open(cfg Config, now func() time.Time) (*Store, error) {
 	// A submission waits at most this long for others to share its
 	// commit (bbolt's default is 10 ms).
 	db.MaxBatchDelay = submitBatchDelay
-	s := &Store{db: db, cfg: cfg, path: cfg.Path, now: now}
+	s := &Store{db: db, cfg: cfg, path: cfg.Path, log: log, now: now, streams: make(chan struct{}, cfg.StreamsMax)}
 	if err := s.guard(s.check); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -471,7 +579,7 @@ func (s *Store) check() error {
 // and recovers the items left running.
 func (s *Store) init() error {
 	return s.db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketJobs, bucketItems, bucketIdem, bucketActive, bucketDone} {
+		for _, name := range [][]byte{bucketMeta, bucketJobs, bucketItems, bucketIdem, bucketActive, bucketDone, bucketStaging} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("jobs: %s: %w: bucket %s: %w", s.path, ErrCorrupt, name, err)
 			}
@@ -482,8 +590,13 @@ func (s *Store) init() error {
 			if err := meta.Put(keyFormat, u64(formatVersion)); err != nil {
 				return err
 			}
+		case len(v) == 8 && binary.BigEndian.Uint64(v) < formatVersion:
+			return fmt.Errorf("jobs: %s: %w %d, written by an older batchd (this one reads format %d): let that version finish its jobs, or move the file away", s.path, ErrFormat, binary.BigEndian.Uint64(v), formatVersion)
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != formatVersion:
 			return fmt.Errorf("jobs: %s: %w: format %x, this batchd reads %d", s.path, ErrCorrupt, v, formatVersion)
+		}
+		if err := s.dropStaged(tx); err != nil {
+			return err
 		}
 		return s.recover(tx)
 	})
@@ -491,19 +604,31 @@ func (s *Store) init() error {
 
 // recover queues again every item of an unfinished job that was running
 // when the last process stopped, counting the attempt it spent; one past
-// AttemptMax fails.
+// AttemptMax fails. A job whose record is damaged is logged and moved to
+// the finished ones (retention drops it); an item whose record is damaged
+// fails (see repair): neither stops the start or the other jobs.
 func (s *Store) recover(tx *bbolt.Tx) error {
-	var ids []string
+	var keys [][]byte
 	c := tx.Bucket(bucketActive).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		if len(k) <= 8 {
 			return fmt.Errorf("jobs: %s: %w: active key %x", s.path, ErrCorrupt, k)
 		}
-		ids = append(ids, string(k[8:]))
+		keys = append(keys, bytes.Clone(k))
 	}
-	for _, id := range ids {
+	for _, k := range keys {
+		id := string(k[8:])
 		j, err := s.job(tx, id)
-		if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			s.log.Error("jobs: damaged job record: the job is given up", "job", id, "file", s.path, "err", err)
+			if err := tx.Bucket(bucketActive).Delete(k); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketDone).Put(append(u64(uint64(s.now().UnixNano())), id...), nil); err != nil {
+				return err
+			}
+			continue
+		} else if err != nil {
 			return err
 		}
 		if j.Counts.Running == 0 {
@@ -514,18 +639,34 @@ func (s *Store) recover(tx *bbolt.Tx) error {
 			return fmt.Errorf("jobs: %s: %w: job %s has no items", s.path, ErrCorrupt, id)
 		}
 		var running []Item
+		damaged := false
 		ic := items.Cursor()
 		for k, v := ic.First(); k != nil; k, v = ic.Next() {
 			if len(v) > 0 && v[0] == statusByte[Running] {
-				it, err := decodeItem(binary.BigEndian.Uint32(k), v)
+				it, err := decodeItem(id, binary.BigEndian.Uint32(k), v)
 				if err != nil {
-					return err
+					damaged = true
+					break
 				}
 				running = append(running, it)
 			}
 		}
-		if len(running) != j.Counts.Running {
-			return fmt.Errorf("jobs: %s: %w: job %s counts %d running items, holds %d", s.path, ErrCorrupt, id, j.Counts.Running, len(running))
+		if damaged || len(running) != j.Counts.Running {
+			// Fail the damaged records, count the job again from what
+			// is left, and look again.
+			if err := s.repair(tx, &j); err != nil {
+				return err
+			}
+			running = running[:0]
+			for k, v := ic.First(); k != nil; k, v = ic.Next() {
+				if len(v) > 0 && v[0] == statusByte[Running] {
+					it, err := decodeItem(id, binary.BigEndian.Uint32(k), v)
+					if err != nil {
+						return err // repair left none: a bug
+					}
+					running = append(running, it)
+				}
+			}
 		}
 		for i := range running {
 			it := &running[i]
@@ -541,6 +682,113 @@ func (s *Store) recover(tx *bbolt.Tx) error {
 			}
 		}
 		if err := s.putJob(tx, &j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// codeCorrupt is the error code of an item whose stored record was found
+// damaged.
+const codeCorrupt = "corrupt"
+
+// corruptItem is what a damaged item record is replaced with: failed, its
+// input and any result lost.
+func corruptItem(idx uint32, cause error) Item {
+	return Item{Index: int(idx), Status: Failed, Error: &ItemError{Code: codeCorrupt, HTTPStatus: 500,
+		Message: "the stored record of this item was damaged (" + cause.Error() + "); its input and result are lost"}}
+}
+
+// repairItemsMax bounds the damaged records repair logs one by one.
+const repairItemsMax = 10
+
+// repair fails every damaged item record of j (wrong checksum, unknown
+// status, bad JSON), logging each at error level with the job's id, then
+// counts j's items again from their records, moving j to the finished
+// jobs if none is left to run. The caller writes j. One damaged record
+// costs its item, never the other items or jobs: an error here is the
+// store failing to write, not the record.
+func (s *Store) repair(tx *bbolt.Tx, j *Job) error {
+	items := tx.Bucket(bucketItems).Bucket([]byte(j.ID))
+	if items == nil {
+		return fmt.Errorf("jobs: job %s has no items: %w", j.ID, ErrCorrupt)
+	}
+	type bad struct {
+		idx   uint32
+		cause error
+	}
+	var damaged []bad
+	var counts Counts
+	c := items.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 4 {
+			return fmt.Errorf("jobs: job %s: item key %x: %w", j.ID, k, ErrCorrupt)
+		}
+		idx := binary.BigEndian.Uint32(k)
+		if _, err := decodeItem(j.ID, idx, v); err != nil {
+			damaged = append(damaged, bad{idx, err})
+			counts.add(Failed, 1)
+			continue
+		}
+		st, _ := statusOf(v[0])
+		counts.add(st, 1)
+	}
+	counts.Total = counts.Queued + counts.Running + counts.finished()
+	for i, d := range damaged {
+		if i < repairItemsMax {
+			s.log.Error("jobs: damaged item record: the item fails", "job", j.ID, "item", d.idx, "file", s.path, "err", d.cause)
+		}
+		it := corruptItem(d.idx, d.cause)
+		v, err := encodeItem(j.ID, &it)
+		if err != nil {
+			return err
+		}
+		if err := items.Put(u32(d.idx), v); err != nil {
+			return err
+		}
+	}
+	if len(damaged) > repairItemsMax {
+		s.log.Error("jobs: more damaged item records", "job", j.ID, "count", len(damaged)-repairItemsMax)
+	}
+	if counts.Total != j.Counts.Total {
+		// Records missing (or more than submitted): the job's own total
+		// is what the client was told; the gap fails.
+		s.log.Error("jobs: job's items do not match its total", "job", j.ID, "total", j.Counts.Total, "held", counts.Total)
+		counts.Failed += j.Counts.Total - counts.Total
+		counts.Total = j.Counts.Total
+		if counts.Failed < 0 {
+			return fmt.Errorf("jobs: job %s holds %d items more than its total: %w", j.ID, -counts.Failed, ErrCorrupt)
+		}
+	}
+	wasDone := j.Done()
+	j.Counts = counts
+	if j.Kind == KindInfer && j.Done() && damaged != nil {
+		j.Result = Failed
+	}
+	if !wasDone && j.Done() {
+		j.Finished = s.now()
+		if err := tx.Bucket(bucketActive).Delete(activeKey(j)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketDone).Put(doneKey(j), nil)
+	}
+	return nil
+}
+
+// dropStaged drops the items of submissions a crash cut short in the
+// middle of their writing: no client was told of them.
+func (s *Store) dropStaged(tx *bbolt.Tx) error {
+	var ids [][]byte
+	st := tx.Bucket(bucketStaging)
+	c := st.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		ids = append(ids, bytes.Clone(k))
+	}
+	for _, id := range ids {
+		if err := tx.Bucket(bucketItems).DeleteBucket(id); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+			return fmt.Errorf("jobs: drop the staged items of %s: %w", id, err)
+		}
+		if err := st.Delete(id); err != nil {
 			return err
 		}
 	}
@@ -598,8 +846,9 @@ func (s *Store) job(tx *bbolt.Tx, id string) (Job, error) {
 	if v == nil {
 		return j, ErrNotFound
 	}
-	if err := json.Unmarshal(v, &j); err != nil {
-		return j, fmt.Errorf("jobs: %s: job %s: %w: %w", s.path, id, ErrCorrupt, err)
+	j, err := decodeJob(id, v)
+	if err != nil {
+		return j, fmt.Errorf("jobs: %s: %w", s.path, err)
 	}
 	return j, nil
 }
@@ -608,9 +857,9 @@ func (s *Store) putJob(tx *bbolt.Tx, j *Job) error {
 	if err := j.Counts.check(); err != nil {
 		return fmt.Errorf("jobs: job %s: %w", j.ID, err)
 	}
-	b, err := json.Marshal(j)
+	b, err := encodeJob(j)
 	if err != nil {
-		return fmt.Errorf("jobs: encode job: %w", err)
+		return err
 	}
 	return tx.Bucket(bucketJobs).Put([]byte(j.ID), b)
 }
@@ -626,7 +875,7 @@ func (s *Store) setItem(tx *bbolt.Tx, j *Job, it *Item, next Status) error {
 	j.Counts.add(it.Status, -1)
 	j.Counts.add(next, 1)
 	it.Status = next
-	v, err := encodeItem(it)
+	v, err := encodeItem(j.ID, it)
 	if err != nil {
 		return err
 	}
@@ -682,16 +931,16 @@ func (s *Store) Submit(sp Spec) (Job, bool, error) {
 			return Job{}, false, fmt.Errorf("jobs: item %d: %d bytes, over %d: %w", i, len(in), s.cfg.InputMaxBytes, ErrInvalid)
 		}
 	}
+	id := rand.Text()
 	// Encoded before the transaction, which holds the store's one writer.
 	encoded := make([][]byte, len(sp.Inputs))
 	for i, in := range sp.Inputs {
-		v, err := encodeItem(&Item{Status: Queued, Input: in})
+		v, err := encodeItem(id, &Item{Index: i, Status: Queued, Input: in})
 		if err != nil {
 			return Job{}, false, err
 		}
 		encoded[i] = v
 	}
-	id := rand.Text()
 	var out Job
 	existing := false
 	err := s.guard(func() error {
@@ -702,16 +951,10 @@ func (s *Store) Submit(sp Spec) (Job, bool, error) {
 		return s.db.Batch(func(tx *bbolt.Tx) error {
 			out, existing = Job{}, false
 			if sp.IdempotencyKey != "" {
-				if prev := tx.Bucket(bucketIdem).Get(idemKey(sp.Tenant, sp.IdempotencyKey)); prev != nil {
-					j, err := s.job(tx, string(prev))
-					if err != nil {
-						return err
-					}
-					if j.BodyHash != sp.BodyHash {
-						return fmt.Errorf("jobs: key %q names job %s: %w", sp.IdempotencyKey, j.ID, ErrConflict)
-					}
-					out, existing = j, true
-					return nil
+				j, found, err := s.idempotent(tx, sp)
+				if err != nil || found {
+					out, existing = j, found
+					return err
 				}
 			}
 			if counter(tx, keyJobsHeld) >= s.cfg.JobsMax || counter(tx, keyItemsHeld)+len(sp.Inputs) > s.cfg.ItemsStoredMax {
@@ -772,6 +1015,26 @@ func (s *Store) Submit(sp Spec) (Job, bool, error) {
 	return out, !existing, nil
 }
 
+// idempotent looks sp's idempotency key up: the job it names, if any, or
+// ErrConflict if that job's request was another. A key left naming a job
+// no longer held (a damaged job that retention dropped) is no key.
+func (s *Store) idempotent(tx *bbolt.Tx, sp Spec) (Job, bool, error) {
+	prev := tx.Bucket(bucketIdem).Get(idemKey(sp.Tenant, sp.IdempotencyKey))
+	if prev == nil {
+		return Job{}, false, nil
+	}
+	j, err := s.job(tx, string(prev))
+	if errors.Is(err, ErrNotFound) {
+		return Job{}, false, nil
+	} else if err != nil {
+		return Job{}, false, err
+	}
+	if j.BodyHash != sp.BodyHash {
+		return Job{}, false, fmt.Errorf("jobs: key %q names job %s: %w", sp.IdempotencyKey, j.ID, ErrConflict)
+	}
+	return j, true, nil
+}
+
 // Get returns tenant's job id. Another tenant's job is ErrNotFound, so ids
 // do not leak.
 func (s *Store) Get(tenant, id string) (Job, error) {
@@ -819,9 +1082,14 @@ func (s *Store) Items(tenant, id string, offset, limit int) (Job, []Item, error)
 			out = make([]Item, 0, min(limit, j.Counts.Total-offset))
 			c := items.Cursor()
 			for k, v := c.Seek(u32(uint32(offset))); k != nil && len(out) < limit; k, v = c.Next() {
-				it, err := decodeItem(binary.BigEndian.Uint32(k), v)
+				idx := binary.BigEndian.Uint32(k)
+				it, err := decodeItem(id, idx, v)
 				if err != nil {
-					return err
+					// A read cannot write the repair (the runner does,
+					// if the job still runs): the item is shown failed
+					// rather than the page refused or the bytes served.
+					s.log.Error("jobs: damaged item record", "job", id, "item", idx, "file", s.path, "err", err)
+					it = corruptItem(idx, err)
 				}
 				out = append(out, it)
 			}
@@ -862,9 +1130,17 @@ func (s *Store) cancel(tenant, id string) (Job, error) {
 					}
 				}
 				for _, idx := range queued {
-					it, err := decodeItem(idx, items.Get(u32(idx)))
-					if err != nil {
+					it, err := decodeItem(id, idx, items.Get(u32(idx)))
+					if errors.Is(err, ErrCorrupt) {
+						if err := s.repair(tx, &j); err != nil {
+							return err
+						}
+						continue
+					} else if err != nil {
 						return err
+					}
+					if it.Status != Queued {
+						continue // a repair failed it
 					}
 					it.Error = &ItemError{Code: "cancelled", Message: "the job was cancelled", HTTPStatus: 499}
 					if err := s.setItem(tx, &j, &it, Cancelled); err != nil {
@@ -919,10 +1195,18 @@ func (s *Store) sweep(tx *bbolt.Tx, full bool) (int, error) {
 	for _, k := range drop {
 		id := string(k[8:])
 		j, err := s.job(tx, id)
-		if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			// A damaged record goes with its job; its idempotency key,
+			// which only the record names, is left to be taken over.
+			j = Job{ID: id}
+			if items := tx.Bucket(bucketItems).Bucket([]byte(id)); items != nil {
+				j.Counts.Total = items.Stats().KeyN
+			}
+			s.log.Error("jobs: retention drops a job with a damaged record", "job", id, "file", s.path, "err", err)
+		} else if err != nil {
 			return 0, err
 		}
-		if err := tx.Bucket(bucketItems).DeleteBucket([]byte(id)); err != nil {
+		if err := tx.Bucket(bucketItems).DeleteBucket([]byte(id)); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
 			return 0, fmt.Errorf("jobs: drop items of %s: %w", id, err)
 		}
 		if err := tx.Bucket(bucketJobs).Delete([]byte(id)); err != nil {
@@ -939,7 +1223,9 @@ func (s *Store) sweep(tx *bbolt.Tx, full bool) (int, error) {
 		if err := addCounter(tx, keyJobsHeld, -1); err != nil {
 			return 0, err
 		}
-		if err := addCounter(tx, keyItemsHeld, -j.Counts.Total); err != nil {
+		// Clamped: a damaged job's total is its records' count, which
+		// may not be what was added.
+		if err := addCounter(tx, keyItemsHeld, -min(j.Counts.Total, counter(tx, keyItemsHeld))); err != nil {
 			return 0, err
 		}
 	}
