@@ -81,9 +81,9 @@ func (h *Handler) submitJob(w http.ResponseWriter, r *http.Request, k *tenantKey
 	if !c.prioritySet {
 		c.priority = actors.PriorityLow
 	}
-	key := r.Header.Get(IdempotencyKeyHeader)
-	if len(r.Header.Values(IdempotencyKeyHeader)) > 1 {
-		h.fail(w, r, badRequest("more than one %s header", IdempotencyKeyHeader))
+	key, aerr := idempotencyKey(r)
+	if aerr != nil {
+		h.fail(w, r, aerr)
 		return
 	}
 	sp := jobs.Spec{
@@ -106,6 +106,23 @@ func (h *Handler) submitJob(w http.ResponseWriter, r *http.Request, k *tenantKey
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	h.writeJSON(w, r, http.StatusAccepted, acceptedJob{ID: j.ID, StatusURL: url, Status: string(j.Status()), Total: j.Counts.Total})
+}
+
+// idempotencyKey returns the request's Idempotency-Key, "" when it has
+// none. A header sent empty is refused (400 bad_request) rather than taken
+// as no key: the client meant its retries to be recognised, and they
+// would each make a new job.
+func idempotencyKey(r *http.Request) (string, *apiError) {
+	vs := r.Header.Values(IdempotencyKeyHeader)
+	switch {
+	case len(vs) > 1:
+		return "", badRequest("more than one %s header", IdempotencyKeyHeader)
+	case len(vs) == 1 && vs[0] == "":
+		return "", badRequest("%s header is empty: send a key of 1 to 256 printable characters, or no header", IdempotencyKeyHeader)
+	case len(vs) == 1:
+		return vs[0], nil
+	}
+	return "", nil
 }
 
 // acceptedJob is the 202 of a durable job.

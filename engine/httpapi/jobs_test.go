@@ -316,6 +316,18 @@ func TestJobIdempotency(t *testing.T) {
 	if n := len(f.requests()); n != 4 {
 		t.Errorf("%d engine calls, want 4 (two jobs of two)", n)
 	}
+	// An empty key is refused, not taken as none: the client's retries
+	// would each make a new job.
+	for _, path := range []string{"/v1/models/m/infer", "/v1/models/m/batch"} {
+		body := `{"input": "a", "async": true}`
+		if strings.HasSuffix(path, "batch") {
+			body = `{"items": [{"input": "a"}], "async": true}`
+		}
+		r := serve(h, "POST", path, body, "Authorization", "Bearer key-a", "Idempotency-Key", "")
+		if r.status != 400 || r.errCode(t) != "bad_request" || !strings.Contains(string(r.body), "Idempotency-Key header is empty") {
+			t.Errorf("%s with an empty key: %d %s", path, r.status, r.body)
+		}
+	}
 	bad := []string{"Idempotency-Key", "a\x7fb"}
 	if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "a", "async": true}`, append([]string{"Authorization", "Bearer key-a"}, bad...)...); r.status != 400 {
 		t.Errorf("control character in the key: %d %s", r.status, r.body)
