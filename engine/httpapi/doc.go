@@ -41,6 +41,10 @@
 //
 // # Decoding
 //
+// Every POST body is JSON: no Content-Type, application/json or
+// application/*+json (charset utf-8, if given) are read as such, and so is
+// application/x-www-form-urlencoded, which `curl -d` declares for the JSON
+// it sends; any other type is 415 before the body is read.
 // Bad input never reaches the engine: the body must be valid UTF-8 JSON of
 // at most Config.BodyMaxBytes, with one value and nothing after it; inputs
 // must be present and at most Config.InputMaxBytes (or the model's
@@ -76,11 +80,13 @@
 //	401     unauthorized                       API keys configured; no or unknown bearer token
 //	403     forbidden                          the key may not use this model (APIKey.Models)
 //	404     unknown_model                      model or version not in the registry (here, or Reason unknown_model)
-//	404     not_found                          no such route; async id or job unknown, expired, or another tenant's
+//	404     not_found                          no such route (a path with ".", ".." or "//" included: no
+//	                                           redirect); async id or job unknown, expired, or another tenant's
 //	405     method_not_allowed                 wrong method for the route
 //	408     request_timeout                    the body did not arrive within BodyReadTimeout
 //	409     idempotency_conflict               Idempotency-Key reused with a different request
 //	413     body_too_large                     body over BodyMaxBytes
+//	415     unsupported_media_type             a POST whose Content-Type is not JSON (see Decoding)
 //	429     rate_limited, quota                Rejected, Reason rate_limited or quota (the tenant's limits)
 //	503     queue_full, overloaded, no_device, Rejected for load, no device, or draining; engine.ErrInFlightMax
 //	        draining                           (overloaded), engine.ErrClosed (draining), async bound full

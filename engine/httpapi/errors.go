@@ -35,6 +35,7 @@ const (
 	codeTooLarge     = "body_too_large"
 	codeTimeout      = "request_timeout"
 	codeMethod       = "method_not_allowed"
+	codeMediaType    = "unsupported_media_type"
 	codeOverloaded   = "overloaded"
 	codeDraining     = "draining"
 	codeDeadline     = "deadline"

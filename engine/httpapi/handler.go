@@ -13,8 +13,10 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
+	"mime"
 	"net"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,7 +179,9 @@ func (h *Handler) routes() {
 
 // route registers a path for one method. The method is checked here rather
 // than in the mux pattern so that a wrong method gets a JSON 405, like
-// every other error, not the mux's plain text.
+// every other error, not the mux's plain text. Every POST route takes a
+// JSON body, so its Content-Type is checked here too, once for all of
+// them (jobs' included).
 func (h *Handler) route(method, path string, fn http.HandlerFunc) {
 	h.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
@@ -185,8 +189,62 @@ func (h *Handler) route(method, path string, fn http.HandlerFunc) {
 			h.fail(w, r, &apiError{status: http.StatusMethodNotAllowed, code: codeMethod, msg: r.Method + " not allowed; use " + method})
 			return
 		}
+		if method == http.MethodPost {
+			if aerr := checkContentType(r.Header); aerr != nil {
+				h.fail(w, r, aerr)
+				return
+			}
+		}
 		fn(w, r)
 	})
+}
+
+// checkContentType refuses, with 415, a body declared as anything but
+// JSON: a client that sends text/plain or XML is not sending what it
+// thinks the server reads, and a JSON body in another charset would not
+// decode as its sender meant. Accepted: no Content-Type (JSON is assumed),
+// application/json and application/*+json, with charset utf-8 if any; and
+// application/x-www-form-urlencoded, which is what `curl -d` (the README's
+// and `batchd serve`'s own examples) declares for the JSON it sends; the
+// body is decoded as JSON all the same.
+func checkContentType(hdr http.Header) *apiError {
+	vals := hdr.Values("Content-Type")
+	if len(vals) == 0 || (len(vals) == 1 && strings.TrimSpace(vals[0]) == "") {
+		return nil
+	}
+	unsupported := func(format string, args ...any) *apiError {
+		return &apiError{status: http.StatusUnsupportedMediaType, code: codeMediaType, msg: fmt.Sprintf(format, args...)}
+	}
+	if len(vals) > 1 {
+		return unsupported("more than one Content-Type")
+	}
+	mt, params, err := mime.ParseMediaType(vals[0])
+	if err != nil {
+		return unsupported("Content-Type %q: %v; send application/json", truncate(vals[0]), err)
+	}
+	switch {
+	case mt == "application/json", mt == "application/x-www-form-urlencoded":
+	case strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"):
+	default:
+		return unsupported("Content-Type %q: the body must be JSON (application/json)", truncate(mt))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return unsupported("charset %q: JSON bodies are UTF-8", truncate(cs))
+	}
+	return nil
+}
+
+// canonicalPath is p as net/http's ServeMux cleans it: no "." or ".."
+// segments, no empty ones, its trailing slash kept.
+func canonicalPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	c := path.Clean(p)
+	if p[len(p)-1] == '/' && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // routeMethods registers a path for several methods, each with its own
@@ -227,6 +285,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// that trickles it must not hold the connection. readBody clears
 		// it once the body is in.
 		_ = rc.SetReadDeadline(now.Add(h.cfg.BodyReadTimeout))
+	}
+	// ServeMux answers a path with "..", "." or "//" with a redirect to its
+	// clean form, in HTML: an API client has no use for either, and a
+	// redirect of a POST is followed differently by every client. No
+	// route is at such a path, so it is a JSON 404 like any other.
+	if r.Method != http.MethodConnect && canonicalPath(r.URL.Path) != r.URL.Path {
+		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such route: " + truncate(r.URL.Path) + " is not in canonical form (no '.', '..' or empty segments)"})
+		return
 	}
 	h.mux.ServeHTTP(w, r)
 }

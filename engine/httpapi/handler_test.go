@@ -621,6 +621,67 @@ func TestDrainingClosesConnections(t *testing.T) {
 	}
 }
 
+// Every POST route takes JSON: a body declared as something else is 415
+// before it is read, on /v1 and /v2 alike; no Content-Type, JSON with its
+// parameters, a +json type and curl -d's form type are served.
+func TestContentType(t *testing.T) {
+	h := newHandler(t, &fakeDoer{}, httpapi.DefaultConfig())
+	routes := map[string]string{
+		"/v1/models/m/infer": `{"input": "x"}`,
+		"/v1/models/m/batch": `{"items": [{"input": "x"}]}`,
+		"/v2/models/m/infer": `{"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["x"]}]}`,
+	}
+	for path, body := range routes {
+		for _, ct := range []string{"", "application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8",
+			"application/vnd.batchd+json", "application/x-www-form-urlencoded"} {
+			var hdr []string
+			if ct != "" {
+				hdr = []string{"Content-Type", ct}
+			}
+			if r := serve(h, "POST", path, body, hdr...); r.status != 200 {
+				t.Errorf("POST %s, Content-Type %q: %d %s, want 200", path, ct, r.status, r.body)
+			}
+		}
+		for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "application/xml", "multipart/form-data; boundary=x",
+			"application/json; charset=utf-16", "application/jsonx", "json", "application/json; charset", "text/json"} {
+			r := serve(h, "POST", path, body, "Content-Type", ct)
+			if r.status != 415 || r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("POST %s, Content-Type %q: %d %s, want a JSON 415", path, ct, r.status, r.body)
+			}
+		}
+		if r := serve(h, "POST", path, body, "Content-Type", "application/json", "Content-Type", "text/plain"); r.status != 415 {
+			t.Errorf("POST %s with two Content-Types: %d, want 415", path, r.status)
+		}
+	}
+	if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x"}`, "Content-Type", "text/plain"); r.errCode(t) != "unsupported_media_type" {
+		t.Errorf("415 code %q", r.errCode(t))
+	}
+	// GET routes take no body, so their Content-Type does not matter.
+	if r := serve(h, "GET", "/v2/health/ready", "", "Content-Type", "text/plain"); r.status != 200 {
+		t.Errorf("GET with text/plain: %d", r.status)
+	}
+}
+
+// A path with ".", ".." or empty segments is a JSON 404, not ServeMux's
+// HTML redirect to the clean path.
+func TestNonCanonicalPaths(t *testing.T) {
+	h := newHandler(t, &fakeDoer{}, httpapi.DefaultConfig())
+	for _, p := range []string{"/v1/models/m/../m/infer", "/v1//models/m/infer", "/v1/models/m/./infer", "/v2/../metrics", "/v2/health/ready/..", "//v2"} {
+		r := serve(h, "POST", p, `{"input": "x"}`)
+		if r.status != 404 {
+			t.Errorf("POST %s: %d %s, want a JSON 404", p, r.status, r.body)
+			continue
+		}
+		if strings.HasPrefix(p, "/v2") {
+			if msg, ok := r.json(t)["error"].(string); !ok || msg == "" {
+				t.Errorf("POST %s: %s, want the v2 error body", p, r.body)
+			}
+		} else if r.errCode(t) != "not_found" {
+			t.Errorf("POST %s: %s, want not_found", p, r.body)
+		}
+	}
+}
+
 // A model's readiness is asked about that model: one no device can take
 // is 503 while another is 200; the server as a whole asks with "", and an
 // unknown model is 404 without asking.
