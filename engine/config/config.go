@@ -102,6 +102,22 @@ type HTTP struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM: the drain
 	// of queued work and the answer to every request in flight.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Metrics says who may read GET /metrics.
+	Metrics Metrics `yaml:"metrics"`
+}
+
+// Metrics says who may read GET /metrics, whose series name every tenant
+// and every model served. With no tenants (an open API) anyone may; with
+// tenants, only a scraper with the metrics key (APIKey or APIKeyEnv), or
+// anyone if Open says so, and never a tenant by its own key.
+type Metrics struct {
+	// APIKey is the bearer token a scraper sends; APIKeyEnv names an
+	// environment variable that holds it instead. At most one is set.
+	APIKey    string `yaml:"api_key"`
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Open serves /metrics without a key even with tenants: for a port
+	// only a trusted scraper can reach.
+	Open bool `yaml:"open"`
 }
 
 // Process is how the Go runtime manages the server's memory. GOGC and
@@ -412,6 +428,9 @@ func (f *File) Has(path string) bool {
 // API keys are written as "(redacted)".
 func (f *File) Marshal() ([]byte, error) {
 	c := *f
+	if c.HTTP.Metrics.APIKey != "" {
+		c.HTTP.Metrics.APIKey = "(redacted)"
+	}
 	c.Tenants = append([]Tenant(nil), f.Tenants...)
 	for i := range c.Tenants {
 		if c.Tenants[i].APIKey != "" {

@@ -358,3 +358,41 @@ func TestRegistryChoice(t *testing.T) {
 		t.Errorf("printed open registry loads back as %+v, %v", g, err)
 	}
 }
+
+// TestMetricsExposure: http.metrics reaches the handler, its key from the
+// file or the environment, redacted when printed; a tenant's key, a key
+// with open, or a short key are mistakes.
+func TestMetricsExposure(t *testing.T) {
+	t.Setenv("SCRAPE_KEY", "scraper-secret")
+	f, err := Load("m.yaml", []byte("http: {metrics: {api_key_env: SCRAPE_KEY}}\ntenants: [{name: a, api_key: tenant-secret}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := f.HTTPConfig()
+	if err != nil || h.MetricsKey != "scraper-secret" || h.MetricsOpen {
+		t.Errorf("metrics key from the environment: %q open %v, %v", h.MetricsKey, h.MetricsOpen, err)
+	}
+	f, err = Load("m.yaml", []byte("http: {metrics: {api_key: scraper-secret}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.Marshal(); err != nil || strings.Contains(string(out), "scraper-secret") {
+		t.Errorf("metrics key printed: %v\n%s", err, out)
+	}
+	if f, err = Load("m.yaml", []byte("http: {metrics: {open: true}}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := f.HTTPConfig(); err != nil || !h.MetricsOpen || h.MetricsKey != "" {
+		t.Errorf("metrics open: %+v, %v", h, err)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"http: {metrics: {api_key: same-secret}}\ntenants: [{name: a, api_key: same-secret}]\n", `http.metrics.api_key: the same key as tenant "a"`},
+		{"http: {metrics: {api_key: scraper-secret, open: true}}\n", "http.metrics.open: true needs no key"},
+		{"http: {metrics: {api_key: short}}\n", "http.metrics.api_key: 5 characters: want at least 8"},
+		{"http: {metrics: {api_key_env: NO_SUCH_VAR_BATCHD}}\n", "http.metrics.api_key: api_key_env: $NO_SUCH_VAR_BATCHD is empty or unset"},
+	} {
+		if _, err := Load("m.yaml", []byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}

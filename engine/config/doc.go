@@ -5,11 +5,14 @@
 //
 // One file describes one server:
 //
-//	http:     listen address, body and input limits, timeouts, async retention
+//	http:     listen address, body and input limits, timeouts, async retention,
+//	          who may read /metrics
 //	engine:   seed, in-flight bound, backend call bound
 //	devices:  count, emulated latency (or a latency model), warm models, fault knobs
 //	policy:   batch max, queue bounds, SLO, margin, key policy, priority aging, ...
 //	models:   names, versions with routing weights, bucket edges, per-model limits
+//	          (left out: the default registry, "echo"; open_registry: true, with
+//	          none listed, serves any model name)
 //	tenants:  API keys with weights, rates, bursts and in-flight caps
 //	default_tenant: the open tenant's share and limits
 //

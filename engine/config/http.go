@@ -60,6 +60,11 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 	c.JobBodyMaxBytes = f.Jobs.BodyMaxBytes
 	c.BatchAsyncAbove = f.Jobs.BatchAsyncAbove
 	c.Models = f.batcherModels()
+	mkey, err := h.Metrics.key()
+	if err != nil {
+		return httpapi.Config{}, fmt.Errorf("config: %w: http.metrics.api_key: %w", ErrInvalid, err)
+	}
+	c.MetricsKey, c.MetricsOpen = mkey, h.Metrics.Open
 	for i, t := range f.Tenants {
 		key, err := t.key()
 		if err != nil {

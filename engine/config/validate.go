@@ -330,9 +330,36 @@ func (v *validator) tenants() {
 		}
 		v.limits(p, t.Limits)
 	}
+	m := v.f.HTTP.Metrics
+	switch key, err := m.key(); {
+	case err != nil:
+		v.bad("http.metrics.api_key", "%v", err)
+	case key != "" && m.Open:
+		v.bad("http.metrics.open", "true needs no key: set it or http.metrics.api_key, not both")
+	case key != "" && keys[key] != "":
+		v.bad("http.metrics.api_key", "the same key as tenant %q: a tenant must not read every tenant's metrics", keys[key])
+	}
 	if len(v.f.Tenants) > v.f.Policy.TenantsMax {
 		v.bad("tenants", "%d tenants: more than policy.tenants_max (%d)", len(v.f.Tenants), v.f.Policy.TenantsMax)
 	}
+}
+
+// key returns the metrics key, from the file or its environment variable;
+// "" when neither is set.
+func (m Metrics) key() (string, error) {
+	switch {
+	case m.APIKey != "" && m.APIKeyEnv != "":
+		return "", fmt.Errorf("set api_key or api_key_env, not both")
+	case m.APIKeyEnv != "":
+		k := os.Getenv(m.APIKeyEnv)
+		if k == "" {
+			return "", fmt.Errorf("api_key_env: $%s is empty or unset", m.APIKeyEnv)
+		}
+		return k, nil
+	case m.APIKey != "" && len(m.APIKey) < 8:
+		return "", fmt.Errorf("%d characters: want at least 8", len(m.APIKey))
+	}
+	return m.APIKey, nil
 }
 
 // key returns the tenant's API key, from the file or its environment

@@ -25,6 +25,15 @@ type Config struct {
 	// keys, a request without "Authorization: Bearer KEY" or with an
 	// unknown key is refused with 401.
 	APIKeys []APIKey
+	// MetricsKey, when set, is the bearer token GET /metrics requires (a
+	// scraper's own, not a tenant's). Without it, /metrics is open while
+	// APIKeys is empty (an open API has nothing to hide) and refused (403)
+	// once there are keys: its series name every tenant and model, which
+	// a tenant restricted to some models must not learn from it.
+	MetricsKey string
+	// MetricsOpen serves /metrics without a key even with APIKeys: for a
+	// server whose port only a trusted scraper can reach. Default false.
+	MetricsOpen bool
 	// BodyMaxBytes caps a request body; larger bodies are refused with 413
 	// without being read further. Default 1 MiB: a full batch of 100
 	// inputs of a few KiB each.
@@ -190,10 +199,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpapi config: ModelLabelsMax %d: must be positive", c.ModelLabelsMax)
 	}
 	keys := map[string]bool{}
+	if c.MetricsKey != "" {
+		if c.MetricsOpen {
+			return fmt.Errorf("httpapi config: MetricsKey and MetricsOpen: set one")
+		}
+		keys[c.MetricsKey] = true // a tenant's key must not open /metrics too
+	}
 	for i, k := range c.APIKeys {
 		switch {
 		case k.Key == "" || keys[k.Key]:
-			return fmt.Errorf("httpapi config: APIKeys[%d]: empty or repeated key", i)
+			return fmt.Errorf("httpapi config: APIKeys[%d]: empty key, or repeated (MetricsKey included)", i)
 		case k.Tenant == "" || len(k.Tenant) > nameMaxBytes || !utf8.ValidString(k.Tenant):
 			return fmt.Errorf("httpapi config: APIKeys[%d]: tenant must be 1 to %d bytes of UTF-8", i, nameMaxBytes)
 		}

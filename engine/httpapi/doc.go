@@ -171,7 +171,11 @@
 // # Metrics
 //
 // GET /metrics serves a registry of the handler's own (not Prometheus's
-// global one):
+// global one). Its series name every tenant and model, so who may read it
+// is configured: anyone while there are no API keys; with keys, only a
+// bearer of Config.MetricsKey (401 otherwise; never a tenant's key), or
+// nobody (403) when no metrics key is set, unless Config.MetricsOpen says
+// anyone may:
 //
 //	batchd_requests_total{model,tenant,outcome,reason}   requests handed to the engine
 //	batchd_http_responses_total{route,code}              every response

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -46,16 +47,19 @@ type Doer interface {
 // Handler is the HTTP adapter: an http.Handler over a Doer. Make it with
 // New; its methods are safe for concurrent use.
 type Handler struct {
-	eng    Doer
-	cfg    Config
-	lim    limits
-	mux    *http.ServeMux
-	met    *metrics
-	async  *asyncStore
-	jobs   JobStore // nil: async requests are in memory, no durable jobs
-	log    *slog.Logger
-	keys   map[[sha256.Size]byte]*tenantKey // nil: open API
-	models map[string]*modelInfo            // nil: any model
+	eng   Doer
+	cfg   Config
+	lim   limits
+	mux   *http.ServeMux
+	met   *metrics
+	async *asyncStore
+	jobs  JobStore // nil: async requests are in memory, no durable jobs
+	log   *slog.Logger
+	keys  map[[sha256.Size]byte]*tenantKey // nil: open API
+	// metricsKeyHash is Config.MetricsKey's SHA-256, compared in constant
+	// time (the key itself is not kept apart from cfg).
+	metricsKeyHash [sha256.Size]byte
+	models         map[string]*modelInfo // nil: any model
 
 	// writeWindow bounds the time from a request's start to the end of its
 	// response: reading the body, the longest wait for the engine, and
@@ -118,6 +122,7 @@ func New(eng Doer, cfg Config) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
+	h.metricsKeyHash = sha256.Sum256([]byte(cfg.MetricsKey))
 	if len(cfg.APIKeys) > 0 {
 		h.keys = make(map[[sha256.Size]byte]*tenantKey, len(cfg.APIKeys))
 		for _, k := range cfg.APIKeys {
@@ -171,7 +176,13 @@ func (h *Handler) routes() {
 	h.route(http.MethodPost, "/v2/models/{model}/infer", h.v2Infer)
 	h.route(http.MethodPost, "/v2/models/{model}/versions/{version}/infer", h.v2Infer)
 	metricsHandler := h.met.handler()
-	h.route(http.MethodGet, "/metrics", metricsHandler.ServeHTTP)
+	h.route(http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if aerr := h.metricsAuth(r); aerr != nil {
+			h.fail(w, r, aerr)
+			return
+		}
+		metricsHandler.ServeHTTP(w, r)
+	})
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such route: " + truncate(r.URL.Path)})
 	})
@@ -416,6 +427,31 @@ func (h *Handler) auth(r *http.Request) (*tenantKey, *apiError) {
 		return nil, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "unknown bearer token"}
 	}
 	return k, nil
+}
+
+// metricsAuth decides who may read /metrics (see Config.MetricsKey): its
+// series name every tenant and every model served, so once tenants have
+// keys, it is not for any of them.
+func (h *Handler) metricsAuth(r *http.Request) *apiError {
+	switch {
+	case h.cfg.MetricsOpen:
+		return nil
+	case h.cfg.MetricsKey != "":
+		const scheme = "Bearer "
+		a := r.Header.Get("Authorization")
+		if len(a) <= len(scheme) || !strings.EqualFold(a[:len(scheme)], scheme) {
+			return &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "missing bearer token (the metrics key)"}
+		}
+		got := sha256.Sum256([]byte(strings.TrimSpace(a[len(scheme):])))
+		if subtle.ConstantTimeCompare(got[:], h.metricsKeyHash[:]) != 1 {
+			return &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "not the metrics key"}
+		}
+		return nil
+	case h.keys != nil:
+		return &apiError{status: http.StatusForbidden, code: codeForbidden,
+			msg: "metrics name every tenant and model: with API keys, scraping them needs a metrics key of its own (or metrics open, on purpose)"}
+	}
+	return nil
 }
 
 // validName reports whether a model or version name taken from a path is

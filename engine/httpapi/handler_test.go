@@ -255,8 +255,9 @@ func TestAuth(t *testing.T) {
 	if len(reqs) != 2 || reqs[0].Tenant != "alice" || reqs[1].Tenant != "bob" {
 		t.Errorf("engine saw %+v", reqs)
 	}
-	// Probes and metrics need no key; the OIP model routes do.
-	for path, want := range map[string]int{"/v2/health/live": 200, "/v2/health/ready": 200, "/metrics": 200, "/v2/models/m": 401} {
+	// Probes need no key; the OIP model routes do; metrics, which name
+	// every tenant, are for no tenant (TestMetricsExposure).
+	for path, want := range map[string]int{"/v2/health/live": 200, "/v2/health/ready": 200, "/metrics": 403, "/v2/models/m": 401} {
 		if r := serve(h, "GET", path, ""); r.status != want {
 			t.Errorf("GET %s: %d, want %d", path, r.status, want)
 		}
@@ -682,6 +683,54 @@ func TestNonCanonicalPaths(t *testing.T) {
 	}
 }
 
+// /metrics names every tenant and model: open on an open API, but once
+// tenants have keys, only a metrics key of its own reads it (or an
+// explicit MetricsOpen) — not a tenant's key, not no key.
+func TestMetricsExposure(t *testing.T) {
+	keys := []httpapi.APIKey{{Key: "key-a", Tenant: "alice"}, {Key: "key-b", Tenant: "bob", Models: []string{"m"}}}
+	alice, bob, scraper := []string{"Authorization", "Bearer key-a"}, []string{"Authorization", "Bearer key-b"}, []string{"Authorization", "Bearer scrape-me"}
+	for _, c := range []struct {
+		name  string
+		setup func(*httpapi.Config)
+		want  map[string]int // by who asks: none, alice, bob, scraper
+	}{
+		{"open API", func(*httpapi.Config) {}, map[string]int{"none": 200, "alice": 200, "scraper": 200}},
+		{"keys", func(c *httpapi.Config) { c.APIKeys = keys }, map[string]int{"none": 403, "alice": 403, "bob": 403, "scraper": 403}},
+		{"keys and a metrics key", func(c *httpapi.Config) { c.APIKeys, c.MetricsKey = keys, "scrape-me" },
+			map[string]int{"none": 401, "alice": 401, "bob": 401, "scraper": 200}},
+		{"metrics key on an open API", func(c *httpapi.Config) { c.MetricsKey = "scrape-me" }, map[string]int{"none": 401, "scraper": 200}},
+		{"keys, metrics open", func(c *httpapi.Config) { c.APIKeys, c.MetricsOpen = keys, true }, map[string]int{"none": 200, "bob": 200}},
+	} {
+		cfg := httpapi.DefaultConfig()
+		c.setup(&cfg)
+		f := &fakeDoer{}
+		h := newHandler(t, f, cfg)
+		// A request of alice's, so that a readable /metrics names her.
+		if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x"}`, alice...); cfg.APIKeys != nil && r.status != 200 {
+			t.Fatalf("%s: alice's infer: %d", c.name, r.status)
+		}
+		for who, want := range c.want {
+			hdr := map[string][]string{"none": nil, "alice": alice, "bob": bob, "scraper": scraper}[who]
+			r := serve(h, "GET", "/metrics", "", hdr...)
+			if r.status != want {
+				t.Errorf("%s: /metrics asked by %s: %d %s, want %d", c.name, who, r.status, r.body, want)
+			}
+			if r.status != 200 && strings.Contains(string(r.body), "alice") {
+				t.Errorf("%s: a refused /metrics names a tenant: %s", c.name, r.body)
+			}
+		}
+	}
+	cfg := httpapi.DefaultConfig()
+	cfg.APIKeys, cfg.MetricsKey = []httpapi.APIKey{{Key: "same-key", Tenant: "a"}}, "same-key"
+	if _, err := httpapi.New(&fakeDoer{}, cfg); err == nil {
+		t.Error("a tenant's key as the metrics key: accepted")
+	}
+	cfg.APIKeys, cfg.MetricsOpen = nil, true
+	if _, err := httpapi.New(&fakeDoer{}, cfg); err == nil {
+		t.Error("a metrics key and metrics open: accepted")
+	}
+}
+
 // A model's readiness is asked about that model: one no device can take
 // is 503 while another is 200; the server as a whole asks with "", and an
 // unknown model is 404 without asking.
@@ -769,6 +818,7 @@ func TestDisconnectCancels(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
 	cfg.APIKeys = []httpapi.APIKey{{Key: "k", Tenant: "acme"}}
+	cfg.MetricsKey = "metrics-key"
 	cfg.Signals = func(ctx context.Context) (actors.Signals, error) {
 		return actors.Signals{
 			Keys: []actors.KeySignal{
@@ -789,7 +839,7 @@ func TestMetrics(t *testing.T) {
 		return actors.Reply{Outcome: actors.Rejected, Reason: actors.ReasonQueueFull}, nil
 	})
 	serve(h, "POST", "/v1/models/m/infer", `{"input": "x"}`, auth...)
-	r := serve(h, "GET", "/metrics", "")
+	r := serve(h, "GET", "/metrics", "", "Authorization", "Bearer metrics-key")
 	if r.status != 200 {
 		t.Fatalf("metrics: %d", r.status)
 	}
