@@ -168,6 +168,14 @@ func (b *Batcher) Stats() BatcherStats {
 	return s
 }
 
+// Capacity is what a front door sizes its admission from: the devices
+// registered and not quarantined, and the overrun the batcher adds to
+// every batch it plans (0 without LearnOverrun). Cheap enough for every
+// message.
+func (b *Batcher) Capacity() (healthy int, overrun time.Duration) {
+	return b.healthy, b.overrun.Learnt()
+}
+
 // Receive implements Actor.
 func (b *Batcher) Receive(ctx Context, msg Message) {
 	if b.cfg.LearnOverrun {

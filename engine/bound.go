@@ -54,6 +54,7 @@ func (e *Engine) sweep(now time.Duration) {
 		id  uint64
 		ch  chan actors.Reply
 		req *actors.Request
+		w   *waiting
 	}
 	var due []overdue
 	for i := range e.shards {
@@ -62,14 +63,14 @@ func (e *Engine) sweep(now time.Duration) {
 		for id, w := range sh.m {
 			if e.bound(w.req) <= now {
 				delete(sh.m, id)
-				due = append(due, overdue{id, w.ch, &w.req})
+				due = append(due, overdue{id, w.ch, &w.req, w})
 			}
 		}
 		sh.mu.Unlock()
 	}
 	for _, d := range due {
 		e.rt.Send(e.batcher, actors.Cancel{ID: d.id})
-		e.release()
+		e.release(d.w)
 		e.counters.unanswered.Add(1)
 		if d.ch == nil {
 			continue // its Do gave up already

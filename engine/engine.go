@@ -206,6 +206,7 @@ type Engine struct {
 	statsWaiters map[uint64]chan statsAnswer
 
 	counters  counters
+	door      *door
 	replies   *replyQueue
 	sweepDone chan struct{} // closed when sweepLoop has ended
 }
@@ -225,10 +226,12 @@ type waiting struct {
 	// until its reply, or its bound.
 	ch  chan actors.Reply
 	req actors.Request
+	// door is the request's tenant count at the door, to leave by.
+	door *atomic.Int64
 }
 
 type counters struct {
-	submitted, replied, late, duplicate, abandoned, refused, resubmitted, unanswered atomic.Int64
+	submitted, replied, late, duplicate, abandoned, refused, resubmitted, unanswered, shed atomic.Int64
 }
 
 // Stats is a snapshot of the engine's counters and its batcher's.
@@ -250,6 +253,10 @@ type Stats struct {
 	Duplicate int64
 	// Refused counts Do calls turned away by InFlightMax.
 	Refused int64
+	// Shed counts requests rejected at the door (see door): past the
+	// admission window, or with no healthy device; the batcher never
+	// saw them.
+	Shed int64
 	// Resubmitted counts requests handed again to a batcher that was
 	// restarted by supervision (and had forgotten them).
 	Resubmitted int64
@@ -274,6 +281,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		idle:         make(chan struct{}, 1),
 		closing:      make(chan struct{}),
 		statsWaiters: make(map[uint64]chan statsAnswer),
+		door:         newDoor(cfg.Batcher),
 	}
 	for i := range e.shards {
 		e.shards[i].m = make(map[uint64]*waiting)
@@ -317,7 +325,7 @@ func (e *Engine) start(ctx context.Context) error {
 		if err != nil {
 			panic("batchd: engine: batcher config went bad: " + err.Error())
 		}
-		return &batcherHost{b: b, notify: incarnations.Add(1) > 1, engine: e.waiter}
+		return &batcherHost{b: b, notify: incarnations.Add(1) > 1, engine: e.waiter, door: e.door}
 	}
 	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
 		return fmt.Errorf("engine: batcher: %w", err)
@@ -405,8 +413,22 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	if err := ctx.Err(); err != nil {
 		return actors.Reply{}, err // nothing submitted, nothing to withdraw
 	}
+	dc, why, retryAfter := e.door.enter(req.Tenant)
+	if dc == nil {
+		// Shed at the door: answered here, in O(1), without a waiter or
+		// a message, which is what keeps shedding cheap when the CPU is
+		// the scarce thing.
+		e.counters.shed.Add(1)
+		now := e.rt.Now()
+		return actors.Reply{
+			ID: e.nextID.Add(1), Outcome: actors.Rejected, Version: req.Version, Reason: why,
+			Err:        "overloaded: more requests in flight than the devices can answer within the SLO",
+			RetryAfter: retryAfter, Arrival: now, Done: now,
+		}, nil
+	}
 	if n := e.inFlight.Add(1); n > int64(e.cfg.InFlightMax) {
-		e.release()
+		e.inFlight.Add(-1)
+		e.door.leave(dc)
 		e.counters.refused.Add(1)
 		return actors.Reply{}, fmt.Errorf("engine: %d in flight: %w", n-1, ErrInFlightMax)
 	}
@@ -417,7 +439,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	ch := replyChans.Get().(chan actors.Reply)
 	sh := &e.shards[id%waiterShards]
 	sh.mu.Lock()
-	sh.m[id] = &waiting{ch: ch, req: req}
+	sh.m[id] = &waiting{ch: ch, req: req, door: dc}
 	sh.mu.Unlock()
 
 	e.rt.Send(e.batcher, actors.Submit{Req: req})
@@ -518,7 +540,7 @@ func (e *Engine) deliver(m actors.Reply) {
 	}
 	// Released before the reply is handed over, so a caller that has
 	// its reply sees it out of the in-flight count.
-	e.release()
+	e.release(w)
 	if ch == nil {
 		e.counters.late.Add(1)
 		return
@@ -545,7 +567,7 @@ func (e *Engine) resubmit() {
 		for id, w := range sh.m {
 			if w.ch == nil {
 				delete(sh.m, id)
-				e.release()
+				e.release(w)
 				continue
 			}
 			again = append(again, w.req)
@@ -560,7 +582,10 @@ func (e *Engine) resubmit() {
 	e.counters.resubmitted.Add(int64(len(again)))
 }
 
-func (e *Engine) release() {
+// release takes an answered (or given up) request out of the in-flight
+// count and out through the door.
+func (e *Engine) release(w *waiting) {
+	e.door.leave(w.door)
 	if e.inFlight.Add(-1) == 0 && e.draining.Load() {
 		select {
 		case e.idle <- struct{}{}:
@@ -632,6 +657,19 @@ func (e *Engine) isClosed() bool {
 	}
 }
 
+// Ready reports whether a request for model can be served now: the
+// engine is not draining or closed, and a device that holds the model is
+// up (registered and not quarantined, as the batcher last published). An
+// empty model asks about any model. It reads two atomics: cheap enough for
+// a readiness probe under load.
+func (e *Engine) Ready(model string) bool {
+	if e.isClosed() || e.draining.Load() || e.door.healthy.Load() == 0 {
+		return false
+	}
+	// Every device of this engine holds the same models.
+	return model == "" || len(e.cfg.Device.Models) == 0 || slices.Contains(e.cfg.Device.Models, model)
+}
+
 // Batcher is the address of the engine's batcher actor.
 func (e *Engine) Batcher() actors.Address { return e.batcher }
 
@@ -652,6 +690,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		Unanswered:  c.unanswered.Load(),
 		Duplicate:   c.duplicate.Load(),
 		Refused:     c.refused.Load(),
+		Shed:        c.shed.Load(),
 		Resubmitted: c.resubmitted.Load(),
 	}, err
 }
@@ -728,9 +767,17 @@ type batcherHost struct {
 	b      *actors.Batcher
 	notify bool // restarted, and no device announced yet
 	engine actors.Address
+	door   *door
 }
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	h.receive(ctx, msg)
+	// What the door sizes its window from; two atomic loads when nothing
+	// changed.
+	h.door.publish(h.b.Capacity())
+}
+
+func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
 	if h.notify {
 		switch msg.(type) {
 		case actors.Submit:

@@ -37,14 +37,16 @@ func TestReplyQueue(t *testing.T) {
 // goroutine (not running here), so a rejection never waits behind a batch's
 // replies.
 func TestReceiveRejectionAtOnce(t *testing.T) {
-	e := &Engine{replies: newReplyQueue(), idle: make(chan struct{}, 1)}
+	e := &Engine{replies: newReplyQueue(), idle: make(chan struct{}, 1), door: newDoor(actors.DefaultBatcherConfig())}
+	e.door.publish(1, 0)
 	for i := range e.shards {
 		e.shards[i].m = make(map[uint64]*waiting)
 	}
 	wait := func(id uint64) chan actors.Reply {
 		ch := make(chan actors.Reply, 1)
 		sh := &e.shards[id%waiterShards]
-		sh.m[id] = &waiting{ch: ch}
+		dc, _, _ := e.door.enter("t")
+		sh.m[id] = &waiting{ch: ch, door: dc}
 		e.inFlight.Add(1)
 		return ch
 	}

@@ -298,10 +298,9 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 	}
 
 	hcfg.Logger = log
-	hcfg.Ready = func(ctx context.Context, model string) bool {
-		s, err := eng.Stats(ctx)
-		return err == nil && s.Batcher.Devices > 0
-	}
+	// Ready means a request for the model can be served now: a device
+	// that holds it is up, not merely registered.
+	hcfg.Ready = func(_ context.Context, model string) bool { return eng.Ready(model) }
 	// The load signals come from the engine when it offers them.
 	if sig, ok := any(eng).(interface {
 		Signals(context.Context) (actors.Signals, error)
