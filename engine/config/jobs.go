@@ -45,6 +45,9 @@ type Jobs struct {
 	FlushEvery time.Duration `yaml:"flush_every"`
 	// RetryMax bounds the retries of an item refused for load.
 	RetryMax int `yaml:"retry_max"`
+	// StreamsMax bounds the large batch jobs (over 1 MiB of inputs) read
+	// into the store at once; one more is 503 at once.
+	StreamsMax int `yaml:"streams_max"`
 }
 
 // jobsFile is the store's file name in Jobs.Dir.
@@ -55,6 +58,9 @@ const (
 	jobsItemsMaxMax  = 1 << 20
 	jobsStoredMaxMax = 1 << 28
 	jobsRetainMaxAge = 30 * 24 * time.Hour
+	// jobsStreamsMaxMax: each large submission holds a part (about
+	// 1 MiB) in memory and takes turns at the store's one writer.
+	jobsStreamsMaxMax = 1_024
 )
 
 func defaultJobs() Jobs {
@@ -75,6 +81,7 @@ func defaultJobs() Jobs {
 		FlushItems:      j.FlushItems,
 		FlushEvery:      j.FlushEvery,
 		RetryMax:        j.RetryMax,
+		StreamsMax:      j.StreamsMax,
 	}
 }
 
@@ -96,6 +103,7 @@ func (v *validator) jobs() {
 	v.intIn("jobs.flush_items", j.FlushItems, 1, 1<<20)
 	v.durIn("jobs.flush_every", j.FlushEvery, time.Microsecond, time.Second)
 	v.intIn("jobs.retry_max", j.RetryMax, 0, 1<<20)
+	v.intIn("jobs.streams_max", j.StreamsMax, 1, jobsStreamsMaxMax)
 }
 
 // JobsDir is the directory of the job store: Jobs.Dir, or the user's
@@ -136,6 +144,7 @@ func (f *File) JobsConfig() (jobs.Config, error) {
 	c.FlushItems = j.FlushItems
 	c.FlushEvery = j.FlushEvery
 	c.RetryMax = j.RetryMax
+	c.StreamsMax = j.StreamsMax
 	if err := c.Validate(); err != nil {
 		return jobs.Config{}, fmt.Errorf("config: %w: %w", ErrInvalid, err)
 	}

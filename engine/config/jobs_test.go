@@ -8,7 +8,7 @@ import (
 )
 
 func TestJobsSection(t *testing.T) {
-	f, err := Load("j.yaml", []byte("jobs:\n  dir: /data/batchd\n  items_max: 500\n  window_job: 10\n  window_total: 30\n  retain_age: 2h\n"))
+	f, err := Load("j.yaml", []byte("jobs:\n  dir: /data/batchd\n  items_max: 500\n  window_job: 10\n  window_total: 30\n  retain_age: 2h\n  streams_max: 9\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -16,7 +16,7 @@ func TestJobsSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Path != "/data/batchd/jobs.db" || c.ItemsMax != 500 || c.WindowJob != 10 || c.WindowTotal != 30 || c.RetainAge != 2*time.Hour {
+	if c.Path != "/data/batchd/jobs.db" || c.ItemsMax != 500 || c.WindowJob != 10 || c.WindowTotal != 30 || c.RetainAge != 2*time.Hour || c.StreamsMax != 9 {
 		t.Errorf("jobs config %+v", c)
 	}
 	h, err := f.HTTPConfig()
@@ -34,6 +34,7 @@ func TestJobsSection(t *testing.T) {
 		{"jobs:\n  window_job: 300\n", "jobs.window_total: 256: want 300 to"},
 		{"jobs:\n  items_max: 0\n", "jobs.items_max: 0: want 1 to"},
 		{"jobs:\n  retain_age: 0s\n", "jobs.retain_age: 0s"},
+		{"jobs:\n  streams_max: 0\n", "jobs.streams_max: 0: want 1 to"},
 		{"jobs:\n  windw_job: 3\n", `jobs.windw_job: unknown key (did you mean "window_job"?)`},
 	} {
 		if _, err := Load("j.yaml", []byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {

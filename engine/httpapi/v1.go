@@ -205,37 +205,31 @@ func (h *Handler) v1Batch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
-	bodyMax := h.cfg.BodyMaxBytes
+	var in batchReq
 	if h.jobs != nil {
-		bodyMax = max(bodyMax, h.cfg.JobBodyMaxBytes)
-	}
-	body, aerr := h.readBodyMax(w, r, bodyMax)
-	if aerr != nil {
-		h.fail(w, r, aerr)
-		return
-	}
-	lim := h.limitsFor(mi)
-	if h.jobs != nil {
-		lim.itemsMax = max(lim.itemsMax, h.cfg.JobItemsMax)
-	}
-	in, aerr := decodeBatch(body, lim)
-	if aerr == nil {
-		aerr = mi.checkVersion(in.version)
-	}
-	if aerr != nil {
-		h.fail(w, r, aerr)
-		return
-	}
-	// An async batch, or one larger than a synchronous answer should
-	// wait for, is a durable job.
-	if in.async || preferAsync(r) || (h.jobs != nil && len(in.inputs) > min(h.cfg.BatchAsyncAbove, h.cfg.BatchItemsMax)) {
-		switch {
-		case h.jobs != nil:
-			h.submitJob(w, r, k, jobs.KindBatch, model, in.common, in.inputs)
-		default:
-			h.fail(w, r, badRequest("async batches need the durable job store, which this server does not have"))
+		// Read as a stream: a job goes to the store as it is read
+		// (jobs.go).
+		var handled bool
+		if in, handled = h.v1BatchJobs(w, r, k, mi, model); handled {
+			return
 		}
-		return
+	} else {
+		body, aerr := h.readBody(w, r)
+		if aerr != nil {
+			h.fail(w, r, aerr)
+			return
+		}
+		if in, aerr = decodeBatch(body, h.limitsFor(mi)); aerr == nil {
+			aerr = mi.checkVersion(in.version)
+		}
+		if aerr != nil {
+			h.fail(w, r, aerr)
+			return
+		}
+		if in.async || preferAsync(r) {
+			h.fail(w, r, badRequest("async batches need the durable job store, which this server does not have"))
+			return
+		}
 	}
 	reqs := make([]actors.Request, len(in.inputs))
 	for i, input := range in.inputs {
