@@ -16,7 +16,8 @@ var fuzzLimits = limits{inputMaxBytes: 32, itemsMax: 8, timeoutMax: time.Minute}
 
 // FuzzDecodeInfer feeds the same bytes to every request decoder: none may
 // panic, every refusal is a 4xx, and whatever is accepted respects the
-// limits, so nothing out of bounds can reach the engine.
+// limits, so nothing out of bounds can reach the engine. It is seeded with
+// the bodies of the malformed-input corpus (testdata/malformed) too.
 //
 //	go test ./engine/httpapi -run '^$' -fuzz FuzzDecodeInfer -fuzztime 30s
 func FuzzDecodeInfer(f *testing.F) {
@@ -37,6 +38,7 @@ func FuzzDecodeInfer(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	addCorpusSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		check := func(name string, err *apiError) {
 			if err != nil && (err.status < 400 || err.status > 499 || err.code == "" || err.msg == "") {
@@ -67,6 +69,19 @@ func FuzzDecodeInfer(f *testing.F) {
 			checkInputs(t, v.inputs...)
 		}
 	})
+}
+
+// addCorpusSeeds adds every body of the malformed-input corpus to f's
+// seeds, so `go test` runs the decoders on them and a fuzz run starts
+// from them.
+func addCorpusSeeds(f *testing.F) {
+	cases, err := LoadCorpus("testdata/malformed")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, c := range cases {
+		f.Add(c.Body)
+	}
 }
 
 func checkCommon(t *testing.T, c common) {
@@ -182,6 +197,7 @@ func FuzzDecodeFast(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	addCorpusSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if !utf8.Valid(body) {
 			return // refused before either path

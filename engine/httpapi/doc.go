@@ -85,7 +85,7 @@
 //	405     method_not_allowed                 wrong method for the route
 //	408     request_timeout                    the body did not arrive within BodyReadTimeout
 //	409     idempotency_conflict               Idempotency-Key reused with a different request
-//	413     body_too_large                     body over BodyMaxBytes
+//	413     body_too_large                     body over BodyMaxBytes (or declared over it: refused unread)
 //	415     unsupported_media_type             a POST whose Content-Type is not JSON (see Decoding)
 //	429     rate_limited, quota                Rejected, Reason rate_limited or quota (the tenant's limits)
 //	503     queue_full, overloaded, no_device, Rejected for load, no device, or draining; engine.ErrInFlightMax
@@ -96,6 +96,13 @@
 //	500     backend, attempts                  Failed: the backend failed the item, or device failures used
 //	                                           up its attempts
 //	499     cancelled                          the client went away (recorded in metrics; nobody reads it)
+//
+// Framing net/http cannot parse never reaches the handler: net/http
+// answers it itself, in plain text, and closes the connection: 400 for a
+// bad request line, header line or Content-Length, or no Host; 431 for
+// headers over MaxHeaderBytes. testdata/malformed is a corpus of bad
+// requests, each with the answer above it must get, that the tests send to
+// the real handler on the real engine (and seed FuzzDecodeInfer with).
 //
 // A /v1 batch is 200 once valid; each item has its own status (completed,
 // failed, rejected, expired, cancelled) and, when not completed, its error

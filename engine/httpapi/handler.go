@@ -536,6 +536,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 // readBodyMax is readBody with its own size bound (a durable batch's is
 // larger).
 func (h *Handler) readBodyMax(w http.ResponseWriter, r *http.Request, bodyMax int64) ([]byte, *apiError) {
+	if r.ContentLength > bodyMax {
+		// Refused on the client's own word, before reading any of it: a
+		// client that declares a gigabyte and trickles it would otherwise
+		// hold the connection until bodyMax bytes or the read deadline.
+		w.Header().Set("Connection", "close")
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: fmt.Sprintf("body of %d bytes declared, over %d", r.ContentLength, bodyMax)}
+	}
 	rc := http.NewResponseController(w)
 	body, err := readAll(http.MaxBytesReader(w, r.Body, bodyMax), r.ContentLength, bodyMax)
 	if err == nil {
