@@ -70,6 +70,7 @@ type Batcher struct {
 	freeValid bool
 
 	overrun OverrunWindow // with LearnOverrun
+	poison  poisonMemory  // with PoisonMemoryMax
 }
 
 // BatcherStats is a snapshot of a Batcher's counters for checks. It is
@@ -198,6 +199,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		if b.cfg.LearnOverrun {
 			b.overrun.Observe(ctx.Now(), ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
 		}
+		b.rememberPoison(d, m.Isolated, ctx.Now())
 		b.settle(d, nil, ctx.Now())
 		b.setIdle(d)
 	case BatchAborted:
@@ -453,6 +455,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 	if t.queued == 0 {
 		t.served = b.levelled(t, m.batchMax)
 	}
+	it.Group = b.poison.group(it.Req, now, b.cfg.PoisonMemoryAge)
 	b.lastKey = q
 	q.push(t, it)
 	b.hold(q, t)
@@ -814,11 +817,36 @@ func (b *Batcher) trimLate(ctx Context, items []Item, owners []owner, now time.D
 	return items, owners
 }
 
+// rememberPoison records the items of d's batch that failed alone (see
+// BatchDone.Isolated).
+func (b *Batcher) rememberPoison(d *devState, isolated []uint64, now time.Duration) {
+	if b.cfg.PoisonMemoryMax == 0 {
+		return
+	}
+	for _, id := range isolated {
+		for _, it := range d.inflight.Items {
+			if it.Req.ID == id {
+				r := it.Req
+				b.poison.remember(signature(r.Model, r.Version, r.Params, r.Input), r.Tenant, now, b.cfg.PoisonMemoryMax)
+			}
+		}
+	}
+}
+
 // take moves up to limit-len(items) requests of q into the batch, in the
-// order the sub-queues give them.
+// order the sub-queues give them, of the batch's isolation group (its
+// first item's; see Item.Group).
 func (b *Batcher) take(q *keyQueue, items []Item, owners []owner, limit int, now time.Duration) ([]Item, []owner) {
 	for len(items) < limit && q.n > 0 {
-		s := q.best(now, b.cfg.PriorityAging)
+		var s *subQueue
+		if len(items) == 0 {
+			s = q.best(now, b.cfg.PriorityAging)
+		} else {
+			s = q.bestOf(items[0].Group, now, b.cfg.PriorityAging)
+		}
+		if s == nil {
+			break // what is left is of other groups
+		}
 		it := s.items.popFront()
 		q.n--
 		s.tenant.queued--

@@ -63,6 +63,18 @@ type BatcherConfig struct {
 	// LingerMax, when positive, caps the derived linger. Zero (the default)
 	// uses the derived linger alone; see Linger.
 	LingerMax time.Duration
+	// PoisonMemoryMax bounds the poison inputs the batcher remembers: an
+	// input that failed a run alone with a whole-batch error (the device
+	// splits a failed batch until the poison is alone). While remembered,
+	// such an input runs alone, and its tenant's requests run in batches
+	// of their own: splitting finds a poison only after its batch failed,
+	// which, with a batch time near the SLO, costs every other request in
+	// that batch its deadline; remembered, it costs no one else again. 0
+	// remembers none. Default 1,024.
+	PoisonMemoryMax int
+	// PoisonMemoryAge is how long a poison input, and its tenant's
+	// suspicion, are remembered after they last failed. Default 10 min.
+	PoisonMemoryAge time.Duration
 	// AttemptMax is how many device runs a request may take part in before
 	// it fails (runs lost to a crash or hang count). Default 3.
 	AttemptMax int
@@ -181,6 +193,8 @@ func DefaultBatcherConfig() BatcherConfig {
 		OverrunMax:         50 * time.Millisecond,
 		OverrunAge:         time.Second,
 		AttemptMax:         3,
+		PoisonMemoryMax:    1_024,
+		PoisonMemoryAge:    10 * time.Minute,
 		Latency:            FixedLatency(100 * time.Millisecond),
 		NoDeviceRetryAfter: time.Second,
 		DefaultTenant:      TenantConfig{Weight: 1},
@@ -209,6 +223,8 @@ func (c BatcherConfig) Validate() error {
 		return fmt.Errorf("batcher config: Margin, LingerMax, NoDeviceRetryAfter and OverrunMax must not be negative")
 	case c.LearnOverrun && c.OverrunAge <= 0:
 		return fmt.Errorf("batcher config: OverrunAge %v: must be positive with LearnOverrun", c.OverrunAge)
+	case c.PoisonMemoryMax < 0 || c.PoisonMemoryMax > 0 && c.PoisonMemoryAge <= 0:
+		return fmt.Errorf("batcher config: PoisonMemoryMax %d, PoisonMemoryAge %v: need no negative size, and a positive age with a size", c.PoisonMemoryMax, c.PoisonMemoryAge)
 	case c.AttemptMax < 1:
 		return fmt.Errorf("batcher config: AttemptMax %d: must be at least 1", c.AttemptMax)
 	}

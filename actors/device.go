@@ -38,6 +38,9 @@ type Device struct {
 	// reannounce: a batcher asked (Reannounce) while a batch ran; tell it
 	// once the batch is done.
 	reannounce bool
+	// isolated are the items of the batch that failed a run alone with a
+	// whole-batch error, for BatchDone.
+	isolated []uint64
 }
 
 type devicePhase uint8
@@ -135,7 +138,8 @@ func (d *Device) next(ctx Context) {
 		d.phase = deviceIdle
 		id := d.batch.ID
 		d.batch = Batch{}
-		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id})
+		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
+		d.isolated = nil // sent: the batcher reads it, no one writes it
 		if d.reannounce {
 			// A batcher that (re)started meanwhile does not know this
 			// batch, and ignores its BatchDone.
@@ -190,6 +194,9 @@ func (d *Device) finish(ctx Context, m JobDone) {
 		d.next(ctx)
 		return
 	}
+	if m.Err != "" {
+		d.isolated = append(d.isolated, d.batch.Items[d.cur[0]].Req.ID)
+	}
 	for i, idx := range d.cur {
 		it := d.batch.Items[idx]
 		switch {
@@ -222,7 +229,7 @@ func (d *Device) fail(ctx Context, reason string) {
 		}
 	}
 	ctx.Send(d.batcher, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
-	d.batch, d.todo, d.cur = Batch{}, d.todo[:0], nil
+	d.batch, d.todo, d.cur, d.isolated = Batch{}, d.todo[:0], nil, nil
 	d.reannounce = false // the restart announces it
 	d.failures++
 	d.phase = deviceRestarting

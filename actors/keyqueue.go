@@ -157,6 +157,18 @@ func (q *keyQueue) best(now, aging time.Duration) *subQueue {
 	return best
 }
 
+// bestOf is best among the sub-queues whose head is of isolation group g;
+// nil if none is.
+func (q *keyQueue) bestOf(g uint64, now, aging time.Duration) *subQueue {
+	var best *subQueue
+	for _, s := range q.subs {
+		if s.items.len() > 0 && s.items.at(0).Group == g && (best == nil || better(s, best, now, aging)) {
+			best = s
+		}
+	}
+	return best
+}
+
 // removeIf removes every queued item for which drop returns true (drop is
 // called once per item), keeping the counts right.
 func (q *keyQueue) removeIf(drop func(t *tenantState, it *Item) bool) {

@@ -146,6 +146,11 @@ type Item struct {
 	Enqueue time.Duration
 	// Attempt counts device runs of this item, this one included.
 	Attempt int
+	// Group, when not 0, isolates the item: it shares a batch only with
+	// items of the same group. The batcher sets it for an input that
+	// failed a batch alone before (see BatcherConfig.PoisonMemoryMax) and
+	// for the requests of a tenant that sent one lately.
+	Group uint64
 }
 
 // Batch is a set of compatible items sent to one device.
@@ -181,6 +186,10 @@ type Reannounce struct{}
 type BatchDone struct {
 	Device  Address
 	BatchID uint64
+	// Isolated lists the items that failed a run alone with a whole-batch
+	// error: poison inputs, as splitting isolates them. The batcher
+	// remembers them, so they cost no other request its batch again.
+	Isolated []uint64
 }
 
 // BatchAborted reports that a device failed (crashed, or hung past its
