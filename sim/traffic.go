@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/batchd/batchd/actors"
@@ -57,6 +59,8 @@ const (
 	// idStepLimit bounds IDStep: it is the number of interleaved sources,
 	// and a larger step only spreads the IDs past what the ledger tracks.
 	idStepLimit = SourcesLimit
+	// PoisonInputsLimit bounds TrafficConfig.PoisonInputs.
+	PoisonInputsLimit = 1 << 16
 )
 
 // TrafficConfig configures a Traffic source.
@@ -113,6 +117,21 @@ type TrafficConfig struct {
 	// Params are every request's computation parameters: requests with
 	// different Params never share a batch. Empty by default.
 	Params string
+	// PoisonShare is the fraction of requests, of PoisonTenants (all
+	// tenants when empty), whose input is a poison one instead of one of
+	// the pool: PoisonPrefix followed by a number below PoisonInputs (drawn
+	// uniformly), so that a FaultPlan with the same PoisonPrefix fails
+	// every batch that holds one. Zero, the default, sends none and draws
+	// nothing more than before. Pool inputs are lowercase letters: a
+	// prefix with another character can never match one of them.
+	PoisonShare float64
+	// PoisonPrefix starts every poison input; required with PoisonShare.
+	PoisonPrefix string
+	// PoisonInputs is the number of distinct poison inputs; zero means 1.
+	PoisonInputs int
+	// PoisonTenants are the tenants (of Tenants) that send poison; empty
+	// means all of them.
+	PoisonTenants []string
 	// IDFirst and IDStep number the requests IDFirst, IDFirst+IDStep, ...:
 	// several sources in one run interleave their IDs (source k of S uses
 	// k+1 and S) so that IDs stay unique and dense, as the ledger indexes
@@ -166,12 +185,39 @@ func (c TrafficConfig) Validate() error {
 	case c.IDStep > idStepLimit || c.IDFirst > LedgerRequestsLimit:
 		return fmt.Errorf("traffic config: IDFirst %d, IDStep %d: need at most %d and %d", c.IDFirst, c.IDStep, LedgerRequestsLimit, idStepLimit)
 	}
+	if err := c.validatePoison(); err != nil {
+		return err
+	}
 	for i, m := range c.Mix {
 		if m.Model == "" || !(m.Weight > 0) || math.IsInf(m.Weight, 0) {
 			return fmt.Errorf("traffic config: Mix[%d]: need a model and a finite weight > 0", i)
 		}
 	}
 	return c.validateArrival()
+}
+
+// validatePoison checks the poison fields.
+func (c TrafficConfig) validatePoison() error {
+	switch {
+	case !(c.PoisonShare >= 0 && c.PoisonShare <= 1):
+		return fmt.Errorf("traffic config: PoisonShare %v: must be in [0, 1]", c.PoisonShare)
+	case c.PoisonInputs < 0 || c.PoisonInputs > PoisonInputsLimit:
+		return fmt.Errorf("traffic config: PoisonInputs %d: need 0 (one) to %d", c.PoisonInputs, PoisonInputsLimit)
+	case c.PoisonShare == 0 && (c.PoisonPrefix != "" || c.PoisonInputs != 0 || len(c.PoisonTenants) > 0):
+		return errors.New("traffic config: PoisonPrefix, PoisonInputs and PoisonTenants need a PoisonShare")
+	case c.PoisonShare == 0:
+		return nil
+	case c.PoisonPrefix == "":
+		return errors.New("traffic config: PoisonShare needs a PoisonPrefix")
+	case len(c.PoisonPrefix)+len(strconv.Itoa(max(c.PoisonInputs, 1)-1)) > InputLenLimit:
+		return fmt.Errorf("traffic config: PoisonPrefix of %d bytes: a poison input would pass %d bytes", len(c.PoisonPrefix), InputLenLimit)
+	}
+	for i, name := range c.PoisonTenants {
+		if !slices.Contains(c.Tenants, name) {
+			return fmt.Errorf("traffic config: PoisonTenants[%d] %q: not one of Tenants", i, name)
+		}
+	}
+	return nil
 }
 
 // Traffic is an open-loop traffic source actor: it sends Submit to the
@@ -186,6 +232,8 @@ type Traffic struct {
 	// pool holds the pre-generated inputs; each is a substring of one
 	// buffer.
 	pool []string
+	// poison holds the poison inputs (TrafficConfig.PoisonShare).
+	poison []string
 	// gapMean is the mean inter-arrival gap in seconds.
 	gapMean float64
 	nextID  uint64
@@ -219,6 +267,12 @@ func NewTraffic(cfg TrafficConfig) (*Traffic, error) {
 	}
 	if cfg.Rate > 0 {
 		t.gapMean = 1 / cfg.Rate
+	}
+	if cfg.PoisonShare > 0 {
+		t.poison = make([]string, max(cfg.PoisonInputs, 1))
+		for k := range t.poison {
+			t.poison[k] = cfg.PoisonPrefix + strconv.Itoa(k)
+		}
 	}
 	return t, nil
 }
@@ -283,6 +337,12 @@ func (t *Traffic) fillPool(ctx actors.Context) {
 		t.pool[i] = all[off : off+l]
 		off += l
 	}
+}
+
+// sendsPoison reports whether tenant is one of PoisonTenants (all when
+// empty).
+func (t *Traffic) sendsPoison(tenant string) bool {
+	return len(t.cfg.PoisonTenants) == 0 || slices.Contains(t.cfg.PoisonTenants, tenant)
 }
 
 // gap draws the time to the next arrival.
@@ -350,9 +410,18 @@ func (t *Traffic) send(ctx actors.Context) {
 		Version:  mix.Version,
 		Params:   t.cfg.Params,
 		Priority: t.cfg.Priority,
-		Input:    t.pool[r.IntN(len(t.pool))],
 		Arrival:  now,
 		ReplyTo:  t.cfg.ReplyTo,
+	}
+	// The poison draw comes only with a PoisonShare, so that the draws of
+	// a source without one, and its runs' trace hashes, stay as they were.
+	if t.poison != nil && t.sendsPoison(tenant) && r.Float64() < t.cfg.PoisonShare {
+		req.Input = t.poison[0]
+		if len(t.poison) > 1 {
+			req.Input = t.poison[r.IntN(len(t.poison))]
+		}
+	} else {
+		req.Input = t.pool[r.IntN(len(t.pool))]
 	}
 	if t.cfg.Timeout > 0 {
 		req.Deadline = now + t.cfg.Timeout
