@@ -1,0 +1,61 @@
+#!/bin/sh
+# The live figures on a GPU host: batchd serve --backend cuda (bytenet) on
+# half the cores, batchd load on the other half, loopback, and the plain
+# net/http yardstick (batchd load --baseline-server) on the same cores in
+# the same run, so the two compare as a ratio. Build here first (no cgo):
+#   CGO_ENABLED=0 go build -o bin/batchd ./cmd/batchd
+# then on the GPU host: sh gpu-serve.sh BIN OUT [PROFILE]
+# PROFILE is a latency table from `batchd profile --backend cuda --out`
+# (gpu-test.sh writes one); without it the server plans with its default.
+# Each load runs DURATION (10s) against model bytenet (outputs are not the
+# emulated function, so not checked); OUT gets one JSON report per load and
+# the server's log.
+set -u
+bin=${1:-bin}
+out=${2:-bin/gpu-serve}
+profile=${3:-}
+dur=${DURATION:-10s}
+mkdir -p "$out"
+n=$(nproc)
+half=$((n / 2))
+srv="0-$((half - 1))"
+gen="$half-$((n - 1))"
+addr=127.0.0.1:18080
+table=""
+[ -n "$profile" ] && table="--latency-table $profile"
+
+load() { # name, flags...
+	name=$1
+	shift
+	echo "== $name: batchd load $*"
+	taskset -c "$gen" "$bin/batchd" load --url "http://$addr" --model bytenet --check=false --duration "$dur" --json "$@" >"$out/$name.json" 2>"$out/$name.err"
+	tail -n 3 "$out/$name.err"
+}
+
+echo "== serve --backend cuda on cores $srv, load on $gen"
+# shellcheck disable=SC2086
+taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" $table >"$out/serve.log" 2>&1 &
+pid=$!
+for i in $(seq 100); do
+	curl -sf "http://$addr/v2/health/ready" >/dev/null 2>&1 && break
+	sleep 0.2
+done
+load closed-256 --connections 256 --rss-pid "$pid"
+load closed-1024 --connections 1024 --rss-pid "$pid"
+load open-10k --rate 10000 --rss-pid "$pid"
+load open-30k --rate 30000 --rss-pid "$pid"
+load open-60k --rate 60000 --rss-pid "$pid"
+load open-120k --rate 120000 --rss-pid "$pid" --in-flight-max 100000
+curl -s "http://$addr/metrics" >"$out/metrics.txt" 2>&1
+kill -TERM "$pid"
+wait "$pid"
+
+echo "== the net/http yardstick on cores $srv"
+taskset -c "$srv" "$bin/batchd" load --baseline-server "$addr" >"$out/baseline.log" 2>&1 &
+bpid=$!
+sleep 1
+load baseline-closed-256 --connections 256 --rss-pid "$bpid"
+load baseline-closed-1024 --connections 1024 --rss-pid "$bpid"
+kill -TERM "$bpid"
+wait "$bpid" 2>/dev/null
+ls -l "$out"
