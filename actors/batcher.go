@@ -823,11 +823,28 @@ func (b *Batcher) rememberPoison(d *devState, isolated []uint64, now time.Durati
 	if b.cfg.PoisonMemoryMax == 0 {
 		return
 	}
+	learned := false
 	for _, id := range isolated {
 		for _, it := range d.inflight.Items {
 			if it.Req.ID == id {
 				r := it.Req
 				b.poison.remember(signature(r.Model, r.Version, r.Params, r.Input), r.Tenant, now, b.cfg.PoisonMemoryMax)
+				learned = true
+			}
+		}
+	}
+	if !learned {
+		return
+	}
+	// The requests already queued were grouped when they were admitted,
+	// before this: another copy of the poison, or its tenant's requests,
+	// would still ride with everyone's. Group them again (isolation is
+	// rare; this walks the queues once per batch that isolated one).
+	for _, q := range b.order {
+		for _, s := range q.subs {
+			for i := range s.items.len() {
+				it := s.items.at(i)
+				it.Group = b.poison.group(it.Req, now, b.cfg.PoisonMemoryAge)
 			}
 		}
 	}
