@@ -1,0 +1,387 @@
+package sim
+
+// A property of poison isolation (issue 17, item 4): with poison inputs at
+// 2% of the traffic below capacity, the SLO holds for every request of the
+// tenants that send no poison, once each distinct poison input has failed
+// alone once and the batcher remembers it.
+//
+// What cannot hold, and is not claimed: the batches a novel poison input
+// lands in before it was isolated cost their other requests their SLO.
+// Nothing tells a novel poison apart before it runs, and with a batch time
+// of half the SLO, the split rounds that isolate it (one per halving, run
+// serially on the same device) fit no one's deadline.
+//
+// The poison tenant's requests carry a deadline of their own, 1 to 3 s (a
+// client with a generous timeout): the split rounds of a batch of up to
+// 100 take about 8 batch times, and the device expires, unrun, every item
+// that can no longer make its deadline by its round, the poison included.
+// Under the SLO's 200 ms a poison in a batch of more than two is therefore
+// never run alone, never reported isolated, and never remembered, and every
+// copy of it costs a whole batch (seed 1, 4 devices, 400 req/s, 2% poison
+// under the SLO: 0 isolated, 443 of 2,700 other tenants' requests missed,
+// the same with the memory off; see the report on issue 17).
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/batchd/batchd/actors"
+)
+
+// poisonRecorder follows every request of a run with poison traffic, from
+// the messages: its tenant and whether its input is a poison one (from its
+// Submit), its reply, and when each distinct poison input first failed
+// alone (the first BatchDone to the batcher that reports it Isolated: the
+// moment the batcher can remember it).
+type poisonRecorder struct {
+	prefix string
+	reqs   []poisonReq
+	// isolated is when each poison input was first reported isolated.
+	isolated map[string]time.Duration
+	// sent is when each poison input was first submitted.
+	sent map[string]time.Duration
+	// anyIsolated: a BatchDone reported a poison isolated.
+	anyIsolated bool
+	// batches counts the batches dispatched.
+	batches int
+	// poisonBatches are the dispatched batches that held a poison input.
+	poisonBatches []poisonBatch
+}
+
+// poisonBatch is a batch that held a poison input.
+type poisonBatch struct {
+	at   time.Duration // dispatched
+	size int
+	// others counts its requests of tenants other than those that sent
+	// its poison inputs.
+	others int
+	// afterIsolated: it was delivered after the first BatchDone that
+	// reported a poison isolated.
+	afterIsolated bool
+}
+
+type poisonReq struct {
+	submitted bool
+	poison    bool
+	tenant    string
+	input     string
+	arrival   time.Duration
+	replies   int
+	outcome   actors.Outcome
+	replyAt   time.Duration
+}
+
+func newPoisonRecorder(prefix string) *poisonRecorder {
+	return &poisonRecorder{prefix: prefix, isolated: map[string]time.Duration{}, sent: map[string]time.Duration{}}
+}
+
+func (r *poisonRecorder) get(id uint64) *poisonReq {
+	if int(id) >= len(r.reqs) {
+		r.reqs = append(r.reqs, make([]poisonReq, int(id)+1-len(r.reqs))...)
+	}
+	return &r.reqs[id]
+}
+
+// Deliver implements Observer.
+func (r *poisonRecorder) Deliver(at time.Duration, _, to actors.Address, msg actors.Message) {
+	switch m := msg.(type) {
+	case actors.Submit:
+		q := r.get(m.Req.ID)
+		q.submitted, q.tenant, q.input, q.arrival = true, m.Req.Tenant, m.Req.Input, m.Req.Arrival
+		q.poison = strings.HasPrefix(m.Req.Input, r.prefix)
+		if _, ok := r.sent[q.input]; q.poison && !ok {
+			r.sent[q.input] = m.Req.Arrival
+		}
+	case actors.RunBatch:
+		r.batches++
+		var bad []string // tenants of the poison inputs in the batch
+		for _, it := range m.Batch.Items {
+			if strings.HasPrefix(it.Req.Input, r.prefix) && !slices.Contains(bad, it.Req.Tenant) {
+				bad = append(bad, it.Req.Tenant)
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		pb := poisonBatch{at: at, size: len(m.Batch.Items), afterIsolated: r.anyIsolated}
+		for _, it := range m.Batch.Items {
+			if !slices.Contains(bad, it.Req.Tenant) {
+				pb.others++
+			}
+		}
+		r.poisonBatches = append(r.poisonBatches, pb)
+	case actors.BatchDone:
+		if to != BatcherAddr {
+			return
+		}
+		for _, id := range m.Isolated {
+			q := r.get(id)
+			r.anyIsolated = r.anyIsolated || q.poison
+			if _, ok := r.isolated[q.input]; q.poison && !ok {
+				r.isolated[q.input] = at
+			}
+		}
+	case actors.Reply:
+		if to != LedgerAddr {
+			return
+		}
+		q := r.get(m.ID)
+		q.replies++
+		q.outcome, q.replyAt = m.Outcome, at
+	}
+}
+
+// poisonSetup is one drawn run with poison traffic.
+type poisonSetup struct {
+	cfg     Config
+	bad     string        // the tenant that sends poison
+	inputs  int           // distinct poison inputs
+	timeout time.Duration // the bad tenant's deadline
+}
+
+const poisonTestPrefix = "POISON-" // never a pool input: those are lowercase
+
+// poisonConfig builds a run: tenants t0..t(n-1) at equal rates, tenant bad
+// sending share of all the traffic as one of inputs poison inputs, its
+// requests with a deadline of timeout (0: the SLO).
+func poisonConfig(seed uint64, devices int, load float64, tenants, bad, inputs int, share float64, timeout, duration time.Duration) poisonSetup {
+	cfg := DefaultConfig()
+	cfg.Seed, cfg.Devices, cfg.Duration = seed, devices, duration
+	capacity := float64(devices*cfg.Batcher.BatchMax) / cfg.Latency.Base.Seconds()
+	for i := range tenants {
+		src := DefaultTrafficConfig()
+		src.Rate = load * capacity / float64(tenants)
+		src.Tenants = []string{fmt.Sprintf("t%d", i)}
+		if i == bad {
+			// share of all the traffic is share*tenants of this one's.
+			src.PoisonShare = share * float64(tenants)
+			src.PoisonPrefix = poisonTestPrefix
+			src.PoisonInputs = inputs
+			src.Timeout = timeout
+		}
+		cfg.Sources = append(cfg.Sources, src)
+	}
+	cfg.Faults.PoisonPrefix = poisonTestPrefix
+	cfg.EventsMax = 50_000_000
+	return poisonSetup{cfg: cfg, bad: fmt.Sprintf("t%d", bad), inputs: inputs, timeout: timeout}
+}
+
+// poisonOutcome is what a run with poison traffic did.
+type poisonOutcome struct {
+	rep Report
+	rec *poisonRecorder
+	// learned is when a poison input was first isolated, so that the
+	// batcher remembers its tenant; MaxInt64 if none ever was.
+	learned time.Duration
+	// poisonBefore counts the poison requests that arrived by learned.
+	poisonBefore int
+	// mixedAfter counts the batches dispatched after learned that held a
+	// poison input and a request of another tenant; mixedFirst is the
+	// first.
+	mixedAfter int
+	mixedFirst poisonBatch
+	// missesBefore and missesAfter count the requests of the tenants that
+	// sent no poison that did not complete within the SLO, arrived by
+	// learned and after it.
+	missesBefore, missesAfter int
+	firstAfter                []string // a few of the misses after
+	innocents                 int      // requests of those tenants
+}
+
+func runPoison(s poisonSetup) (poisonOutcome, error) {
+	rec := newPoisonRecorder(poisonTestPrefix)
+	cfg := s.cfg
+	cfg.Observers = []Observer{rec}
+	rep, err := Run(cfg)
+	if err != nil {
+		return poisonOutcome{}, err
+	}
+	o := poisonOutcome{rep: rep, rec: rec}
+	o.learned = math.MaxInt64
+	for _, at := range rec.isolated {
+		o.learned = min(o.learned, at)
+	}
+	for _, b := range rec.poisonBatches {
+		if b.afterIsolated && b.others > 0 {
+			if o.mixedAfter == 0 {
+				o.mixedFirst = b
+			}
+			o.mixedAfter++
+		}
+	}
+	slo := s.cfg.Batcher.SLO
+	for id := range rec.reqs {
+		q := &rec.reqs[id]
+		if q.submitted && q.poison && q.arrival <= o.learned {
+			o.poisonBefore++
+		}
+		if !q.submitted || q.poison || q.tenant == s.bad {
+			continue
+		}
+		o.innocents++
+		if q.replies == 1 && q.outcome == actors.Completed && q.replyAt-q.arrival <= slo {
+			continue
+		}
+		if q.arrival <= o.learned {
+			o.missesBefore++
+			continue
+		}
+		o.missesAfter++
+		if len(o.firstAfter) < 5 {
+			o.firstAfter = append(o.firstAfter, fmt.Sprintf("request %d of %s: arrival %v, %v at %v", id, q.tenant, q.arrival, q.outcome, q.replyAt))
+		}
+	}
+	return o, nil
+}
+
+func (s poisonSetup) String() string {
+	rate := 0.0
+	for _, c := range s.cfg.Sources {
+		rate += c.Rate
+	}
+	return fmt.Sprintf("seed %d, %d devices, %.0f req/s over %d tenants for %v, %s sends %d poison inputs (share %.3f of its requests) with a %v deadline",
+		s.cfg.Seed, s.cfg.Devices, rate, len(s.cfg.Sources), s.cfg.Duration, s.bad, s.inputs,
+		s.cfg.Sources[slices.IndexFunc(s.cfg.Sources, func(c TrafficConfig) bool { return c.PoisonShare > 0 })].PoisonShare, s.timeout)
+}
+
+// TestPropertyPoisonIsolated: with 2% of the requests carrying one of 1 to
+// 5 distinct poison inputs, sent by one tenant of 2 to 4 (at equal rates),
+// on 2 to 8 devices at 5 to 20% of capacity (devices × BatchMax / latency),
+// latency 100 ms, SLO 200 ms, for 5 to 10 simulated seconds:
+//
+//   - every poison request ends Failed or Expired, never Completed; no
+//     other request ever Fails; each request has exactly one reply, and the
+//     ledger sees nothing lost or duplicated and no violation;
+//   - a poison input fails alone, and is reported isolated, at some point
+//     L (the first such BatchDone: from then on the batcher remembers the
+//     poison tenant and batches its requests apart);
+//   - (a) no batch dispatched after L holds a poison input together with a
+//     request of another tenant: not one;
+//   - (b) of the other tenants' requests that arrive by L, at most
+//     BatchMax-1 per poison request that arrived by L miss the SLO: a poison
+//     costs at most its own batch.
+//
+// What is not claimed, and does not hold: that every request of the other
+// tenants arriving after L meets the SLO. They no longer share a batch with
+// a poison, but the poison still costs device time: each remembered copy
+// runs alone for a whole batch time (2% of the requests at 100 items a
+// batch is 2 batch times per 100 requests, several times the device time
+// of the other 98), and a novel poison of the same tenant fails its
+// tenant's batch, which then holds a device for its split rounds. In 60
+// drawn runs about 2% of the other tenants' requests arriving after L
+// missed the SLO (0.3% after every distinct input was isolated), against
+// 73% without the memory; see the report on issue 17.
+//
+// Nor is the poison tenant's traffic held to the SLO: fair scheduling
+// charges it the device time of its lone poison runs. Nor is every distinct
+// poison input sure to be isolated: a poison tenant's batch is dispatched
+// when its own deadlines require, which can leave no room for the split
+// rounds, and such a poison then costs only its own tenant.
+//
+// Seen to fail with the batcher's poison memory off
+// (Batcher.PoisonMemoryMax = 0), and without the batcher grouping again the
+// requests already queued when it learns a poison: (a), on the first draws.
+func TestPropertyPoisonIsolated(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tenants := rapid.IntRange(2, 4).Draw(t, "tenants")
+		s := poisonConfig(
+			rapid.Uint64().Draw(t, "seed"),
+			rapid.IntRange(2, 8).Draw(t, "devices"),
+			rapid.Float64Range(0.05, 0.2).Draw(t, "load"),
+			tenants,
+			rapid.IntRange(0, tenants-1).Draw(t, "bad"),
+			rapid.IntRange(1, 5).Draw(t, "poison_inputs"),
+			0.02,
+			time.Duration(rapid.IntRange(1000, 3000).Draw(t, "bad_timeout_ms"))*time.Millisecond,
+			time.Duration(rapid.IntRange(5, 10).Draw(t, "duration_s"))*time.Second,
+		)
+		o, err := runPoison(s)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, s)
+		}
+		checkPoisonOutcome(t, s, o)
+		if o.learned == math.MaxInt64 {
+			t.Fatalf("no poison input ever failed alone\n%s", s)
+		}
+		if o.mixedAfter > 0 {
+			t.Fatalf("%d batches held a poison input and another tenant's requests after the first poison was isolated (at %v); first at %v: %d of %d items of other tenants\n%s",
+				o.mixedAfter, o.learned, o.mixedFirst.at, o.mixedFirst.others, o.mixedFirst.size, s)
+		}
+		if limit := o.poisonBefore * (s.cfg.Batcher.BatchMax - 1); o.missesBefore > limit {
+			t.Fatalf("%d requests of the other tenants missed the SLO before the first poison was isolated (at %v): more than %d for %d poison requests\n%s",
+				o.missesBefore, o.learned, limit, o.poisonBefore, s)
+		}
+	})
+}
+
+// checkPoisonOutcome checks what holds with or without the poison memory.
+func checkPoisonOutcome(t interface{ Fatalf(string, ...any) }, s poisonSetup, o poisonOutcome) {
+	r := o.rep.Requests
+	if r.Lost != 0 || r.Duplicated != 0 || o.rep.Violations.Count != 0 {
+		t.Fatalf("lost %d, duplicated %d, violations %d (%s)\n%s", r.Lost, r.Duplicated, o.rep.Violations.Count, strings.Join(o.rep.Violations.First, "; "), s)
+	}
+	poison := 0
+	for id := range o.rec.reqs {
+		q := &o.rec.reqs[id]
+		if !q.submitted {
+			continue
+		}
+		if q.replies != 1 {
+			t.Fatalf("request %d: %d replies\n%s", id, q.replies, s)
+		}
+		if q.poison {
+			poison++
+		}
+		if q.poison && q.outcome == actors.Completed {
+			t.Fatalf("poison request %d (%q) completed\n%s", id, q.input, s)
+		}
+		if !q.poison && q.outcome == actors.Failed {
+			t.Fatalf("request %d of %s, no poison, failed\n%s", id, q.tenant, s)
+		}
+	}
+	if poison == 0 {
+		t.Fatalf("no poison request sent: the run tests nothing\n%s", s)
+	}
+}
+
+// TestPoisonMemorySparesOtherTenants: one run, with and without the
+// batcher's poison memory. With it, no batch after the first isolation
+// mixes a poison with another tenant's requests, and those tenants' SLO
+// misses after it fall more than tenfold (seed 1: 37 of 2,806 against
+// 2,318; the 37 are device time, not shared batches: see the property's
+// comment); without it, the poison fails their batches again and again.
+// The property above is therefore not vacuous.
+func TestPoisonMemorySparesOtherTenants(t *testing.T) {
+	var after [2]int
+	for i, memory := range []bool{true, false} {
+		s := poisonConfig(1, 4, 0.1, 3, 0, 3, 0.02, 2*time.Second, 10*time.Second)
+		if !memory {
+			s.cfg.Batcher.PoisonMemoryMax = 0
+		}
+		o, err := runPoison(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPoisonOutcome(t, s, o)
+		t.Logf("memory %v: first isolated at %v; of %d requests of other tenants, %d missed the SLO before, %d after; %d mixed batches after",
+			memory, o.learned, o.innocents, o.missesBefore, o.missesAfter, o.mixedAfter)
+		after[i] = o.missesAfter
+		switch {
+		case o.learned == math.MaxInt64 || o.learned > 2*time.Second:
+			t.Errorf("memory %v: first isolated at %v; want within 2 s", memory, o.learned)
+		case memory && o.mixedAfter != 0:
+			t.Errorf("memory on: %d mixed batches after the first isolation; want none", o.mixedAfter)
+		case !memory && o.mixedAfter < 10:
+			t.Errorf("memory off: %d mixed batches after the first isolation; want many", o.mixedAfter)
+		}
+	}
+	if after[0]*10 >= after[1] {
+		t.Errorf("SLO misses after the first isolation: %d with the memory, %d without; want more than ten times fewer", after[0], after[1])
+	}
+}
