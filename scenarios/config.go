@@ -100,6 +100,10 @@ func (s *Scenario) SimConfig(seed uint64) (sim.Config, error) {
 			src.CancelRate, src.CancelAfter = ph.CancelRate, ph.CancelAfter
 			src.Priority = priority[name]
 			src.Params = ph.Params
+			if ph.Poison != nil {
+				src.PoisonShare, src.PoisonInputs = ph.Poison.Share, ph.Poison.Inputs
+				src.PoisonPrefix = s.Faults.PoisonPrefix
+			}
 			cfg.Sources = append(cfg.Sources, src)
 		}
 	}

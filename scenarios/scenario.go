@@ -197,6 +197,19 @@ type Phase struct {
 	// Params are the computation parameters: requests with different
 	// params never share a batch.
 	Params string `yaml:"params"`
+	// Poison makes a share of the phase's requests poison inputs, which
+	// fail every batch that holds one. None by default.
+	Poison *Poison `yaml:"poison"`
+}
+
+// Poison is a phase's poison traffic (sim.TrafficConfig.PoisonShare): a
+// share of the requests of each of its tenants carries one of Inputs
+// distinct inputs, faults.poison_prefix (required) followed by a number.
+type Poison struct {
+	// Share of the phase's requests, in (0, 1].
+	Share float64 `yaml:"share"`
+	// Inputs is the number of distinct poison inputs. Default 1.
+	Inputs int `yaml:"inputs"`
 }
 
 // Mix is one model version in a phase's traffic.

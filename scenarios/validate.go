@@ -410,6 +410,15 @@ func (v *validator) traffic(models map[string]*Model, tenants map[string]*Tenant
 		v.durIn(p+".timeout", ph.Timeout, 0, time.Hour)
 		v.prob(p+".cancel_rate", ph.CancelRate)
 		v.durIn(p+".cancel_after", ph.CancelAfter, 0, time.Hour)
+		if ph.Poison != nil {
+			if !(ph.Poison.Share > 0 && ph.Poison.Share <= 1) {
+				v.bad(p+".poison.share", "%v: want a share in (0, 1]", ph.Poison.Share)
+			}
+			v.intIn(p+".poison.inputs", ph.Poison.Inputs, 0, sim.PoisonInputsLimit)
+			if s.Faults.PoisonPrefix == "" {
+				v.bad(p+".poison", "needs faults.poison_prefix: poison inputs start with it")
+			}
+		}
 	}
 	if sources > sim.SourcesLimit {
 		v.bad("traffic", "%d (phase, tenant) pairs: at most %d", sources, sim.SourcesLimit)
