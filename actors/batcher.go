@@ -199,7 +199,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		if b.cfg.LearnOverrun {
 			b.overrun.Observe(ctx.Now(), ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
 		}
-		b.rememberPoison(d, m.Isolated, ctx.Now())
+		b.rememberPoison(ctx, d, m)
 		b.settle(d, nil, ctx.Now())
 		b.setIdle(d)
 	case BatchAborted:
@@ -387,6 +387,11 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		return
 	}
 	it.Req.Version = version
+	if b.poison.refused(it.Req, now, b.cfg.PoisonMemoryAge) {
+		it.Enqueue = 0 // never queued
+		b.reply(ctx, it, Failed, ReasonBackend, fmt.Sprintf("input failed its batch and then alone on a device within %v (a poison input): not run again until then", b.cfg.PoisonMemoryAge), 0)
+		return
+	}
 	if it.Req.Deadline == 0 {
 		it.Req.Deadline = req.Arrival + m.slo
 	}
@@ -819,16 +824,18 @@ func (b *Batcher) trimLate(ctx Context, items []Item, owners []owner, now time.D
 
 // rememberPoison records the items of d's batch that failed alone (see
 // BatchDone.Isolated).
-func (b *Batcher) rememberPoison(d *devState, isolated []uint64, now time.Duration) {
+func (b *Batcher) rememberPoison(ctx Context, d *devState, m BatchDone) {
 	if b.cfg.PoisonMemoryMax == 0 {
 		return
 	}
+	now := ctx.Now()
+	items := d.inflight.Items
+	sig := func(it Item) uint64 { return signature(it.Req.Model, it.Req.Version, it.Req.Params, it.Req.Input) }
 	learned := false
-	for _, id := range isolated {
-		for _, it := range d.inflight.Items {
+	for _, id := range m.Isolated {
+		for _, it := range items {
 			if it.Req.ID == id {
-				r := it.Req
-				b.poison.remember(signature(r.Model, r.Version, r.Params, r.Input), r.Tenant, now, b.cfg.PoisonMemoryMax)
+				b.poison.remember(sig(it), it.Req.Tenant, now, b.cfg.PoisonMemoryAge, b.cfg.PoisonMemoryMax)
 				learned = true
 			}
 		}
@@ -836,17 +843,24 @@ func (b *Batcher) rememberPoison(d *devState, isolated []uint64, now time.Durati
 	if !learned {
 		return
 	}
-	// The requests already queued were grouped when they were admitted,
-	// before this: another copy of the poison, or its tenant's requests,
-	// would still ride with everyone's. Group them again (isolation is
-	// rare; this walks the queues once per batch that isolated one).
+	// The requests already queued were admitted before this: copies of
+	// the poison are answered as admission now would, and the others of a
+	// tenant now suspect are grouped apart (isolation is rare; this walks
+	// the queues once per batch that isolated a poison).
+	age := b.cfg.PoisonMemoryAge
 	for _, q := range b.order {
-		for _, s := range q.subs {
-			for i := range s.items.len() {
-				it := s.items.at(i)
-				it.Group = b.poison.group(it.Req, now, b.cfg.PoisonMemoryAge)
-			}
+		if q.n == 0 {
+			continue
 		}
+		q.removeIf(func(t *tenantState, it *Item) bool {
+			if !b.poison.refused(it.Req, now, age) {
+				it.Group = b.poison.group(it.Req, now, age)
+				return false
+			}
+			b.forget(q, t, it.Req.ID, now)
+			b.reply(ctx, *it, Failed, ReasonBackend, "a copy of this input failed its batch and then alone on a device (a poison input)", 0)
+			return true
+		})
 	}
 }
 

@@ -64,13 +64,14 @@ type BatcherConfig struct {
 	// uses the derived linger alone; see Linger.
 	LingerMax time.Duration
 	// PoisonMemoryMax bounds the poison inputs the batcher remembers: an
-	// input that failed a run alone with a whole-batch error (the device
-	// splits a failed batch until the poison is alone). While remembered,
-	// such an input runs alone, and its tenant's requests run in batches
-	// of their own: splitting finds a poison only after its batch failed,
-	// which, with a batch time near the SLO, costs every other request in
-	// that batch its deadline; remembered, it costs no one else again. 0
-	// remembers none. Default 1,024.
+	// input that failed a run alone after its batch failed with a
+	// whole-batch error (the device splits a failed batch until the poison
+	// is alone). While remembered, a copy of such an input is answered
+	// Failed at admission, and a tenant that sent three of them has its
+	// requests batched apart from other tenants': splitting finds a poison
+	// only after its batch failed, which, with a batch time near the SLO,
+	// costs every other request in that batch its deadline; remembered, it
+	// costs no one else again. 0 remembers none. Default 1,024.
 	PoisonMemoryMax int
 	// PoisonMemoryAge is how long a poison input, and its tenant's
 	// suspicion, are remembered after they last failed. Default 10 min.

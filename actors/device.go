@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -13,7 +14,11 @@ import (
 //   - a per-item error fails only that item;
 //   - a whole-batch error splits the batch in halves and runs each, so a
 //     poison input ends up alone and fails alone (at most 2n-1 runs for n
-//     items);
+//     items). An item whose deadline passes meanwhile is answered Expired
+//     but still runs, unanswered, until the poison is found (the batcher
+//     remembers it: BatchDone.Isolated); at a batch time of half the SLO
+//     no split round fits any deadline, and without this no poison would
+//     ever be isolated, so every copy of it would fail a whole batch;
 //   - a device fault, or a run still going at WatchdogMultiple times its
 //     predicted latency (hung), aborts the batch: the device reports the
 //     items it has not answered to the batcher, which re-queues them, and
@@ -41,6 +46,11 @@ type Device struct {
 	// isolated are the items of the batch that failed a run alone with a
 	// whole-batch error, for BatchDone.
 	isolated []uint64
+	// answered marks the items of a split batch already answered
+	// (Expired), which run on only to isolate the poison; again those
+	// that failed alone once and run alone a second time, so that a
+	// transient error is not taken for a poison.
+	answered, again []bool
 }
 
 type devicePhase uint8
@@ -139,7 +149,7 @@ func (d *Device) next(ctx Context) {
 		id := d.batch.ID
 		d.batch = Batch{}
 		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
-		d.isolated = nil // sent: the batcher reads it, no one writes it
+		d.isolated, d.answered, d.again = nil, nil, nil // sent: the batcher reads it, no one writes it
 		if d.reannounce {
 			// A batcher that (re)started meanwhile does not know this
 			// batch, and ignores its BatchDone.
@@ -158,15 +168,19 @@ func (d *Device) next(ctx Context) {
 	longest := 0
 	for _, i := range run {
 		it := d.batch.Items[i]
-		if now+d.cfg.Latency.Predict(1, len(it.Req.Input)) > it.Req.Deadline {
+		if !d.isAnswered(i) && now+d.cfg.Latency.Predict(1, len(it.Req.Input)) > it.Req.Deadline {
 			d.reply(ctx, it, 0, Expired, "", "deadline exceeded before its run on the device")
-			continue
+			if d.answered == nil {
+				continue // not a split batch: no poison to find
+			}
+			d.answered[i] = true
 		}
 		d.cur = append(d.cur, i)
 		inputs = append(inputs, it.Req.Input)
 		longest = max(longest, len(it.Req.Input))
 	}
-	if len(inputs) == 0 {
+	if len(inputs) == 0 || len(d.isolated) > 0 && d.probeOnly(d.cur) {
+		// Nothing to answer, and the poison is found: skip it.
 		d.next(ctx)
 		return
 	}
@@ -188,18 +202,41 @@ func (d *Device) finish(ctx Context, m JobDone) {
 	case m.Err == "" && m.ItemErrs != nil && len(m.ItemErrs) != n:
 		m.Err = fmt.Sprintf("backend returned %d item errors for %d inputs", len(m.ItemErrs), n)
 	}
+	if m.Err != "" && d.answered != nil && d.probeOnly(d.cur) {
+		// The poison is in this run, which answers no one: the runs left
+		// that answer no one either only cost time. (A second poison in
+		// them is found when it next fails a batch.)
+		d.todo = slices.DeleteFunc(d.todo, d.probeOnly)
+	}
 	if m.Err != "" && n > 1 {
+		if d.answered == nil {
+			d.answered = make([]bool, len(d.batch.Items))
+			d.again = make([]bool, len(d.batch.Items))
+		}
 		// Split to isolate a poison input; the first half runs next.
 		d.todo = append(d.todo, d.cur[n/2:], d.cur[:n/2])
 		d.next(ctx)
 		return
 	}
-	if m.Err != "" {
-		d.isolated = append(d.isolated, d.batch.Items[d.cur[0]].Req.ID)
+	if m.Err != "" && d.answered != nil {
+		// Alone after a split: its batch failed with it, and each half
+		// without it passed or led here. A batch of one that fails is no
+		// such evidence (a transient error fails it as well), and neither
+		// is one failure alone: it runs alone once more first.
+		i := d.cur[0]
+		if !d.again[i] {
+			d.again[i] = true
+			d.todo = append(d.todo, []int{i})
+			d.next(ctx)
+			return
+		}
+		d.isolated = append(d.isolated, d.batch.Items[i].Req.ID)
 	}
 	for i, idx := range d.cur {
 		it := d.batch.Items[idx]
 		switch {
+		case d.isAnswered(idx):
+			// Answered Expired already; it ran to isolate the poison.
 		case m.Err != "":
 			d.reply(ctx, it, n, Failed, "", m.Err)
 		case m.ItemErrs != nil && m.ItemErrs[i] != "":
@@ -209,6 +246,18 @@ func (d *Device) finish(ctx Context, m JobDone) {
 		}
 	}
 	d.next(ctx)
+}
+
+func (d *Device) isAnswered(i int) bool { return d.answered != nil && d.answered[i] }
+
+// probeOnly reports whether every item of run was answered already.
+func (d *Device) probeOnly(run []int) bool {
+	for _, i := range run {
+		if !d.isAnswered(i) {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *Device) reply(ctx Context, it Item, size int, o Outcome, out, err string) {
@@ -225,11 +274,13 @@ func (d *Device) fail(ctx Context, reason string) {
 	var pending []uint64
 	for _, run := range append(d.todo, d.cur) {
 		for _, i := range run {
-			pending = append(pending, d.batch.Items[i].Req.ID)
+			if !d.isAnswered(i) { // answered Expired, run only to find a poison
+				pending = append(pending, d.batch.Items[i].Req.ID)
+			}
 		}
 	}
 	ctx.Send(d.batcher, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
-	d.batch, d.todo, d.cur, d.isolated = Batch{}, d.todo[:0], nil, nil
+	d.batch, d.todo, d.cur, d.isolated, d.answered, d.again = Batch{}, d.todo[:0], nil, nil, nil, nil
 	d.reannounce = false // the restart announces it
 	d.failures++
 	d.phase = deviceRestarting

@@ -147,9 +147,9 @@ type Item struct {
 	// Attempt counts device runs of this item, this one included.
 	Attempt int
 	// Group, when not 0, isolates the item: it shares a batch only with
-	// items of the same group. The batcher sets it for an input that
-	// failed a batch alone before (see BatcherConfig.PoisonMemoryMax) and
-	// for the requests of a tenant that sent one lately.
+	// items of the same group. The batcher sets it for the requests of a
+	// tenant that sent several poison inputs lately (see
+	// BatcherConfig.PoisonMemoryMax).
 	Group uint64
 }
 
@@ -187,8 +187,9 @@ type BatchDone struct {
 	Device  Address
 	BatchID uint64
 	// Isolated lists the items that failed a run alone with a whole-batch
-	// error: poison inputs, as splitting isolates them. The batcher
-	// remembers them, so they cost no other request its batch again.
+	// error after their batch failed: poison inputs, as splitting isolates
+	// them. The batcher remembers them, so they cost no other request its
+	// batch again.
 	Isolated []uint64
 }
 

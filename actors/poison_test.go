@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -9,8 +11,8 @@ func TestDeviceReportsIsolatedPoison(t *testing.T) {
 	d, c := newTestDevice(t)
 	d.Receive(c, RunBatch{Batch: testBatch(7, "a", "poison-b", "c", "poison-d")})
 	for runs := 0; len(ofType[BatchDone](c.sent)) == 0; runs++ {
-		if runs > 7 {
-			t.Fatal("more than 2n-1 runs")
+		if runs > 7+2 {
+			t.Fatal("more than 2n-1 runs and one more per poison")
 		}
 		runBackend(d, c)
 	}
@@ -26,66 +28,203 @@ func TestDeviceReportsIsolatedPoison(t *testing.T) {
 	}
 }
 
-// TestBatcherRemembersPoison: once a device isolated a poison input, the
-// same input runs alone and its tenant's requests run apart from other
-// tenants', so it fails no one else's batch again; another tenant's
-// requests still share batches.
-func TestBatcherRemembersPoison(t *testing.T) {
+// TestDeviceIsolatesPastTheDeadline: when a failed batch's split rounds
+// come too late for every item's deadline, the items are answered Expired
+// at once, and the rounds run on, unanswered, until the poison is alone:
+// the batcher learns it all the same.
+func TestDeviceIsolatesPastTheDeadline(t *testing.T) {
+	d, c := newTestDevice(t)
+	b := testBatch(9, "a", "poison-b", "c", "d")
+	for i := range b.Items {
+		b.Items[i].Req.Deadline = 150 * time.Millisecond // one run of 100 ms fits, not two
+	}
+	d.Receive(c, RunBatch{Batch: b})
+	for runs := 0; len(ofType[BatchDone](c.sent)) == 0; runs++ {
+		if runs > 2*len(b.Items) {
+			t.Fatal("more than 2n-1 runs and one more per poison")
+		}
+		c.now += 100 * time.Millisecond
+		runBackend(d, c)
+	}
+	sent := c.take()
+	done := ofType[BatchDone](sent)
+	if len(done) != 1 || len(done[0].Isolated) != 1 || done[0].Isolated[0] != 2 {
+		t.Fatalf("want BatchDone isolating item 2, got %+v", done)
+	}
+	rs := replies(sent)
+	seen := map[uint64]int{}
+	for _, r := range rs {
+		seen[r.ID]++
+		if r.Outcome != Expired {
+			t.Errorf("item %d: %v, want expired (no split round fits its deadline)", r.ID, r.Outcome)
+		}
+	}
+	if len(rs) != 4 || len(seen) != 4 {
+		t.Fatalf("want one reply per item, got %+v", rs)
+	}
+	// Runs: the batch, [a b], [a], [b] twice (the second to tell a poison
+	// from a transient error): the clean half [c d] answers no one and is
+	// dropped once [a b] fails.
+	if len(c.jobs) != 5 {
+		t.Errorf("%d runs, want 5", len(c.jobs))
+	}
+}
+
+// poisonRig drives a batcher of 3 devices whose devices answer at once.
+type poisonRig struct {
+	t   *testing.T
+	b   *Batcher
+	c   *fakeCtx
+	cfg BatcherConfig
+}
+
+func newPoisonRig(t *testing.T) *poisonRig {
 	cfg := DefaultBatcherConfig()
 	cfg.BatchMax = 10
 	b, c := newTestBatcher(t, cfg, 3)
-	sub := func(id uint64, tenant, input string) {
-		b.Receive(c, Submit{Req: Request{ID: id, Tenant: tenant, Model: "m", Input: input, Arrival: c.now, ReplyTo: Address{ID: 2}}})
-	}
-	sub(1, "bad", "poison")
-	sub(2, "good", "fine")
-	c.advance(b, c.now+cfg.Linger(3, 6))
-	sent := c.take()
-	rb := ofType[RunBatch](sent)
-	if len(rb) != 1 || len(rb[0].Batch.Items) != 2 {
-		t.Fatalf("before any poison is known: want one batch of both, got %+v", rb)
-	}
-	b.Receive(c, BatchDone{Device: sent[len(sent)-1].to, BatchID: rb[0].Batch.ID, Isolated: []uint64{1}})
+	return &poisonRig{t, b, c, cfg}
+}
 
-	sub(3, "bad", "poison")
-	sub(4, "bad", "other")
-	sub(5, "good", "fine")
-	sub(6, "good", "fine too")
-	var sizes [][]uint64
-	for range 4 {
-		c.advance(b, c.now+cfg.Linger(3, 8))
-		for _, x := range c.take() {
-			r, ok := x.msg.(RunBatch)
-			if !ok {
-				continue
-			}
-			var ids []uint64
-			for _, it := range r.Batch.Items {
+func (r *poisonRig) sub(id uint64, tenant, input string) {
+	r.b.Receive(r.c, Submit{Req: Request{ID: id, Tenant: tenant, Model: "m", Input: input, Arrival: r.c.now, ReplyTo: Address{ID: 2}}})
+}
+
+// flush lets the linger pass and completes every batch sent, reporting
+// the items in isolated as poison found alone; it returns the batches'
+// request IDs and the replies the batcher sent itself.
+func (r *poisonRig) flush(isolated ...uint64) (batches [][]uint64, rs []Reply) {
+	r.c.advance(r.b, r.c.now+r.cfg.Linger(3, 16))
+	for _, x := range r.c.take() {
+		switch m := x.msg.(type) {
+		case Reply:
+			rs = append(rs, m)
+		case RunBatch:
+			var ids, iso []uint64
+			for _, it := range m.Batch.Items {
 				ids = append(ids, it.Req.ID)
+				if slices.Contains(isolated, it.Req.ID) {
+					iso = append(iso, it.Req.ID)
+				}
 			}
-			sizes = append(sizes, ids)
-			b.Receive(c, BatchDone{Device: x.to, BatchID: r.Batch.ID})
-		}
-		if err := b.Check(c.now); err != nil {
-			t.Fatal(err)
+			batches = append(batches, ids)
+			r.b.Receive(r.c, BatchDone{Device: x.to, BatchID: m.Batch.ID, Isolated: iso})
 		}
 	}
-	if len(sizes) != 3 {
-		t.Fatalf("want 3 batches (the poison alone, its tenant's other, the good tenant's two), got %v", sizes)
+	if err := r.b.Check(r.c.now); err != nil {
+		r.t.Fatal(err)
 	}
-	for _, ids := range sizes {
-		for _, id := range ids {
-			if (id == 3 && len(ids) != 1) || (id == 4 && len(ids) != 1) || (id >= 5 && len(ids) != 2) {
-				t.Fatalf("batches %v: want [3], [4] and [5 6] in some order", sizes)
-			}
+	return batches, rs
+}
+
+// TestBatcherRefusesKnownPoison: once a device isolated a poison input,
+// its copies are answered Failed at admission, taking no device time and
+// no one's batch, until PoisonMemoryAge has passed.
+func TestBatcherRefusesKnownPoison(t *testing.T) {
+	r := newPoisonRig(t)
+	r.sub(1, "bad", "poison")
+	r.sub(2, "good", "fine")
+	if got, _ := r.flush(1); len(got) != 1 || len(got[0]) != 2 {
+		t.Fatalf("before any poison is known: want one batch of both, got %v", got)
+	}
+	r.sub(3, "bad", "poison")
+	r.sub(4, "good", "fine")
+	got, rs := r.flush()
+	if len(rs) != 1 || rs[0].ID != 3 || rs[0].Outcome != Failed || rs[0].Reason != ReasonBackend {
+		t.Fatalf("the known poison: want failed at admission, got %+v", rs)
+	}
+	if len(got) != 1 || len(got[0]) != 1 || got[0][0] != 4 {
+		t.Fatalf("want request 4 alone in a batch, got %v", got)
+	}
+	r.c.advance(r.b, r.c.now+r.cfg.PoisonMemoryAge+time.Second)
+	r.sub(5, "bad", "poison")
+	if got, rs := r.flush(); len(rs) != 0 || len(got) != 1 {
+		t.Fatalf("after PoisonMemoryAge: want it run again, got %v, %+v", got, rs)
+	}
+}
+
+// TestBatcherSuspectTenant: a tenant that sent tenantSuspectAfter distinct
+// poison inputs has its requests batched apart from other tenants', which
+// still share batches among themselves.
+func TestBatcherSuspectTenant(t *testing.T) {
+	r := newPoisonRig(t)
+	for i := range uint64(tenantSuspectAfter) {
+		r.sub(10+i, "bad", fmt.Sprint("poison ", i))
+		r.sub(20+i, "good", "fine")
+		r.flush(10 + i)
+	}
+	r.sub(1, "bad", "other")
+	r.sub(2, "good", "fine")
+	r.sub(3, "good 2", "fine too")
+	got, _ := r.flush()
+	if len(got) != 2 {
+		t.Fatalf("want the suspect tenant's request apart, got %v", got)
+	}
+	for _, ids := range got {
+		if slices.Contains(ids, 1) != (len(ids) == 1) {
+			t.Fatalf("want [1] and [2 3], got %v", got)
 		}
 	}
-	// Forgotten after PoisonMemoryAge: one batch again.
-	c.advance(b, c.now+cfg.PoisonMemoryAge+time.Second)
-	sub(7, "bad", "poison")
-	sub(8, "good", "fine")
-	c.advance(b, c.now+cfg.Linger(3, 6))
-	if rb := ofType[RunBatch](c.take()); len(rb) != 1 || len(rb[0].Batch.Items) != 2 {
-		t.Fatalf("after PoisonMemoryAge: want one batch of both, got %+v", rb)
+}
+
+// TestDeviceFaultDuringIsolation: a device fault while the split rounds run
+// on past the deadlines hands back only the items not answered yet: the
+// ones answered Expired must not be retried (each request has one answer).
+func TestDeviceFaultDuringIsolation(t *testing.T) {
+	d, c := newTestDevice(t)
+	b := testBatch(9, "a", "poison-b", "c", "d")
+	for i := range b.Items {
+		b.Items[i].Req.Deadline = 150 * time.Millisecond
+	}
+	d.Receive(c, RunBatch{Batch: b})
+	c.now = 100 * time.Millisecond
+	runBackend(d, c) // fails whole; [a b] expire and run on unanswered
+	c.now = 150 * time.Millisecond
+	d.Receive(c, JobDone{ID: c.jobs[len(c.jobs)-1].ID, Fault: true})
+	sent := c.take()
+	ab := ofType[BatchAborted](sent)
+	if len(ab) != 1 {
+		t.Fatalf("want the batch aborted, got %+v", sent)
+	}
+	answered := map[uint64]bool{}
+	for _, r := range replies(sent) {
+		answered[r.ID] = true
+	}
+	for _, id := range ab[0].Pending {
+		if answered[id] {
+			t.Errorf("request %d was answered and handed back for a retry", id)
+		}
+	}
+	if len(answered)+len(ab[0].Pending) != 4 {
+		t.Errorf("answered %v, handed back %v: want every item in one of them", answered, ab[0].Pending)
+	}
+}
+
+// TestDeviceTransientErrorIsNoPoison: an input that fails alone once after
+// a split runs alone again; passing there, it completes and is not
+// reported: a transient error is not a poison.
+func TestDeviceTransientErrorIsNoPoison(t *testing.T) {
+	d, c := newTestDevice(t)
+	d.Receive(c, RunBatch{Batch: testBatch(5, "a", "x")})
+	fail := func() { d.Receive(c, JobDone{ID: c.jobs[len(c.jobs)-1].ID, Err: "transient"}) }
+	ok := func() {
+		job := c.jobs[len(c.jobs)-1]
+		var out []string
+		for _, in := range job.Inputs {
+			out = append(out, EmulatedOutput(job.Model, job.Version, in))
+		}
+		d.Receive(c, JobDone{ID: job.ID, Outputs: out})
+	}
+	fail() // the pair
+	ok()   // a alone
+	fail() // x alone, once
+	ok()   // x alone again
+	sent := c.take()
+	done := ofType[BatchDone](sent)
+	rs := replies(sent)
+	if len(done) != 1 || len(done[0].Isolated) != 0 {
+		t.Fatalf("want BatchDone isolating nothing, got %+v", done)
+	}
+	if len(rs) != 2 || rs[0].Outcome != Completed || rs[1].Outcome != Completed {
+		t.Fatalf("want both completed, got %+v", rs)
 	}
 }
