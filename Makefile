@@ -11,7 +11,7 @@ RATE     ?= 2000
 DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
-.PHONY: fidelity scenarios
+.PHONY: fidelity scenarios overload poison
 .PHONY: gpu-test ptx
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
@@ -56,6 +56,16 @@ FIDELITY_DURATION ?= 60s
 fidelity:
 	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
 	bin/batchd fidelity --rate $(FIDELITY_RATE) --devices 4 --latency 100ms --batch-max 100 --slo 200ms --duration $(FIDELITY_DURATION) --warmup 5s
+
+# Hardening checks against a live server (not part of `make test`; they
+# take minutes and load both cores). overload: 3x the embedded default's
+# capacity, twice in a row, then the recovery at 1,000 req/s and 30 s of
+# idle (RATE, DURATION, and VEGETA=path to also run vegeta twice); poison:
+# normal traffic beside poison inputs (RATE, DURATION, POISON_RATE).
+overload: build
+	sh cmd/batchd/overload.sh bin/batchd bin/overload
+poison: build
+	sh cmd/batchd/poison.sh bin/batchd bin/poison
 
 soak:
 	$(GO) test -count=1 -timeout 60m -run Property ./sim -args -rapid.checks=$(CHECKS)
