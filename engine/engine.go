@@ -670,6 +670,13 @@ func (e *Engine) Ready(model string) bool {
 	return model == "" || len(e.cfg.Device.Models) == 0 || slices.Contains(e.cfg.Device.Models, model)
 }
 
+// Requests is how many requests came to the front door: submitted, shed
+// at the door, or refused by InFlightMax. Two atomic loads and an add.
+func (e *Engine) Requests() int64 {
+	c := &e.counters
+	return c.submitted.Load() + c.shed.Load() + c.refused.Load()
+}
+
 // Batcher is the address of the engine's batcher actor.
 func (e *Engine) Batcher() actors.Address { return e.batcher }
 

@@ -296,6 +296,16 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 		defer cancel()
 		return eng.Shutdown(cctx)
 	}
+	releaseCtx, stopRelease := context.WithCancel(ctx)
+	releaseDone := make(chan struct{})
+	go func() {
+		defer close(releaseDone)
+		releaseOnFall(releaseCtx, eng.Requests, log)
+	}()
+	defer func() {
+		stopRelease()
+		<-releaseDone
+	}()
 
 	hcfg.Logger = log
 	// Ready means a request for the model can be served now: a device

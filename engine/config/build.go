@@ -47,6 +47,7 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	b.QueueMax = p.QueueMax
 	b.QueueTotalMax = p.QueueTotalMax
 	b.KeysMax = p.KeysMax
+	b.TenantKeysMax = p.TenantKeysMax
 	b.DevicesMax = p.DevicesMax
 	b.TenantsMax = p.TenantsMax
 	b.SLO = p.SLO
@@ -54,6 +55,9 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	b.Margin = p.Margin
 	b.LearnOverrun = p.LearnOverrun
 	b.OverrunMax = p.OverrunMax
+	b.OverrunAge = p.OverrunAge
+	b.PoisonMemoryMax = p.PoisonMemoryMax
+	b.PoisonMemoryAge = p.PoisonMemoryAge
 	b.LingerMax = p.LingerMax
 	b.AttemptMax = p.AttemptMax
 	b.Latency = lat

@@ -217,6 +217,8 @@ type Policy struct {
 	QueueMax      int `yaml:"queue_max"`
 	QueueTotalMax int `yaml:"queue_total_max"`
 	KeysMax       int `yaml:"keys_max"`
+	// TenantKeysMax bounds the keys one tenant holds requests in.
+	TenantKeysMax int `yaml:"tenant_keys_max"`
 	DevicesMax    int `yaml:"devices_max"`
 	TenantsMax    int `yaml:"tenants_max"`
 	// SLO is the latency target of a request without its own deadline.
@@ -230,6 +232,12 @@ type Policy struct {
 	// per batch at OverrunMax.
 	LearnOverrun bool          `yaml:"learn_overrun"`
 	OverrunMax   time.Duration `yaml:"overrun_max"`
+	// OverrunAge forgets a batch's overrun this long after it.
+	OverrunAge time.Duration `yaml:"overrun_age"`
+	// PoisonMemoryMax and PoisonMemoryAge bound the poison inputs the
+	// batcher remembers (actors.BatcherConfig.PoisonMemoryMax).
+	PoisonMemoryMax int           `yaml:"poison_memory_max"`
+	PoisonMemoryAge time.Duration `yaml:"poison_memory_age"`
 	// LingerMax, when positive, caps the derived linger.
 	LingerMax  time.Duration `yaml:"linger_max"`
 	AttemptMax int           `yaml:"attempt_max"`
