@@ -43,6 +43,7 @@ load run1 --rate "$rate" --duration "$dur" --warmup 5s
 load run2 --rate "$rate" --duration "$dur" --warmup 5s
 load recover --rate "$base" --duration 10s --interval 500ms
 echo "== idle 30 s"
+: >"$out/idle-rss.txt"
 for i in $(seq 30); do
 	echo "$i $(awk '/VmRSS/ {print $2}' "/proc/$pid/status")" >>"$out/idle-rss.txt"
 	sleep 1
