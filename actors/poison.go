@@ -50,33 +50,31 @@ func (p *poisonMemory) remember(sig uint64, tenant string, now, age time.Duratio
 		p.inputs = make(map[uint64]poisonSeen)
 		p.tenants = make(map[string]poisonSeen)
 	}
-	in, known := p.inputs[sig]
-	if !known {
-		if len(p.inOrder) >= size {
-			delete(p.inputs, p.inOrder[0])
-			p.inOrder = p.inOrder[1:]
-		}
-		p.inOrder = append(p.inOrder, sig)
-	}
-	if now-in.at > age {
-		in.fails = 0
-	}
+	in := seen(p.inputs, &p.inOrder, sig, now, age, size)
 	p.inputs[sig] = poisonSeen{at: now, fails: in.fails + 1}
-	t, ok := p.tenants[tenant]
-	if !ok {
-		if len(p.tOrder) >= size {
-			delete(p.tenants, p.tOrder[0])
-			p.tOrder = p.tOrder[1:]
-		}
-		p.tOrder = append(p.tOrder, tenant)
-	}
-	if now-t.at > age {
-		t.fails = 0
-	}
-	if !known || in.fails == 0 {
+	t := seen(p.tenants, &p.tOrder, tenant, now, age, size)
+	if in.fails == 0 {
 		t.fails++ // a new input for this tenant
 	}
 	p.tenants[tenant] = poisonSeen{at: now, fails: t.fails}
+}
+
+// seen returns what m holds for k (zero if nothing, or if last seen longer
+// than age before now), making room for k at the back of order, at most
+// size long, if it is new.
+func seen[K comparable](m map[K]poisonSeen, order *[]K, k K, now, age time.Duration, size int) poisonSeen {
+	v, ok := m[k]
+	if !ok {
+		if len(*order) >= size {
+			delete(m, (*order)[0])
+			*order = (*order)[1:]
+		}
+		*order = append(*order, k)
+	}
+	if now-v.at > age {
+		v = poisonSeen{}
+	}
+	return v
 }
 
 // refused reports whether req's input was isolated as a poison within age

@@ -331,18 +331,7 @@ func (s poisonSetup) String() string {
 // requests already queued when it learns a poison: (a), on the first draws.
 func TestPropertyPoisonIsolated(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		tenants := rapid.IntRange(2, 4).Draw(t, "tenants")
-		s := poisonConfig(
-			rapid.Uint64().Draw(t, "seed"),
-			rapid.IntRange(2, 8).Draw(t, "devices"),
-			rapid.Float64Range(0.05, 0.2).Draw(t, "load"),
-			tenants,
-			rapid.IntRange(0, tenants-1).Draw(t, "bad"),
-			rapid.IntRange(1, 5).Draw(t, "poison_inputs"),
-			0.02,
-			time.Duration(rapid.IntRange(1000, 3000).Draw(t, "bad_timeout_ms"))*time.Millisecond,
-			time.Duration(rapid.IntRange(5, 10).Draw(t, "duration_s"))*time.Second,
-		)
+		s := drawPoison(t, 5, time.Duration(rapid.IntRange(1000, 3000).Draw(t, "bad_timeout_ms"))*time.Millisecond)
 		o, err := runPoison(s)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, s)
@@ -360,6 +349,25 @@ func TestPropertyPoisonIsolated(t *testing.T) {
 				o.missesBefore, o.learned, limit, o.poisonBefore, s)
 		}
 	})
+}
+
+// drawPoison draws a run for the poison properties: 2 to 8 devices at 5
+// to 20% of capacity, 2 to 4 tenants of which one sends 2% of all requests
+// as 1 to inputsMax distinct poison inputs with a deadline of timeout (0:
+// the SLO), for 5 to 10 s.
+func drawPoison(t *rapid.T, inputsMax int, timeout time.Duration) poisonSetup {
+	tenants := rapid.IntRange(2, 4).Draw(t, "tenants")
+	return poisonConfig(
+		rapid.Uint64().Draw(t, "seed"),
+		rapid.IntRange(2, 8).Draw(t, "devices"),
+		rapid.Float64Range(0.05, 0.2).Draw(t, "load"),
+		tenants,
+		rapid.IntRange(0, tenants-1).Draw(t, "bad"),
+		rapid.IntRange(1, inputsMax).Draw(t, "poison_inputs"),
+		0.02,
+		timeout,
+		time.Duration(rapid.IntRange(5, 10).Draw(t, "duration_s"))*time.Second,
+	)
 }
 
 // checkPoisonOutcome checks what holds with or without the poison memory.
@@ -446,18 +454,7 @@ func TestPoisonMemorySparesOtherTenants(t *testing.T) {
 //     are not bounded here.
 func TestPropertyPoisonIsolatedAtSLO(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		tenants := rapid.IntRange(2, 4).Draw(t, "tenants")
-		s := poisonConfig(
-			rapid.Uint64().Draw(t, "seed"),
-			rapid.IntRange(2, 8).Draw(t, "devices"),
-			rapid.Float64Range(0.05, 0.2).Draw(t, "load"),
-			tenants,
-			rapid.IntRange(0, tenants-1).Draw(t, "bad"),
-			rapid.IntRange(1, 2).Draw(t, "poison_inputs"),
-			0.02,
-			0, // the SLO
-			time.Duration(rapid.IntRange(5, 10).Draw(t, "duration_s"))*time.Second,
-		)
+		s := drawPoison(t, 2, 0) // every deadline the SLO
 		o, err := runPoison(s)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, s)
