@@ -765,14 +765,20 @@ func (s *Store) repair(tx *bbolt.Tx, j *Job) error {
 	if j.Kind == KindInfer && j.Done() && damaged != nil {
 		j.Result = Failed
 	}
-	if !wasDone && j.Done() {
-		j.Finished = s.now()
-		if err := tx.Bucket(bucketActive).Delete(activeKey(j)); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketDone).Put(doneKey(j), nil)
+	return s.finishing(tx, j, wasDone)
+}
+
+// finishing moves j from the active to the done index if it has just
+// finished (it was not done before this change).
+func (s *Store) finishing(tx *bbolt.Tx, j *Job, wasDone bool) error {
+	if wasDone || !j.Done() {
+		return nil
 	}
-	return nil
+	j.Finished = s.now()
+	if err := tx.Bucket(bucketActive).Delete(activeKey(j)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketDone).Put(doneKey(j), nil)
 }
 
 // dropStaged drops the items of submissions a crash cut short in the
@@ -885,14 +891,7 @@ func (s *Store) setItem(tx *bbolt.Tx, j *Job, it *Item, next Status) error {
 	if j.Kind == KindInfer && next.Terminal() {
 		j.Result = next
 	}
-	if !wasDone && j.Done() {
-		j.Finished = s.now()
-		if err := tx.Bucket(bucketActive).Delete(activeKey(j)); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketDone).Put(doneKey(j), nil)
-	}
-	return nil
+	return s.finishing(tx, j, wasDone)
 }
 
 // validKey reports whether an idempotency key or name can be stored.
