@@ -67,8 +67,16 @@ overload: build
 poison: build
 	sh cmd/batchd/poison.sh bin/batchd bin/poison
 
+# The property tests with CHECKS cases each, then the chaos suite longer:
+# the malformed-input corpus and the overload five times over, 100,000
+# requests on random keys, and FUZZTIME of fuzzing for each request decoder.
+FUZZTIME ?= 60s
 soak:
-	$(GO) test -count=1 -timeout 60m -run Property ./sim -args -rapid.checks=$(CHECKS)
+	$(GO) test -count=1 -timeout 60m -run Property ./sim ./actors -args -rapid.checks=$(CHECKS)
+	$(GO) test -count=5 -timeout 20m -run 'TestMalformedCorpus|TestServeOverloadTwice' ./engine/httpapi ./cmd/batchd
+	$(GO) test -count=1 -timeout 20m -run TestEngineKeysBounded ./engine -args -keys.requests=100000
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 
 # The GPU check of issue 6: builds (no cgo) the cudabridge test binary and
 # batchd into bin/, then runs cudabridge/gpu-test.sh, which records the GPU
