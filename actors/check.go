@@ -15,9 +15,9 @@ import (
 // the message was handled); the live runtime does not call it.
 func (b *Batcher) Check(now time.Duration) error {
 	queued, held := 0, 0
-	tenantHeld := make(map[*tenantState]int, len(b.tenantOrder))
-	tenantKeys := make(map[*tenantState]int, len(b.tenantOrder))
-	tenantQueued := make(map[*tenantState]int, len(b.tenantOrder))
+	for _, t := range b.tenantOrder {
+		t.check = tenantCheck{}
+	}
 	if len(b.order) != len(b.keys) || len(b.order) > b.cfg.KeysMax {
 		return fmt.Errorf("batcher check: %d keys in order, %d in the table, KeysMax %d", len(b.order), len(b.keys), b.cfg.KeysMax)
 	}
@@ -28,7 +28,7 @@ func (b *Batcher) Check(now time.Duration) error {
 		n := 0
 		for _, s := range q.subs {
 			n += s.items.len()
-			tenantQueued[s.tenant] += s.items.len()
+			s.tenant.check.queued += s.items.len()
 		}
 		hn := 0
 		for i, h := range q.holders {
@@ -36,8 +36,8 @@ func (b *Batcher) Check(now time.Duration) error {
 				return fmt.Errorf("batcher check: key %+v: tenant %q holds %d, or twice", q.key, h.t.name, h.n)
 			}
 			hn += h.n
-			tenantHeld[h.t] += h.n
-			tenantKeys[h.t]++
+			h.t.check.held += h.n
+			h.t.check.keys++
 		}
 		switch {
 		case n != q.n:
@@ -64,9 +64,9 @@ func (b *Batcher) Check(now time.Duration) error {
 		switch {
 		case b.tenants[t.name] != t:
 			return fmt.Errorf("batcher check: tenant %q is not in the table", t.name)
-		case t.held != tenantHeld[t] || t.keys != tenantKeys[t] || t.queued != tenantQueued[t]:
+		case t.held != t.check.held || t.keys != t.check.keys || t.queued != t.check.queued:
 			return fmt.Errorf("batcher check: tenant %q counts held %d, keys %d, queued %d; the keys say %d, %d, %d",
-				t.name, t.held, t.keys, t.queued, tenantHeld[t], tenantKeys[t], tenantQueued[t])
+				t.name, t.held, t.keys, t.queued, t.check.held, t.check.keys, t.check.queued)
 		case t.keys > b.cfg.TenantKeysMax:
 			return fmt.Errorf("batcher check: tenant %q holds %d keys, TenantKeysMax %d", t.name, t.keys, b.cfg.TenantKeysMax)
 		}

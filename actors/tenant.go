@@ -18,6 +18,8 @@ type tenantState struct {
 	queued, held int
 	// keys counts the keys it holds items in (see TenantKeysMax).
 	keys int
+	// check is Batcher.Check's own count, from the keys.
+	check tenantCheck
 	// The token bucket, when cfg.Rate > 0.
 	tokens   float64
 	refilled time.Duration
@@ -46,6 +48,8 @@ func (t *tenantState) take(now time.Duration) (bool, time.Duration) {
 	wait := time.Duration((1 - t.tokens) / t.cfg.Rate * float64(time.Second))
 	return false, max(wait, time.Millisecond)
 }
+
+type tenantCheck struct{ held, keys, queued int }
 
 // idle reports whether the tenant holds nothing and its rate limit has
 // refilled: its state can go, and coming back it starts as it would.
