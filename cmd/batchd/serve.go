@@ -328,13 +328,13 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 			log.Warn("record", "err", cerr)
 		}
 	}()
-	if err := js.start(doer); err != nil {
-		return errors.Join(err, closeEngine())
-	}
-	hcfg.Jobs = js.runner
+	hcfg.Jobs = js.newRunner(doer)
 	h, err := httpapi.New(doer, hcfg)
 	if err != nil {
-		return errors.Join(fmt.Errorf("http handler: %w", err), js.stop(context.Background()), closeEngine())
+		return errors.Join(fmt.Errorf("http handler: %w", err), closeEngine())
+	}
+	if err := js.start(); err != nil {
+		return errors.Join(err, closeEngine())
 	}
 	tcp, err := net.Listen("tcp", f.HTTP.Addr)
 	if err != nil {

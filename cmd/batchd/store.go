@@ -44,13 +44,19 @@ func openJobs(f *config.File, log *slog.Logger) (*jobService, error) {
 	return &jobService{store: s, log: log}, nil
 }
 
-// start starts the runner, feeding eng.
-func (j *jobService) start(eng jobs.Doer) error {
-	r := jobs.NewRunner(j.store, eng, j.log)
-	if err := r.Start(); err != nil {
+// newRunner makes the runner, feeding eng, without starting it: the HTTP
+// handler made with it then observes (counts in /metrics) every item the
+// runner hands to the engine, the first ones included.
+func (j *jobService) newRunner(eng jobs.Doer) *jobs.Runner {
+	j.runner = jobs.NewRunner(j.store, eng, j.log)
+	return j.runner
+}
+
+// start starts the runner newRunner made.
+func (j *jobService) start() error {
+	if err := j.runner.Start(); err != nil {
 		return fmt.Errorf("job runner: %w", err)
 	}
-	j.runner = r
 	return nil
 }
 

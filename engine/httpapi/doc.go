@@ -143,9 +143,11 @@
 // with another request, 409 idempotency_conflict. A job's items run at
 // low priority unless its body names one: nobody waits on a connection
 // for them. A full store is 503
-// store_full with Retry-After. Job items are not counted in
-// batchd_requests_total (the runner calls the engine, not the handler):
-// they have batchd_job_* series of their own.
+// store_full with Retry-After. Each engine call of a job item counts in
+// batchd_requests_total, batchd_latency_seconds (the call's own time) and
+// the batch series as a synchronous request does (the runner tells the
+// handler of it, jobs.Runner.Observe); the batchd_job_* series count the
+// items apart, so the synchronous share is the difference.
 //
 // # Cancellation and deadlines
 //
@@ -184,7 +186,7 @@
 // nobody (403) when no metrics key is set, unless Config.MetricsOpen says
 // anyone may:
 //
-//	batchd_requests_total{model,tenant,outcome,reason}   requests handed to the engine
+//	batchd_requests_total{model,tenant,outcome,reason}   requests handed to the engine (job items included)
 //	batchd_http_responses_total{route,code}              every response
 //	batchd_latency_seconds{model,outcome}                handler arrival to engine reply
 //	batchd_queue_wait_seconds{model}                     arrival to dispatch (completed requests)

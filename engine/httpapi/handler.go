@@ -28,6 +28,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/jobs"
 )
 
 // Doer is what the handler needs of the engine; *engine.Engine implements
@@ -121,6 +122,11 @@ func New(eng Doer, cfg Config) (*Handler, error) {
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	// The job items the runner hands to the engine count in the request
+	// metrics as the synchronous requests do.
+	if o, ok := cfg.Jobs.(interface{ Observe(jobs.Observer) }); ok {
+		o.Observe(h.observeJobItem)
 	}
 	h.metricsKeyHash = sha256.Sum256([]byte(cfg.MetricsKey))
 	if len(cfg.APIKeys) > 0 {
@@ -629,6 +635,18 @@ func (h *Handler) do(ctx context.Context, req actors.Request, start time.Duratio
 		h.log.Warn("httpapi: request failed", "model", req.Model, "tenant", req.Tenant, "code", aerr.code, "err", aerr.msg)
 	}
 	return rep, aerr
+}
+
+// observeJobItem records one engine call of the job runner (a
+// jobs.Observer) as do records a synchronous one.
+func (h *Handler) observeJobItem(ctx context.Context, req actors.Request, rep actors.Reply, err error, elapsed time.Duration) {
+	var aerr *apiError
+	if err != nil {
+		aerr = h.doError(ctx, err)
+	} else {
+		aerr = h.replyError(rep)
+	}
+	h.met.observe(req.Model, req.Tenant, rep, aerr, elapsed)
 }
 
 type doResult struct {

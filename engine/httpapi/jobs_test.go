@@ -208,6 +208,38 @@ func TestJobBatch(t *testing.T) {
 	}
 }
 
+// A job's items count in the request and batch metrics as synchronous
+// requests do: they are requests handed to the engine too.
+func TestJobItemsMetrics(t *testing.T) {
+	f := &fakeDoer{}
+	h := newJobsHandler(t, f, httpapi.DefaultConfig(), nil)
+	f.setReply(func(_ context.Context, req actors.Request) (actors.Reply, error) {
+		if req.Input == "in-1" {
+			return actors.Reply{Outcome: actors.Rejected, Reason: actors.ReasonInvalid, Err: "bad input"}, nil
+		}
+		return completed(f.Now(), req), nil
+	})
+	r := serve(h, "POST", "/v1/models/m/batch", batchBody(3, "in", `, "async": true`))
+	if r.status != 202 {
+		t.Fatalf("async batch: %d %s", r.status, r.body)
+	}
+	if j := pollJob(t, h, decodeJob(t, r).ID); j.Status == "queued" || j.Status == "running" || j.Progress.Completed != 2 || j.Progress.Failed != 1 {
+		t.Fatalf("job %+v", j)
+	}
+	// The runner observes each call before it writes the item: a
+	// finished job's items are all counted.
+	m := string(serve(h, "GET", "/metrics", "").body)
+	for _, want := range []string{
+		`batchd_requests_total{model="m",outcome="completed",reason="none",tenant="default"} 2` + "\n",
+		`batchd_requests_total{model="m",outcome="rejected",reason="invalid",tenant="default"} 1` + "\n",
+		`batchd_batch_size_count{model="m"} 2` + "\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m)
+		}
+	}
+}
+
 // Only the submitting tenant sees or cancels a job; others get 404.
 func TestJobTenantIsolation(t *testing.T) {
 	cfg := httpapi.DefaultConfig()

@@ -103,7 +103,7 @@ func newMetrics(cfg Config) *metrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "batchd_requests_total",
-			Help: "Requests handed to the engine, by model, tenant, outcome (completed, failed, rejected, expired, cancelled) and reason.",
+			Help: "Requests handed to the engine (synchronous requests and durable job items alike), by model, tenant, outcome (completed, failed, rejected, expired, cancelled) and reason.",
 		}, []string{"model", "tenant", "outcome", "reason"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "batchd_http_responses_total",

@@ -45,12 +45,32 @@ type Runner struct {
 	cancelAll context.CancelFunc
 
 	stats runnerStats
+	// observer, when set, is told of every engine call (see Observe).
+	observer atomic.Pointer[Observer]
 
 	mu        sync.Mutex
 	incoming  []Job
 	cancelled []string
 	started   bool
 	stopOnce  sync.Once
+}
+
+// Observer is told of one engine call the runner made: ctx is the run's
+// own (cancelled when the job is cancelled or the runner stops), req and
+// rep or err what Do took and gave, elapsed the call's time on the Doer's
+// clock. It runs on the run's goroutine before the result is handled, so
+// it must be quick and safe for concurrent use.
+type Observer func(ctx context.Context, req actors.Request, rep actors.Reply, err error, elapsed time.Duration)
+
+// Observe makes f the runner's observer (nil: none), for the engine calls
+// that end from now on; safe for concurrent use. The HTTP adapter counts
+// the job items in its request metrics with it.
+func (r *Runner) Observe(f Observer) {
+	if f == nil {
+		r.observer.Store(nil)
+		return
+	}
+	r.observer.Store(&f)
 }
 
 // Stats are the runner's counters since it started, for /metrics.
@@ -507,7 +527,11 @@ func (r *Runner) spawn(ctx context.Context, st *loopState, c claim) {
 	st.held++
 	r.workers.Go(func() {
 		defer cancel()
+		start := r.eng.Now()
 		rep, err := r.eng.Do(ictx, req)
+		if f := r.observer.Load(); f != nil {
+			(*f)(ictx, req, rep, err, r.eng.Now()-start)
+		}
 		r.results <- result{id: c.id, index: c.index, rep: rep, err: err}
 	})
 }
