@@ -317,6 +317,8 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 	}); ok {
 		hcfg.Signals = sig.Signals
 	}
+	// /metrics labels devices by their index in this list, from 0.
+	hcfg.Devices = eng.Devices()
 	// With --record, the handler calls the engine through the recorder,
 	// which is closed (flushed) once every request has been answered.
 	doer, closeRecord, err := rec.open(eng, log)

@@ -120,6 +120,11 @@ type Config struct {
 	// message round trip, as engine.Engine.Stats does) and wait at most
 	// until ctx ends. Nil: those gauges are not exported.
 	Signals func(ctx context.Context) (actors.Signals, error)
+	// Devices are the engine's device addresses in order
+	// (engine.Engine.Devices): /metrics labels a device by its index
+	// here, from 0, not by its actor address (the engine's start at 16).
+	// A device not listed is labelled "addr-" and its address.
+	Devices []actors.Address
 	// ScrapeTimeout bounds one Signals call (and one Ready call). Default
 	// 2 s.
 	ScrapeTimeout time.Duration

@@ -819,13 +819,15 @@ func TestMetrics(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
 	cfg.APIKeys = []httpapi.APIKey{{Key: "k", Tenant: "acme"}}
 	cfg.MetricsKey = "metrics-key"
+	// The engine's devices are actors 16 on: people see them from 0.
+	cfg.Devices = []actors.Address{{ID: 16}, {ID: 17}}
 	cfg.Signals = func(ctx context.Context) (actors.Signals, error) {
 		return actors.Signals{
 			Keys: []actors.KeySignal{
 				{Key: actors.Key{Model: "m", Version: "v1", Params: `{"a":1}`}, Depth: 3, WaitOldest: 40 * time.Millisecond, SlackMin: 10 * time.Millisecond, Rate: 100, BatchSizeMean: 20, DevicesNeeded: 0.5},
 				{Key: actors.Key{Model: "m", Version: "v1"}, Depth: 2, WaitOldest: 60 * time.Millisecond, SlackMin: -time.Millisecond, Rate: 50},
 			},
-			Devices:        []actors.DeviceSignal{{Device: actors.Address{ID: 16}, BusyFraction: 0.25, Healthy: true}, {Device: actors.Address{ID: 17}}},
+			Devices:        []actors.DeviceSignal{{Device: actors.Address{ID: 16}, BusyFraction: 0.25, Healthy: true}, {Device: actors.Address{ID: 17}}, {Device: actors.Address{Node: "n2", ID: 1}, Healthy: true}},
 			DevicesNeeded:  3,
 			DevicesHealthy: 1,
 			Overrun:        2500 * time.Microsecond,
@@ -856,8 +858,9 @@ func TestMetrics(t *testing.T) {
 		`batchd_queue_depth{bucket="0",model="m",version="v1"} 5`,
 		`batchd_queue_wait_oldest_seconds{bucket="0",model="m",version="v1"} 0.06`,
 		`batchd_queue_slack_min_seconds{bucket="0",model="m",version="v1"} -0.001`,
-		`batchd_device_busy_fraction{device="16"} 0.25`,
-		`batchd_device_healthy{device="17"} 0`,
+		`batchd_device_busy_fraction{device="0"} 0.25`,
+		`batchd_device_healthy{device="1"} 0`,
+		`batchd_device_healthy{device="addr-n2/1"} 1`,
 		`batchd_devices_healthy 1`,
 		`batchd_devices_needed 3`,
 		`batchd_batch_overrun_seconds 0.0025`,

@@ -133,7 +133,7 @@ func newMetrics(cfg Config) *metrics {
 	}
 	m.reg.MustRegister(m.requests, m.responses, m.queueWait, m.compute, m.latency, m.batchSize)
 	if cfg.Signals != nil {
-		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout))
+		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout, cfg.Devices))
 	}
 	if js, ok := cfg.Jobs.(jobStats); ok {
 		registerJobMetrics(m.reg, js)
@@ -218,17 +218,26 @@ func (m *metrics) handler() http.Handler {
 type signalsCollector struct {
 	signals func(ctx context.Context) (actors.Signals, error)
 	timeout time.Duration
+	// index is each known device's index in Config.Devices, its label.
+	index map[actors.Address]int
 
 	up, depth, waitOldest, slackMin, rate, batchMean     *prometheus.Desc
 	busy, healthy, devicesHealthy, devicesNeeded, needed *prometheus.Desc
 	overrun                                              *prometheus.Desc
 }
 
-func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), timeout time.Duration) *signalsCollector {
+func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), timeout time.Duration, devices []actors.Address) *signalsCollector {
 	key := []string{"model", "version", "bucket"}
+	index := make(map[actors.Address]int, len(devices))
+	for i, a := range devices {
+		if _, ok := index[a]; !ok {
+			index[a] = i
+		}
+	}
 	return &signalsCollector{
 		signals:        f,
 		timeout:        timeout,
+		index:          index,
 		up:             prometheus.NewDesc("batchd_signals_up", "1 if the batcher answered the scrape's signals query, else 0 (and no other batchd_queue_ or batchd_device_ series).", nil, nil),
 		depth:          prometheus.NewDesc("batchd_queue_depth", "Requests queued per key (model, version, input-length bucket; keys that differ only in params are summed).", key, nil),
 		waitOldest:     prometheus.NewDesc("batchd_queue_wait_oldest_seconds", "How long the oldest queued request of the key has waited.", key, nil),
@@ -328,10 +337,7 @@ func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
 			continue // a duplicate series would fail the whole scrape
 		}
 		seen[d.Device] = true
-		name := strconv.FormatUint(d.Device.ID, 10)
-		if d.Device.Node != "" {
-			name = d.Device.Node + "/" + name
-		}
+		name := c.deviceLabel(d.Device)
 		emit(ch, c.busy, d.BusyFraction, name)
 		healthy := 0.0
 		if d.Healthy {
@@ -342,4 +348,18 @@ func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, c.devicesHealthy, float64(s.DevicesHealthy))
 	emit(ch, c.devicesNeeded, float64(s.DevicesNeeded))
 	emit(ch, c.overrun, s.Overrun.Seconds())
+}
+
+// deviceLabel names device a for people: its index in Config.Devices,
+// from 0, else "addr-" and its actor address (which cannot be taken for
+// an index).
+func (c *signalsCollector) deviceLabel(a actors.Address) string {
+	if i, ok := c.index[a]; ok {
+		return strconv.Itoa(i)
+	}
+	name := "addr-" + strconv.FormatUint(a.ID, 10)
+	if a.Node != "" {
+		name = "addr-" + a.Node + "/" + strconv.FormatUint(a.ID, 10)
+	}
+	return name
 }
