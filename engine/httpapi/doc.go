@@ -201,7 +201,8 @@
 // batchd_queue_wait_oldest_seconds, batchd_queue_slack_min_seconds,
 // batchd_queue_arrival_rate, batchd_queue_batch_size_mean and
 // batchd_queue_devices_needed per {model,version,bucket};
-// batchd_device_busy_fraction and batchd_device_healthy per {device};
+// batchd_device_busy_fraction and batchd_device_healthy per {device} (the
+// device's index in Config.Devices, from 0);
 // batchd_devices_healthy; batchd_devices_needed (the autoscaling
 // recommendation); batchd_signals_up. The handler never reads actor state
 // itself: Signals must ask the actor (a message round trip) and is
