@@ -15,10 +15,15 @@ DURATION ?= 20s
 .PHONY: gpu-test ptx
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
-# batches of up to 100, model "echo", on 127.0.0.1:8080. It prints a curl
-# line to try; Ctrl-C stops it gracefully (a second Ctrl-C at once).
+# batches of up to 100, model "echo", on 127.0.0.1:8080; ARGS are more
+# serve flags (make run ARGS='--addr 127.0.0.1:9000'). It prints a curl
+# line to try; Ctrl-C stops it gracefully (a second Ctrl-C at once). The
+# shell execs the binary (not go run, which keeps its child from the
+# signal), so a SIGTERM to make reaches batchd too.
+ARGS ?=
 run:
-	$(GO) run ./cmd/batchd serve
+	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
+	exec bin/batchd serve $(ARGS)
 
 # Open-loop load against a running server (start one with `make run`).
 load:
