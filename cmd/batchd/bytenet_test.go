@@ -105,6 +105,26 @@ func TestProfileUsage(t *testing.T) {
 	}
 }
 
+// Without --table-length, the table is made for the one of --lengths
+// closest to 128, so any --lengths works alone; an explicit one is kept.
+func TestProfileTableLength(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 128},
+		{[]string{"--lengths", "16"}, 16},
+		{[]string{"--lengths", "1024,8,100"}, 100},
+		{[]string{"--lengths", "64,192"}, 192},
+		{[]string{"--lengths", "8,32", "--table-length", "8"}, 8},
+	} {
+		o, err := parseProfile(append([]string{"--backend", "cpu"}, c.args...), io.Discard)
+		if err != nil || o.tableLen != c.want {
+			t.Errorf("profile %v: table length %d, err %v; want %d", c.args, o.tableLen, err, c.want)
+		}
+	}
+}
+
 func TestProfileCUDAWithoutDriver(t *testing.T) {
 	noDriver(t)
 	var stdout, stderr bytes.Buffer

@@ -64,7 +64,7 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 	fs.IntVar(&o.device, "device", -1, "with --backend cuda, only this GPU (-1: all)")
 	sizes := fs.String("sizes", joinInts(cudabridge.DefaultProfileSizes()), "batch sizes to measure, increasing, 1 to 100")
 	lengths := fs.String("lengths", "16,128,1024", "input lengths in bytes to measure, 0 to 1024")
-	fs.IntVar(&o.tableLen, "table-length", 128, "input length whose latencies make the table (must be one of --lengths)")
+	fs.IntVar(&o.tableLen, "table-length", 0, "input length whose latencies make the table: one of --lengths (default: the one closest to 128)")
 	fs.IntVar(&o.cfg.Reps, "reps", 11, "timed runs per point (the median is the table's latency)")
 	fs.IntVar(&o.cfg.Warmup, "warmup", 2, "untimed runs before each point's timed runs")
 	if err := fs.Parse(args); err != nil {
@@ -98,10 +98,38 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 	if err := o.cfg.Validate(cudabridge.DefaultLimits()); err != nil {
 		return o, usageError{err}
 	}
-	if !slices.Contains(o.cfg.Lengths, o.tableLen) {
+	tableSet := false
+	fs.Visit(func(f *flag.Flag) { tableSet = tableSet || f.Name == "table-length" })
+	if !tableSet {
+		o.tableLen = closestLength(o.cfg.Lengths, tableLengthDefault)
+	} else if !slices.Contains(o.cfg.Lengths, o.tableLen) {
 		return o, usagef("--table-length %d: must be one of --lengths (%s)", o.tableLen, *lengths)
 	}
 	return o, nil
+}
+
+// tableLengthDefault is the input length the latency table is made for
+// when --table-length is not given, or the nearest of --lengths.
+const tableLengthDefault = 128
+
+// closestLength is the one of lengths (not empty) closest to want, the
+// larger on a tie.
+func closestLength(lengths []int, want int) int {
+	best := lengths[0]
+	for _, n := range lengths[1:] {
+		d, bd := abs(n-want), abs(best-want)
+		if d < bd || (d == bd && n > best) {
+			best = n
+		}
+	}
+	return best
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // profileTarget is one thing to measure.
