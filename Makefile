@@ -52,8 +52,9 @@ test: vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x $(PKGS)
 
-# The simulator against the live server (issue 5): the same workload live
-# (a batchd serve process, real sleeps, real HTTP, the open-loop generator)
+# The simulator's fidelity check against the live server: the same
+# workload live (a batchd serve process, real sleeps, real HTTP, the
+# open-loop generator)
 # and simulated; prints the relative error of p50/p95/p99 and throughput and
 # fails past 3%. Takes FIDELITY_DURATION of real time; not part of `make test`.
 FIDELITY_RATE     ?= 800
@@ -83,8 +84,9 @@ soak:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 
-# The GPU check of issue 6: builds (no cgo) the cudabridge test binary and
-# batchd into bin/, then runs cudabridge/gpu-test.sh, which records the GPU
+# The GPU check (the model on a GPU against its CPU reference): builds (no
+# cgo) the cudabridge test binary and batchd into bin/, then runs
+# cudabridge/gpu-test.sh, which records the GPU
 # tests (GPU == CPU reference), the latency profile for batch sizes 1..100
 # and the GPU vs CPU throughput into GPU_OUT. Without a GPU the GPU tests
 # skip, naming what is missing; the binaries and the script can be copied

@@ -1,5 +1,6 @@
 #!/bin/sh
-# The GPU check of issue 6, run by `make gpu-test` (which builds BIN first).
+# The GPU check (the model on a GPU against its CPU reference), run by
+# `make gpu-test` (which builds BIN first).
 # On a host with an NVIDIA driver and GPU it records, in OUT:
 #   devices.txt          what the driver sees (batchd devices)
 #   gpu-tests.txt        GPU == CPU reference on every test input, and the

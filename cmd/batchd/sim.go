@@ -113,7 +113,7 @@ type simFlags struct {
 func newSimFlags(cfg *sim.Config, experiment string) *simFlags {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	f := &simFlags{fs: fs}
-	fs.String("experiment", experiment, "start from a named experiment of issue 3 instead of the reference workload: "+strings.Join(sim.Experiments(), ", "))
+	fs.String("experiment", experiment, "start from a named experiment of the batching-policy study instead of the reference workload: "+strings.Join(sim.Experiments(), ", "))
 	f.policy = fs.String("policy", policyName(cfg.Batcher.KeyPolicy), "which due key a free device serves: fair or slack")
 	fs.BoolVar(&cfg.Batcher.BucketMerge, "bucket-merge", cfg.Batcher.BucketMerge, "let a due batch take requests of shorter length buckets of its model version")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, requests per simulated second")
