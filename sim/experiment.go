@@ -8,7 +8,7 @@ import (
 	"github.com/batchd/batchd/actors"
 )
 
-// The experiments of issue 3, as configurations: each is measured by a test
+// The experiments of the batching-policy study, as configurations: each is measured by a test
 // (burst_test.go) and can be rerun from the command line with
 // `batchd sim --experiment NAME` (see Experiments).
 

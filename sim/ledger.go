@@ -245,7 +245,7 @@ const (
 	// ViolationDrain: a run that did not drain in its liveness phase.
 	ViolationDrain
 	// ViolationWarm: a device given a batch of a model it did not
-	// announce as warm in its DeviceReady (issue 3's placement rule).
+	// announce as warm in its DeviceReady (the warm-model placement rule).
 	ViolationWarm
 	// ViolationKinds is the number of kinds.
 	ViolationKinds
