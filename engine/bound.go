@@ -51,10 +51,11 @@ func (e *Engine) sweepLoop() {
 // entries.
 func (e *Engine) sweep(now time.Duration) {
 	type overdue struct {
-		id  uint64
-		ch  chan actors.Reply
-		req *actors.Request
-		w   *waiting
+		id   uint64
+		ch   chan actors.Reply
+		done func(actors.Reply, error)
+		req  *actors.Request
+		w    *waiting
 	}
 	var due []overdue
 	for i := range e.shards {
@@ -63,7 +64,7 @@ func (e *Engine) sweep(now time.Duration) {
 		for id, w := range sh.m {
 			if e.bound(w.req) <= now {
 				delete(sh.m, id)
-				due = append(due, overdue{id, w.ch, &w.req, w})
+				due = append(due, overdue{id, w.ch, w.done, &w.req, w})
 			}
 		}
 		sh.mu.Unlock()
@@ -72,13 +73,16 @@ func (e *Engine) sweep(now time.Duration) {
 		e.rt.Send(e.batcher, actors.Cancel{ID: d.id})
 		e.release(d.w)
 		e.counters.unanswered.Add(1)
-		if d.ch == nil {
-			continue // its Do gave up already
-		}
-		d.ch <- actors.Reply{ // capacity 1, and only this send: the entry is gone
+		r := actors.Reply{
 			ID: d.id, Outcome: actors.Expired, Version: d.req.Version, Reason: actors.ReasonDeadline,
 			Err:     "no answer from the engine by the deadline plus its grace",
 			Arrival: d.req.Arrival, Done: now,
+		}
+		switch {
+		case d.ch != nil:
+			d.ch <- r // capacity 1, and only this send: the entry is gone
+		case d.done != nil:
+			d.done(r, nil)
 		}
 	}
 }

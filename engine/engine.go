@@ -222,10 +222,12 @@ type waiterShard struct {
 }
 
 type waiting struct {
-	// ch is nil once the Do gave up: the request is still in flight
-	// until its reply, or its bound.
-	ch  chan actors.Reply
-	req actors.Request
+	// ch is where a Do waits, done what a Submit is answered with; both
+	// are nil once the caller gave up (Do's ctx ended, Cancel): the
+	// request is still in flight until its reply, or its bound.
+	ch   chan actors.Reply
+	done func(actors.Reply, error)
+	req  actors.Request
 	// door is the request's tenant count at the door, to leave by.
 	door *atomic.Int64
 }
@@ -407,46 +409,15 @@ func (e *Engine) Devices() []actors.Address { return append([]actors.Address(nil
 // TimeoutMax) plus Config.ReplyGrace whatever ctx does: a request the
 // actors have not answered by then is answered Expired by the engine.
 func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
-	if e.isClosed() {
-		return actors.Reply{}, ErrClosed
-	}
 	if err := ctx.Err(); err != nil {
 		return actors.Reply{}, err // nothing submitted, nothing to withdraw
 	}
-	dc, why, retryAfter := e.door.enter(req.Tenant)
-	if dc == nil {
-		// Shed at the door: answered here, in O(1), without a waiter or
-		// a message, which is what keeps shedding cheap when the CPU is
-		// the scarce thing.
-		e.counters.shed.Add(1)
-		now := e.rt.Now()
-		return actors.Reply{
-			ID: e.nextID.Add(1), Outcome: actors.Rejected, Version: req.Version, Reason: why,
-			Err:        "overloaded: more requests in flight than the devices can answer within the SLO",
-			RetryAfter: retryAfter, Arrival: now, Done: now,
-		}, nil
-	}
-	if n := e.inFlight.Add(1); n > int64(e.cfg.InFlightMax) {
-		e.inFlight.Add(-1)
-		e.door.leave(dc)
-		e.counters.refused.Add(1)
-		return actors.Reply{}, fmt.Errorf("engine: %d in flight: %w", n-1, ErrInFlightMax)
-	}
-	id := e.nextID.Add(1)
-	req.ID = id
-	req.Arrival = e.rt.Now()
-	req.ReplyTo = e.waiter
 	ch := replyChans.Get().(chan actors.Reply)
-	sh := &e.shards[id%waiterShards]
-	sh.mu.Lock()
-	sh.m[id] = &waiting{ch: ch, req: req, door: dc}
-	sh.mu.Unlock()
-
-	e.rt.Send(e.batcher, actors.Submit{Req: req})
-	// Counted once sent, so a Submitted count seen elsewhere means those
-	// requests are in the batcher's mailbox, ahead of anything sent later.
-	e.counters.submitted.Add(1)
-
+	id, sh, now, answered, err := e.submit(req, ch, nil)
+	if answered || err != nil {
+		replyChans.Put(ch) // never registered: no one sends on it
+		return now, err
+	}
 	select {
 	case r := <-ch:
 		replyChans.Put(ch) // emptied, and its one send is done
@@ -463,6 +434,89 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 		}
 		return actors.Reply{}, ErrClosed
 	}
+}
+
+// Submit hands req to the batcher and returns at once, with the id the
+// engine gave it (see Do for what the engine sets in req). done is called
+// exactly once with the request's one Reply, or with an engine error
+// (ErrClosed, ErrInFlightMax) and no reply, unless Cancel withdrew the
+// request first. It needs no goroutine per request: done runs on an
+// engine goroutine (the one that hands replies over), or on the caller's
+// before Submit returns when the engine answers at once (shed at the door,
+// closed, too many in flight). done must not block, and must not call
+// Submit or Cancel itself.
+//
+// Every request submitted is answered by its deadline plus ReplyGrace at
+// the latest, as with Do.
+func (e *Engine) Submit(req actors.Request, done func(actors.Reply, error)) uint64 {
+	id, _, now, answered, err := e.submit(req, nil, done)
+	if answered || err != nil {
+		done(now, err)
+	}
+	return id
+}
+
+// Cancel withdraws the request Submit returned id for. It reports true if
+// the request was withdrawn before its answer was taken: done will not be
+// called. False means done has been or is being called with its answer.
+func (e *Engine) Cancel(id uint64) bool {
+	sh := &e.shards[id%waiterShards]
+	sh.mu.Lock()
+	w, waits := sh.m[id]
+	if waits {
+		w.done = nil // no one waits: the late reply is dropped
+	}
+	sh.mu.Unlock()
+	if waits {
+		e.counters.abandoned.Add(1)
+		e.rt.Send(e.batcher, actors.Cancel{ID: id})
+	}
+	return waits
+}
+
+// submit is the front door of Do and Submit: the door's admission window,
+// the in-flight bound, the waiter table, the message to the batcher. It
+// answers itself, with now (answered) or err, when the door sheds the
+// request, the engine is closed or InFlightMax requests are in flight;
+// otherwise the request's answer goes to ch (Do's) or done (Submit's).
+func (e *Engine) submit(req actors.Request, ch chan actors.Reply, done func(actors.Reply, error)) (id uint64, sh *waiterShard, now actors.Reply, answered bool, err error) {
+	if e.isClosed() {
+		return 0, nil, actors.Reply{}, false, ErrClosed
+	}
+	dc, why, retryAfter := e.door.enter(req.Tenant)
+	if dc == nil {
+		// Shed at the door: answered here, in O(1), without a waiter or
+		// a message, which is what keeps shedding cheap when the CPU is
+		// the scarce thing.
+		e.counters.shed.Add(1)
+		t := e.rt.Now()
+		id = e.nextID.Add(1)
+		return id, nil, actors.Reply{
+			ID: id, Outcome: actors.Rejected, Version: req.Version, Reason: why,
+			Err:        "overloaded: more requests in flight than the devices can answer within the SLO",
+			RetryAfter: retryAfter, Arrival: t, Done: t,
+		}, true, nil
+	}
+	if n := e.inFlight.Add(1); n > int64(e.cfg.InFlightMax) {
+		e.inFlight.Add(-1)
+		e.door.leave(dc)
+		e.counters.refused.Add(1)
+		return 0, nil, actors.Reply{}, false, fmt.Errorf("engine: %d in flight: %w", n-1, ErrInFlightMax)
+	}
+	id = e.nextID.Add(1)
+	req.ID = id
+	req.Arrival = e.rt.Now()
+	req.ReplyTo = e.waiter
+	sh = &e.shards[id%waiterShards]
+	sh.mu.Lock()
+	sh.m[id] = &waiting{ch: ch, done: done, req: req, door: dc}
+	sh.mu.Unlock()
+
+	e.rt.Send(e.batcher, actors.Submit{Req: req})
+	// Counted once sent, so a Submitted count seen elsewhere means those
+	// requests are in the batcher's mailbox, ahead of anything sent later.
+	e.counters.submitted.Add(1)
+	return id, sh, actors.Reply{}, false, nil
 }
 
 // replyChans holds the channels Do waits on. A channel gets one send, from
@@ -527,8 +581,9 @@ func (e *Engine) deliver(m actors.Reply) {
 	sh.mu.Lock()
 	w, inFlight := sh.m[m.ID]
 	var ch chan actors.Reply
+	var done func(actors.Reply, error)
 	if inFlight {
-		ch = w.ch
+		ch, done = w.ch, w.done
 		delete(sh.m, m.ID)
 	}
 	sh.mu.Unlock()
@@ -541,12 +596,16 @@ func (e *Engine) deliver(m actors.Reply) {
 	// Released before the reply is handed over, so a caller that has
 	// its reply sees it out of the in-flight count.
 	e.release(w)
-	if ch == nil {
+	switch {
+	case ch != nil:
+		e.counters.replied.Add(1)
+		ch <- m // capacity 1, and only this send: never blocks
+	case done != nil:
+		e.counters.replied.Add(1)
+		done(m, nil)
+	default:
 		e.counters.late.Add(1)
-		return
 	}
-	e.counters.replied.Add(1)
-	ch <- m // capacity 1, and only this send: never blocks
 }
 
 // batcherRestarted tells the engine that its batcher actor was restarted
@@ -565,7 +624,7 @@ func (e *Engine) resubmit() {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id, w := range sh.m {
-			if w.ch == nil {
+			if w.ch == nil && w.done == nil {
 				delete(sh.m, id)
 				e.release(w)
 				continue
@@ -639,6 +698,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	close(e.closing)
 	e.closeMu.Unlock()
 	<-e.sweepDone // ends at closing, within one sweep
+	e.closeSubmits()
 	err := e.rt.Close(ctx)
 	// The runtime has stopped: no reply comes any more.
 	e.replies.close()
@@ -646,6 +706,28 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("engine: close: %w", err)
 	}
 	return nil
+}
+
+// closeSubmits answers every request of Submit still awaited ErrClosed, as
+// a Do still waiting returns ErrClosed. (A reply that comes after is a
+// duplicate.)
+func (e *Engine) closeSubmits() {
+	var dones []func(actors.Reply, error)
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for id, w := range sh.m {
+			if w.done != nil {
+				delete(sh.m, id)
+				e.release(w)
+				dones = append(dones, w.done)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for _, done := range dones {
+		done(actors.Reply{}, ErrClosed)
+	}
 }
 
 func (e *Engine) isClosed() bool {

@@ -624,6 +624,11 @@ func request(k *tenantKey, model string, c common, input string, start time.Dura
 // context the caller came with (see doError).
 func (h *Handler) do(ctx context.Context, req actors.Request, start time.Duration) (actors.Reply, *apiError) {
 	rep, err := h.eng.Do(ctx, req)
+	return h.settle(ctx, req, rep, err, start)
+}
+
+// settle maps one engine answer to the API's, and records it.
+func (h *Handler) settle(ctx context.Context, req actors.Request, rep actors.Reply, err error, start time.Duration) (actors.Reply, *apiError) {
 	var aerr *apiError
 	if err != nil {
 		aerr = h.doError(ctx, err)
@@ -654,13 +659,25 @@ type doResult struct {
 	err *apiError
 }
 
-// fanOut runs reqs through the engine concurrently, at most
-// BatchConcurrencyMax at a time, and returns their results in input order.
-// Submitting them together is what lets them share an engine batch.
+// submitter is the engine's non-blocking front door (engine.Engine
+// offers it; a recorder wrapping the engine does not).
+type submitter interface {
+	Submit(req actors.Request, done func(actors.Reply, error)) uint64
+	Cancel(id uint64) bool
+}
+
+// fanOut runs reqs through the engine together and returns their results
+// in input order. Submitting them together is what lets them share an
+// engine batch. With an engine that offers Submit it takes no goroutine a
+// request; otherwise at most BatchConcurrencyMax goroutines call Do.
 func (h *Handler) fanOut(ctx context.Context, reqs []actors.Request, start time.Duration) []doResult {
 	out := make([]doResult, len(reqs))
 	if len(reqs) == 1 {
 		out[0].rep, out[0].err = h.do(ctx, reqs[0], start)
+		return out
+	}
+	if sub, ok := h.eng.(submitter); ok {
+		h.fanOutSubmit(ctx, sub, reqs, start, out)
 		return out
 	}
 	var next atomic.Int64
@@ -678,6 +695,35 @@ func (h *Handler) fanOut(ctx context.Context, reqs []actors.Request, start time.
 	}
 	wg.Wait()
 	return out
+}
+
+// fanOutSubmit is fanOut on Submit: every request is answered into out by
+// the engine's callback; if ctx ends first, those not answered yet are
+// withdrawn and answered as Do would have been.
+func (h *Handler) fanOutSubmit(ctx context.Context, sub submitter, reqs []actors.Request, start time.Duration, out []doResult) {
+	var wg sync.WaitGroup
+	wg.Add(len(reqs))
+	ids := make([]uint64, len(reqs))
+	for i, req := range reqs {
+		ids[i] = sub.Submit(req, func(rep actors.Reply, err error) {
+			out[i].rep, out[i].err = h.settle(ctx, req, rep, err, start)
+			wg.Done()
+		})
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+		return
+	case <-ctx.Done():
+	}
+	for i, id := range ids {
+		if sub.Cancel(id) {
+			out[i].rep, out[i].err = h.settle(ctx, reqs[i], actors.Reply{}, ctx.Err(), start)
+			wg.Done()
+		}
+	}
+	<-all
 }
 
 // nextID is a request id for a synchronous request: unique in this process
