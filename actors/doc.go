@@ -11,5 +11,11 @@
 // math/rand, and never lets map iteration order decide anything; purity_test.go
 // enforces this.
 //
-// Every runtime package may import actors; actors imports none of them.
+// Every runtime package may import actors; actors imports none of them (nor
+// anything else of batchd).
+//
+// Imported by: actors/actorstest, cmd/batchd, cmd/batchd/internal/loadgen,
+// engine, engine/config, engine/enginetest, engine/hollywood, engine/httpapi,
+// engine/internal/live, engine/jobs, engine/protoactor, engine/record,
+// scenarios, sim, sim/charts (and tests).
 package actors

@@ -57,8 +57,8 @@
 //
 // # Who imports it
 //
-// cmd/batchd (the devices, profile and serve --backend commands), which
-// adapts a Device or CPU to the engine's Backend and maps ErrDeviceFault
-// onto the engine's device fault. cudabridge imports neither the engine nor
-// the actors.
+// Imported by: cmd/batchd (the devices, profile and serve --backend
+// commands; and tests). cmd/batchd adapts a Device or CPU to the engine's
+// Backend and maps ErrDeviceFault onto the engine's device fault.
+// cudabridge imports neither the engine nor the actors.
 package cudabridge

@@ -40,6 +40,8 @@
 // conformance suite in actors/actorstest checks both adapters against the
 // same contract as the simulator.
 //
-// Who imports it: cmd/batchd, the HTTP adapter, and the runtime adapters.
-// It imports actors and nothing else of batchd.
+// Imported by: cmd/batchd, cmd/batchd/internal/loadgen, engine/config,
+// engine/enginetest, engine/hollywood, engine/httpapi, engine/internal/live,
+// engine/protoactor (and tests). It imports actors and nothing else of
+// batchd.
 package engine

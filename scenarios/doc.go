@@ -18,6 +18,6 @@
 // nodes group devices and give them their warm models, they do not add a
 // network between batcher and device (NetDelay applies to every message).
 //
-// Who imports it: cmd/batchd (the sim subcommand) and tests. It imports
+// Imported by: cmd/batchd (the sim subcommand; and tests). It imports
 // sim and actors, and nothing of the live engine.
 package scenarios

@@ -17,8 +17,9 @@
 // asserts only lower bounds on elapsed time, never upper ones, so a loaded
 // machine makes it slower, not flaky.
 //
-// Who imports it: the tests of sim, engine/protoactor and engine/hollywood,
-// each in its own test binary. It imports actors and nothing else of batchd.
+// Imported by: engine/enginetest (and the tests of sim, engine/protoactor and
+// engine/hollywood, each in its own test binary). It imports actors and
+// nothing else of batchd.
 //
 // Its recorder actors may run on a live runtime's goroutines while the
 // checks read on the test's; the lock for that comes from the runtime

@@ -11,4 +11,6 @@
 // into a package's Config, validates it there, runs, and maps the outcome
 // to an exit status (0 success, 1 a failed run or broken invariant, 2 a
 // usage error).
+//
+// Imported by: nothing (a main package).
 package main

@@ -28,5 +28,6 @@
 // tenant) on 127.0.0.1:8080, every other key written out with its default
 // and a comment.
 //
-// Who imports it: cmd/batchd. It imports actors, engine and engine/httpapi.
+// Imported by: cmd/batchd. It imports actors, engine, engine/httpapi and
+// engine/jobs.
 package config

@@ -8,7 +8,7 @@
 // timers, per-actor randomness, device workers, incarnations) is
 // engine/internal/live, shared with the protoactor adapter.
 //
-// Who imports it: cmd/batchd built with -tags hollywood, and tests. It must
+// Imported by: cmd/batchd (built with -tags hollywood; and tests). It must
 // never be linked with engine/protoactor: both libraries register the
 // protobuf file actor.proto, and such a program panics at start.
 package hollywood

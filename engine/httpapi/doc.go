@@ -3,10 +3,11 @@
 // Open Inference Protocol (KServe v2) REST endpoints and Prometheus
 // metrics.
 //
-// Who imports it: cmd/batchd (serve) and tests. It imports actors and
-// engine (for the engine's sentinel errors), never a runtime adapter; it
-// takes the engine through Doer, an interface of its own, so its tests run
-// on a fake as well as on the real engine.
+// Imported by: cmd/batchd (serve), engine/config (its defaults; and tests).
+// It imports actors, engine (for the engine's sentinel errors) and
+// engine/jobs, never a runtime adapter; it takes the engine through Doer,
+// an interface of its own, so its tests run on a fake as well as on the
+// real engine.
 //
 // # Endpoints
 //

@@ -7,9 +7,9 @@
 // attempt counted, and finished results stay readable until retention
 // drops them.
 //
-// Who imports it: engine/httpapi (the /v1 async, batch and requests
-// routes), engine/config (its defaults) and cmd/batchd (opens the store,
-// starts and stops the runner). It imports actors for the request and
+// Imported by: engine/httpapi (the /v1 async, batch and requests routes),
+// engine/config (its defaults), cmd/batchd (opens the store, starts and
+// stops the runner; and tests). It imports actors for the request and
 // reply types and go.etcd.io/bbolt; never engine or a runtime adapter: it
 // takes the engine through Doer, an interface of its own.
 //

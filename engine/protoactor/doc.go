@@ -9,7 +9,7 @@
 // workers, incarnations) is engine/internal/live, shared with the hollywood
 // adapter.
 //
-// Who imports it: cmd/batchd in its default build, and tests. It must never
+// Imported by: cmd/batchd (in its default build; and tests). It must never
 // be linked with engine/hollywood: both libraries register the protobuf
 // file actor.proto, and such a program panics at start.
 package protoactor

@@ -16,6 +16,6 @@
 // buffered and written under a mutex in the request's own goroutine (no
 // goroutine of its own); Close flushes the buffer and closes the file.
 //
-// Who imports it: cmd/batchd (serve --record) and tests. It imports actors
+// Imported by: cmd/batchd (serve --record; and tests). It imports actors
 // only.
 package record

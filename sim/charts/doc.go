@@ -9,6 +9,6 @@
 // from the report's autoscaling samples. The series are plain values
 // (Series), so tests check the numbers that are drawn, not the pictures.
 //
-// Who imports it: cmd/batchd (sim --out, sim --sweep --out) and tests. It
-// imports sim and actors.
+// Imported by: cmd/batchd (sim --out, sim --sweep --out; and tests). It
+// imports sim, sim/sweep and actors.
 package charts

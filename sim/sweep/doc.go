@@ -8,6 +8,6 @@
 // come out in the same order and with the same figures whatever the
 // parallelism: a sweep is as deterministic as a run.
 //
-// Who imports it: cmd/batchd, sim/charts and tests. It imports sim and
-// actors.
+// Imported by: cmd/batchd, sim/charts (and tests). It imports sim and
+// nothing else of batchd.
 package sweep

@@ -1,17 +1,3 @@
-// Package loadgen is the load generator behind `batchd load`: open-loop
-// arrivals at a fixed or Poisson rate, or a closed loop of connections that
-// send as fast as they are answered, against
-// POST /v1/models/{model}/infer, with latency percentiles from
-// HdrHistogram.
-//
-// Open-loop latency is measured from each request's intended send time,
-// not from when the generator got round to sending it, so a server (or a
-// generator) that falls behind shows as latency instead of hiding as fewer
-// requests (coordinated omission). The generator is bounded in everything:
-// duration, rate, requests in flight, its backlog of requests due but not
-// yet sent; what it had to drop is counted and reported.
-//
-// Who imports it: cmd/batchd only.
 package loadgen
 
 import (
