@@ -43,11 +43,14 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1)
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags hollywood ./engine/
 
-# The live runtime and the HTTP adapter run again under the race detector.
+# The live runtime and the HTTP adapter run again under the race detector,
+# and the engine once more on its second actor library (hollywood).
 test: vet
 	$(GO) test -count=1 -timeout 8m $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m ./engine/... ./cmd/...
+	$(GO) test -count=1 -timeout 8m -tags hollywood ./engine/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x $(PKGS)

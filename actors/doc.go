@@ -15,7 +15,6 @@
 // anything else of batchd).
 //
 // Imported by: actors/actorstest, cmd/batchd, cmd/batchd/internal/loadgen,
-// engine, engine/config, engine/enginetest, engine/hollywood, engine/httpapi,
-// engine/internal/live, engine/jobs, engine/protoactor, engine/record,
-// scenarios, sim, sim/charts (and tests).
+// engine, engine/config, engine/enginetest, engine/httpapi, engine/jobs,
+// engine/record, scenarios, sim, sim/charts (and tests).
 package actors

@@ -17,13 +17,16 @@
 //   - Runtime is the small interface the engine needs of an actor runtime:
 //     spawn an actor (with a Backend for its Exec jobs, and a factory for a
 //     fresh value after a supervised restart), listen at an address, send,
-//     a monotonic clock, close. The engine owns the interface; the adapters
-//     implement it in engine/protoactor (protoactor-go, the default) and
-//     engine/hollywood (anthdm/hollywood). The two libraries cannot be
-//     linked into one binary (both register the protobuf file actor.proto),
-//     so this package imports neither, no package imports both, and
-//     cmd/batchd picks one with a build tag (hollywood with -tags
-//     hollywood).
+//     a monotonic clock, close. LinkedRuntime (runtime.go) is this build's:
+//     a host (host.go, cell.go, worker.go) that implements actors.Context
+//     over any mailbox — addressing, timers, per-actor random streams, one
+//     worker goroutine per device, and incarnations (a restarted actor sees
+//     no timer or job result of the incarnation that panicked) — with the
+//     mailboxes and supervision of one actor library: protoactor-go by
+//     default (runtime_protoactor.go), anthdm/hollywood with -tags
+//     hollywood (runtime_hollywood.go). The two libraries cannot be linked
+//     into one binary (both register the protobuf file actor.proto), so a
+//     build tag picks one; RuntimeName says which.
 //   - Backend (backend.go) is "run this batch": context, model, version and
 //     inputs in; per-item outputs and errors, or a batch error, out, with
 //     ErrDeviceFault for a device that must restart. Emulated is the seeds'
@@ -33,15 +36,11 @@
 //     predicted latency, so a worker stuck in a hung call is freed even if
 //     its device actor never starts another job.
 //
-// Both adapters share engine/internal/live, which implements actors.Context
-// over any mailbox: addressing, timers, per-actor random streams, one
-// worker goroutine per device, and incarnations (a restarted actor sees no
-// timer or job result of the incarnation that panicked). The runtime
-// conformance suite in actors/actorstest checks both adapters against the
-// same contract as the simulator.
+// The runtime conformance suite in actors/actorstest (run by
+// engine/enginetest) checks the runtime against the same contract as the
+// simulator, in both builds.
 //
 // Imported by: cmd/batchd, cmd/batchd/internal/loadgen, engine/config,
-// engine/enginetest, engine/hollywood, engine/httpapi, engine/internal/live,
-// engine/protoactor (and tests). It imports actors and nothing else of
-// batchd.
+// engine/enginetest, engine/httpapi (and tests). It imports actors and
+// nothing else of batchd.
 package engine

@@ -14,9 +14,9 @@ import (
 	"github.com/batchd/batchd/actors"
 )
 
-// Runtime is what the engine needs of a live actor runtime. The adapters
-// (engine/protoactor, engine/hollywood) implement it; the engine owns the
-// interface and never imports them.
+// Runtime is what the engine needs of a live actor runtime. LinkedRuntime
+// is this build's (runtime.go); the conformance suite (engine/enginetest)
+// takes any.
 type Runtime interface {
 	// Spawn starts an actor at addr and delivers it actors.Start. newActor
 	// makes its value: once, and again each time supervision restarts the
@@ -75,8 +75,8 @@ type Config struct {
 	// (DefaultEmulatedConfig, with the Device latency model and a seed per
 	// device).
 	Backend func(i int) Backend
-	// Runtime makes the actor runtime. Required: the engine links no
-	// runtime itself (see package doc).
+	// Runtime makes the actor runtime. Nil means LinkedRuntime, the
+	// actor library linked into this build.
 	Runtime NewRuntime
 	// Node names this node in actor addresses. Empty for a single node.
 	Node string
@@ -154,8 +154,6 @@ func (c Config) Validate() error {
 	switch {
 	case c.Devices < 1 || c.Devices > c.Batcher.DevicesMax:
 		return fmt.Errorf("engine config: Devices %d: want 1 to DevicesMax (%d)", c.Devices, c.Batcher.DevicesMax)
-	case c.Runtime == nil:
-		return fmt.Errorf("engine config: no Runtime")
 	case c.InFlightMax < 1:
 		return fmt.Errorf("engine config: InFlightMax %d: must be at least 1", c.InFlightMax)
 	case c.JobTimeoutMultiple < 1 || c.JobTimeoutMin <= 0:
@@ -271,7 +269,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rt, err := cfg.Runtime(RuntimeOptions{Seed: cfg.Seed, Logger: cfg.Logger})
+	newRuntime := cfg.Runtime
+	if newRuntime == nil {
+		newRuntime = LinkedRuntime
+	}
+	rt, err := newRuntime(RuntimeOptions{Seed: cfg.Seed, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("engine: runtime: %w", err)
 	}

@@ -1,7 +1,7 @@
 // Package actorstest is the runtime conformance suite: one set of tests
 // that every runtime of package actors must pass, so that the actors behave
 // the same in the deterministic simulator (sim) and on the live runtimes
-// (engine/protoactor, engine/hollywood).
+// (engine, on protoactor by default and on hollywood with -tags hollywood).
 //
 // It checks what actors.Context promises: per-sender FIFO delivery; timers
 // that fire no sooner than their delay, that Cancel withdraws, and whose
@@ -17,9 +17,8 @@
 // asserts only lower bounds on elapsed time, never upper ones, so a loaded
 // machine makes it slower, not flaky.
 //
-// Imported by: engine/enginetest (and the tests of sim, engine/protoactor and
-// engine/hollywood, each in its own test binary). It imports actors and
-// nothing else of batchd.
+// Imported by: engine/enginetest (and the tests of sim and engine). It
+// imports actors and nothing else of batchd.
 //
 // Its recorder actors may run on a live runtime's goroutines while the
 // checks read on the test's; the lock for that comes from the runtime

@@ -43,7 +43,7 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 	noop := func() {}
 	kind := f.Devices.Backend
 	if kind == config.BackendEmulated || kind == "" {
-		c, err := f.EngineConfig(newRuntime)
+		c, err := f.EngineConfig(engine.LinkedRuntime)
 		return c, noop, err
 	}
 	lim, err := bytenetModel(f)
@@ -87,7 +87,7 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 		closeAll()
 		return engine.Config{}, noop, err
 	}
-	c, err := f.EngineConfig(newRuntime)
+	c, err := f.EngineConfig(engine.LinkedRuntime)
 	if err != nil {
 		closeAll()
 		return engine.Config{}, noop, err

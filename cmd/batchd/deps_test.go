@@ -14,8 +14,8 @@ import (
 )
 
 // buildTags are the build configurations whose imports between the module's
-// packages differ: the default build links engine/protoactor, -tags
-// hollywood links engine/hollywood instead. A tag that changes which module
+// packages (or their third-party imports) differ: the default build links
+// protoactor-go into engine, -tags hollywood links hollywood instead. A tag that changes which module
 // packages import which belongs here.
 var buildTags = []string{"", "hollywood"}
 

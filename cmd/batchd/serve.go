@@ -351,7 +351,7 @@ func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdou
 	go func() { served <- srv.Serve(ln) }()
 
 	printReady(stdout, f, ln.Addr())
-	log.Info("serving", "addr", ln.Addr().String(), "runtime", runtimeName, "devices", f.Devices.Count,
+	log.Info("serving", "addr", ln.Addr().String(), "runtime", engine.RuntimeName, "devices", f.Devices.Count,
 		"latency", ecfg.Device.Latency.Predict(1, 0), "batch_max", f.Policy.BatchMax, "slo", f.Policy.SLO)
 	if listening != nil {
 		listening(ln.Addr())
@@ -475,7 +475,7 @@ func printReady(w io.Writer, f *config.File, addr net.Addr) {
 		auth = ` -H "Authorization: Bearer $BATCHD_KEY"`
 	}
 	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d %s devices, batches of up to %d)\n",
-		base, runtimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)
+		base, engine.RuntimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)
 	fmt.Fprintf(w, "try:\n  curl -s%s %s/v1/models/%s/infer -d '{\"input\": \"hello\"}'\n", auth, base, model)
 }
 

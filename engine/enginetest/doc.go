@@ -1,9 +1,10 @@
-// Package enginetest holds test code shared by the runtime adapters'
-// packages (engine/protoactor, engine/hollywood). The adapters cannot be
-// linked into one test binary (both libraries register actor.proto), so
-// each runs this code in its own; it imports actors, actors/actorstest and
-// engine, never an adapter.
+// Package enginetest is the engine's runtime tests that any Runtime must
+// pass: the conformance suite of actors/actorstest run on a live runtime,
+// a batcher restart, and the per-request benchmark. The engine's tests run
+// it on the runtime of their build (protoactor by default, hollywood with
+// -tags hollywood: the two libraries cannot share a binary, as both
+// register actor.proto); a future runtime plugs in the same way. It imports
+// actors, actors/actorstest and engine.
 //
-// Imported by: nothing (only the tests of engine/protoactor and
-// engine/hollywood).
+// Imported by: nothing (only the tests of engine).
 package enginetest

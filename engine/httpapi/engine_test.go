@@ -15,7 +15,6 @@ import (
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/httpapi"
-	"github.com/batchd/batchd/engine/protoactor"
 )
 
 // These tests run the handler on the real engine (protoactor, the default
@@ -24,7 +23,7 @@ import (
 
 func engineConfig() engine.Config {
 	c := engine.DefaultConfig()
-	c.Runtime = protoactor.New
+	c.Runtime = engine.LinkedRuntime
 	c.Devices = 2
 	c.Batcher.Latency = actors.FixedLatency(5 * time.Millisecond)
 	c.Batcher.SLO = 5 * time.Second

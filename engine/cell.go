@@ -1,4 +1,4 @@
-package live
+package engine
 
 import (
 	"fmt"
@@ -8,20 +8,19 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 )
 
-// TimersMax bounds the timers one actor has armed at once. The actors of
+// timersMax bounds the timers one actor has armed at once. The actors of
 // package actors keep one or two; reaching the bound is a runaway loop, and
 // the Cell panics, which the library's supervision turns into a restart.
-const TimersMax = 1 << 16
+const timersMax = 1 << 16
 
 // Cell is one batchd actor inside a library's actor: its actors.Context
 // and its state across incarnations. The adapter calls Begin, Handle and
 // End from the actor's mailbox goroutine, one at a time; the other methods
 // are the Context the batchd actor sees during Handle.
-type Cell struct {
-	host     *Host
+type cell struct {
+	host     *host
 	addr     actors.Address
 	newActor func() actors.Actor
 	post     func(any)
@@ -64,7 +63,7 @@ type (
 	}
 )
 
-var _ actors.Context = (*Cell)(nil)
+var _ actors.Context = (*cell)(nil)
 
 // Open tells the cell that the library's spawn has returned: from now on,
 // messages other actors send here are posted to its mailbox; before, they
@@ -77,14 +76,14 @@ var _ actors.Context = (*Cell)(nil)
 // that the actor could have seen: a message that overtakes Started is
 // dropped by the Cell anyway (see deliver), and the engine sends no
 // request before every spawn has returned.
-func (c *Cell) Open() { c.opened.Store(true) }
+func (c *cell) Open() { c.opened.Store(true) }
 
 // Begin starts an incarnation: the library has started the actor, for the
 // first time or after a restart. Whatever the last incarnation left (armed
 // timers, a running job) is dropped, a fresh actor value is made, and it
 // receives actors.Start. A restarted Device thus announces itself again,
 // and its batcher re-queues what the lost incarnation held.
-func (c *Cell) Begin() {
+func (c *cell) Begin() {
 	if c.incarnation > 0 {
 		c.host.restarts.Add(1)
 		c.End()
@@ -98,7 +97,7 @@ func (c *Cell) Begin() {
 // End ends an incarnation (the library is restarting or stopping the
 // actor): its timers will not fire and its job's result will not be
 // delivered, since the next incarnation knows nothing of them.
-func (c *Cell) End() {
+func (c *cell) End() {
 	c.stopTimers()
 	if c.worker != nil {
 		c.worker.abandon()
@@ -106,7 +105,7 @@ func (c *Cell) End() {
 }
 
 // Handle delivers one mailbox message to the actor.
-func (c *Cell) Handle(m any) {
+func (c *cell) Handle(m any) {
 	switch m := m.(type) {
 	case timerFired:
 		c.tmu.Lock()
@@ -127,7 +126,7 @@ func (c *Cell) Handle(m any) {
 	}
 }
 
-func (c *Cell) deliver(msg actors.Message) {
+func (c *cell) deliver(msg actors.Message) {
 	if c.actor == nil {
 		return // a message that overtook the library's start
 	}
@@ -138,24 +137,24 @@ func (c *Cell) deliver(msg actors.Message) {
 
 // active asserts the Context is used inside its own Receive: the contract
 // says a Context is valid only there, and a kept one would act out of turn.
-func (c *Cell) active(op string) {
+func (c *cell) active(op string) {
 	if !c.inReceive {
 		panic(fmt.Sprintf("batchd: %v: Context.%s called outside its Receive", c.addr, op))
 	}
 }
 
 // Self implements actors.Context.
-func (c *Cell) Self() actors.Address { return c.addr }
+func (c *cell) Self() actors.Address { return c.addr }
 
 // Now implements actors.Context: the Host's monotonic clock.
-func (c *Cell) Now() time.Duration { return c.host.Now() }
+func (c *cell) Now() time.Duration { return c.host.Now() }
 
 // Rand implements actors.Context. The stream lives as long as the Cell, so
 // a restarted actor continues it rather than replaying it.
-func (c *Cell) Rand() *rand.Rand { return c.rng }
+func (c *cell) Rand() *rand.Rand { return c.rng }
 
 // Send implements actors.Context.
-func (c *Cell) Send(to actors.Address, msg actors.Message) {
+func (c *cell) Send(to actors.Address, msg actors.Message) {
 	c.active("Send")
 	if to == c.addr && !c.host.halted.Load() {
 		// Its own mailbox takes messages, open or not: it is running this
@@ -174,13 +173,13 @@ func (c *Cell) Send(to actors.Address, msg actors.Message) {
 	c.lastEP.post(c.host, msg)
 }
 
-// After implements actors.Context with engine.AfterFunc (time.AfterFunc
+// After implements actors.Context with AfterFunc (time.AfterFunc
 // without its millisecond of lateness on Linux): the callback only
 // posts a timerFired to the mailbox, and the message itself stays in the
 // timer table until then, so Cancel can withdraw it even after the callback
 // has run. Timer IDs are unique within the Host, so one actor's ID never
 // names another's timer. A negative d counts as zero.
-func (c *Cell) After(d time.Duration, msg actors.Message) actors.TimerID {
+func (c *cell) After(d time.Duration, msg actors.Message) actors.TimerID {
 	c.active("After")
 	id := actors.TimerID(c.host.timerSeq.Add(1))
 	c.tmu.Lock()
@@ -188,12 +187,12 @@ func (c *Cell) After(d time.Duration, msg actors.Message) actors.TimerID {
 	if c.closed {
 		return id // shutting down: the timer never fires
 	}
-	if len(c.timers) >= TimersMax {
-		panic(fmt.Sprintf("batchd: %v: more than %d timers armed", c.addr, TimersMax))
+	if len(c.timers) >= timersMax {
+		panic(fmt.Sprintf("batchd: %v: more than %d timers armed", c.addr, timersMax))
 	}
 	h := c.host
 	h.wg.Add(1)
-	t := engine.AfterFunc(max(d, 0), func() {
+	t := AfterFunc(max(d, 0), func() {
 		defer h.wg.Done()
 		c.post(timerFired{id: id})
 	})
@@ -203,7 +202,7 @@ func (c *Cell) After(d time.Duration, msg actors.Message) actors.TimerID {
 
 // Cancel implements actors.Context. Fired, cancelled, unknown and other
 // actors' timers are left alone.
-func (c *Cell) Cancel(id actors.TimerID) {
+func (c *cell) Cancel(id actors.TimerID) {
 	c.active("Cancel")
 	c.tmu.Lock()
 	t, ok := c.timers[id]
@@ -219,7 +218,7 @@ func (c *Cell) Cancel(id actors.TimerID) {
 // Exec while the last job still runs abandons that job (a Device does this
 // only once its watchdog has given up on it), cancelling its context and
 // dropping its result.
-func (c *Cell) Exec(job actors.Job) {
+func (c *cell) Exec(job actors.Job) {
 	c.active("Exec")
 	if c.worker == nil {
 		panic(fmt.Sprintf("batchd: %v called Exec but has no backend", c.addr))
@@ -227,7 +226,7 @@ func (c *Cell) Exec(job actors.Job) {
 	c.worker.exec(job, c.incarnation)
 }
 
-func (c *Cell) stopTimers() {
+func (c *cell) stopTimers() {
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	for id, t := range c.timers {
@@ -240,7 +239,7 @@ func (c *Cell) stopTimers() {
 
 // close is the Host's shutdown of this cell: no timer fires or is armed
 // again, and the worker stops.
-func (c *Cell) close() {
+func (c *cell) close() {
 	c.tmu.Lock()
 	c.closed = true
 	c.tmu.Unlock()

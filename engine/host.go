@@ -1,4 +1,4 @@
-package live
+package engine
 
 import (
 	"context"
@@ -12,20 +12,19 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 )
 
 var (
-	// ErrAddressTaken is returned when an address already has an actor or
+	// errAddressTaken is returned when an address already has an actor or
 	// a listener.
-	ErrAddressTaken = errors.New("address already taken")
-	// ErrClosed is returned by operations on a closed Host.
-	ErrClosed = errors.New("runtime closed")
+	errAddressTaken = errors.New("address already taken")
+	// errRuntimeClosed is returned by operations on a closed Host.
+	errRuntimeClosed = errors.New("runtime closed")
 )
 
 // Host is one live runtime's addressing, clock and goroutine bookkeeping.
 // Its methods are safe for concurrent use.
-type Host struct {
+type host struct {
 	start time.Time
 	seed  uint64
 
@@ -34,7 +33,7 @@ type Host struct {
 	routes atomic.Pointer[map[actors.Address]endpoint]
 
 	mu     sync.Mutex // guards cells, closed and writes to routes
-	cells  []*Cell
+	cells  []*cell
 	closed bool
 	// halted is set when Close starts: from then on nothing is posted to an
 	// actor's mailbox, so no message reaches a library actor that is
@@ -54,14 +53,14 @@ type Host struct {
 // endpoint is what an address leads to: an actor's cell, or a listener
 // function outside the actors.
 type endpoint struct {
-	cell *Cell
+	cell *cell
 	fn   func(actors.Message)
 }
 
-// NewHost returns a Host whose clock starts now and whose actors' random
+// newHost returns a Host whose clock starts now and whose actors' random
 // streams derive from seed.
-func NewHost(seed uint64) *Host {
-	h := &Host{start: time.Now(), seed: seed}
+func newHost(seed uint64) *host {
+	h := &host{start: time.Now(), seed: seed}
 	m := map[actors.Address]endpoint{}
 	h.routes.Store(&m)
 	return h
@@ -69,17 +68,17 @@ func NewHost(seed uint64) *Host {
 
 // Now is the time since the Host was made, on the monotonic clock, so it
 // never goes back.
-func (h *Host) Now() time.Duration { return time.Since(h.start) }
+func (h *host) Now() time.Duration { return time.Since(h.start) }
 
 // DeadLetters is the number of messages sent to an address with neither an
 // actor nor a listener.
-func (h *Host) DeadLetters() int64 { return h.deadLetters.Load() }
+func (h *host) DeadLetters() int64 { return h.deadLetters.Load() }
 
 // Restarts is the number of times the library restarted an actor after a
 // panic.
-func (h *Host) Restarts() int64 { return h.restarts.Load() }
+func (h *host) Restarts() int64 { return h.restarts.Load() }
 
-func (h *Host) register(addr actors.Address, ep endpoint) error {
+func (h *host) register(addr actors.Address, ep endpoint) error {
 	if addr.IsZero() {
 		return fmt.Errorf("register: the zero address names no actor")
 	}
@@ -88,13 +87,13 @@ func (h *Host) register(addr actors.Address, ep endpoint) error {
 	return h.registerLocked(addr, ep)
 }
 
-func (h *Host) registerLocked(addr actors.Address, ep endpoint) error {
+func (h *host) registerLocked(addr actors.Address, ep endpoint) error {
 	if h.closed {
-		return ErrClosed
+		return errRuntimeClosed
 	}
 	old := *h.routes.Load()
 	if _, ok := old[addr]; ok {
-		return fmt.Errorf("register %v: %w", addr, ErrAddressTaken)
+		return fmt.Errorf("register %v: %w", addr, errAddressTaken)
 	}
 	m := make(map[actors.Address]endpoint, len(old)+1)
 	for k, v := range old {
@@ -111,7 +110,7 @@ func (h *Host) registerLocked(addr actors.Address, ep endpoint) error {
 // Listen makes fn the endpoint at addr: every message sent there is handed
 // to fn, on the sender's goroutine, in the sender's order. fn must not block
 // and must be safe for concurrent use.
-func (h *Host) Listen(addr actors.Address, fn func(actors.Message)) error {
+func (h *host) Listen(addr actors.Address, fn func(actors.Message)) error {
 	if fn == nil {
 		return fmt.Errorf("listen %v: nil func", addr)
 	}
@@ -120,15 +119,15 @@ func (h *Host) Listen(addr actors.Address, fn func(actors.Message)) error {
 
 // Send delivers msg to the endpoint at to, from outside any actor or from
 // one. A message to an unknown address is counted and dropped.
-func (h *Host) Send(to actors.Address, msg actors.Message) {
+func (h *host) Send(to actors.Address, msg actors.Message) {
 	h.route(to).post(h, msg)
 }
 
-func (h *Host) route(to actors.Address) endpoint { return (*h.routes.Load())[to] }
+func (h *host) route(to actors.Address) endpoint { return (*h.routes.Load())[to] }
 
 func (ep endpoint) found() bool { return ep.cell != nil || ep.fn != nil }
 
-func (ep endpoint) post(h *Host, msg actors.Message) {
+func (ep endpoint) post(h *host, msg actors.Message) {
 	switch {
 	case ep.cell != nil && (h.halted.Load() || !ep.cell.opened.Load()):
 		h.deadLetters.Add(1)
@@ -147,11 +146,11 @@ func (ep endpoint) post(h *Host, msg actors.Message) {
 // post puts a message in the actor's mailbox; it is called from any
 // goroutine and must not block. backend, when not nil, runs the actor's
 // Exec jobs on a worker goroutine of its own.
-func (h *Host) NewCell(addr actors.Address, newActor func() actors.Actor, post func(any), backend engine.Backend) (*Cell, error) {
+func (h *host) NewCell(addr actors.Address, newActor func() actors.Actor, post func(any), backend Backend) (*cell, error) {
 	if newActor == nil || post == nil {
 		return nil, fmt.Errorf("new cell %v: nil newActor or post", addr)
 	}
-	c := &Cell{
+	c := &cell{
 		host:     h,
 		addr:     addr,
 		newActor: newActor,
@@ -189,7 +188,7 @@ func (h *Host) NewCell(addr actors.Address, newActor func() actors.Actor, post f
 // to end. From its start, messages to actors are dropped (counted as dead
 // letters); those already in mailboxes are the library's to drop. An actor
 // that still runs arms no timer and runs no job.
-func (h *Host) Close(ctx context.Context) error {
+func (h *host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -204,7 +203,7 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	// A backend that ignores its cancelled context keeps its worker, and
 	// the wait goes on past ctx until it returns.
-	if err := Wait(ctx, &h.wg); err != nil {
+	if err := waitGroup(ctx, &h.wg); err != nil {
 		return fmt.Errorf("close: goroutines still running: %w", err)
 	}
 	return nil
@@ -212,7 +211,7 @@ func (h *Host) Close(ctx context.Context) error {
 
 // Wait waits for wg until ctx ends, and then returns ctx's error. Past
 // ctx, one goroutine goes on waiting for wg, and ends with it.
-func Wait(ctx context.Context, wg *sync.WaitGroup) error {
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()

@@ -1,4 +1,6 @@
-package protoactor
+//go:build !hollywood
+
+package engine
 
 import (
 	"sync"

@@ -1,26 +1,16 @@
-package hollywood
+//go:build hollywood
+
+package engine
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 )
-
-func TestMain(m *testing.M) {
-	// Hollywood logs every supervised restart, with its stack, through the
-	// default logger; the restart tests make them on purpose.
-	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	goleak.VerifyTestMain(m)
-}
 
 const waitMax = 30 * time.Second
 
@@ -28,8 +18,8 @@ const waitMax = 30 * time.Second
 // devices that crash and hang; every request gets one reply, each completed
 // one its own output; then nothing of the engine keeps running.
 func TestEngine(t *testing.T) {
-	c := engine.DefaultConfig()
-	c.Runtime = New
+	c := DefaultConfig()
+	c.Runtime = LinkedRuntime
 	c.Batcher.Latency = actors.FixedLatency(5 * time.Millisecond)
 	c.Batcher.SLO = 2 * time.Second
 	c.Batcher.BatchMax = 8
@@ -37,12 +27,12 @@ func TestEngine(t *testing.T) {
 	c.Device.RestartBackoff = 5 * time.Millisecond
 	c.Device.RestartBackoffMax = 20 * time.Millisecond
 	c.Device.QuarantineFor = 50 * time.Millisecond
-	c.Backend = func(i int) engine.Backend {
-		ec := engine.DefaultEmulatedConfig()
+	c.Backend = func(i int) Backend {
+		ec := DefaultEmulatedConfig()
 		ec.Latency = c.Device.Latency
 		ec.CrashRate, ec.HangRate = 0.1, 0.05
 		ec.Seed = uint64(i)
-		b, err := engine.NewEmulated(ec)
+		b, err := NewEmulated(ec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +40,7 @@ func TestEngine(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 	defer cancel()
-	e, err := engine.New(ctx, c)
+	e, err := New(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

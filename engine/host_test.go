@@ -1,4 +1,4 @@
-package live
+package engine
 
 import (
 	"context"
@@ -10,13 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // mailbox is a minimal library for the tests: one goroutine per actor
 // draining a buffered channel into the Cell.
@@ -25,7 +20,7 @@ type mailbox struct {
 	done chan struct{}
 }
 
-func spawn(t *testing.T, h *Host, addr actors.Address, a actors.Actor, b engine.Backend) {
+func spawn(t *testing.T, h *host, addr actors.Address, a actors.Actor, b Backend) {
 	t.Helper()
 	mb := &mailbox{ch: make(chan any, 1024), done: make(chan struct{})}
 	c, err := h.NewCell(addr, func() actors.Actor { return a }, func(m any) {
@@ -94,7 +89,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func closeHost(t *testing.T, h *Host) {
+func closeHost(t *testing.T, h *host) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -116,11 +111,11 @@ func TestJobDoneMapping(t *testing.T) {
 		{"item error", []string{"a", ""}, []error{nil, item}, nil, actors.JobDone{ID: 1, Outputs: []string{"a", ""}, ItemErrs: []string{"", "bad item"}}},
 		{"all items good", []string{"a"}, []error{nil}, nil, actors.JobDone{ID: 1, Outputs: []string{"a"}}},
 		{"batch error", nil, nil, errors.New("boom"), actors.JobDone{ID: 1, Err: "boom"}},
-		{"device fault", nil, nil, fmt.Errorf("gpu lost: %w", engine.ErrDeviceFault), actors.JobDone{ID: 1, Fault: true}},
+		{"device fault", nil, nil, fmt.Errorf("gpu lost: %w", ErrDeviceFault), actors.JobDone{ID: 1, Fault: true}},
 		{"cut off", nil, nil, fmt.Errorf("hung: %w", context.DeadlineExceeded), actors.JobDone{ID: 1, Fault: true}},
 	}
 	for _, c := range cases {
-		got := JobDone(1, c.outputs, c.itemErrs, c.err)
+		got := jobDone(1, c.outputs, c.itemErrs, c.err)
 		if got.ID != c.want.ID || got.Err != c.want.Err || got.Fault != c.want.Fault ||
 			!slices.Equal(got.Outputs, c.want.Outputs) || !slices.Equal(got.ItemErrs, c.want.ItemErrs) {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
@@ -155,7 +150,7 @@ type exec struct{ job actors.Job }
 // hung call's context is cancelled, its result is never delivered, and the
 // device never runs two calls at once.
 func TestWorkerAbandon(t *testing.T) {
-	h := NewHost(1)
+	h := newHost(1)
 	b := &blockingBackend{}
 	r := &recorder{f: func(ctx actors.Context, msg actors.Message) {
 		if m, ok := msg.(exec); ok {
@@ -183,7 +178,7 @@ func TestWorkerAbandon(t *testing.T) {
 // TestCloseStopsEverything: Close stops armed timers and a worker stuck in
 // a call, and waits for them; nothing is delivered after.
 func TestCloseStopsEverything(t *testing.T) {
-	h := NewHost(1)
+	h := newHost(1)
 	b := &blockingBackend{}
 	r := &recorder{f: func(ctx actors.Context, msg actors.Message) {
 		if _, ok := msg.(actors.Start); ok {
@@ -197,19 +192,19 @@ func TestCloseStopsEverything(t *testing.T) {
 	if b.cancelled.Load() != 1 {
 		t.Error("the hung call was not cancelled")
 	}
-	if err := h.Listen(actors.Address{ID: 9}, func(actors.Message) {}); !errors.Is(err, ErrClosed) {
+	if err := h.Listen(actors.Address{ID: 9}, func(actors.Message) {}); !errors.Is(err, errRuntimeClosed) {
 		t.Errorf("Listen after Close: %v", err)
 	}
 }
 
 func TestRouting(t *testing.T) {
-	h := NewHost(1)
+	h := newHost(1)
 	var got []actors.Message
 	var mu sync.Mutex
 	if err := h.Listen(actors.Address{ID: 5}, func(m actors.Message) { mu.Lock(); got = append(got, m); mu.Unlock() }); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Listen(actors.Address{ID: 5}, func(actors.Message) {}); !errors.Is(err, ErrAddressTaken) {
+	if err := h.Listen(actors.Address{ID: 5}, func(actors.Message) {}); !errors.Is(err, errAddressTaken) {
 		t.Errorf("second Listen: %v", err)
 	}
 	if err := h.Listen(actors.Address{}, func(actors.Message) {}); err == nil {
@@ -227,7 +222,7 @@ func TestRouting(t *testing.T) {
 // TestTimerIDsUnique: two actors never get the same timer ID, so one's
 // stale ID cannot cancel the other's timer.
 func TestTimerIDsUnique(t *testing.T) {
-	h := NewHost(1)
+	h := newHost(1)
 	var mu sync.Mutex
 	ids := map[actors.TimerID]bool{}
 	dup := false
@@ -255,7 +250,7 @@ func TestTimerIDsUnique(t *testing.T) {
 // TestContextOutsideReceive: a Context kept past its Receive panics rather
 // than act out of turn.
 func TestContextOutsideReceive(t *testing.T) {
-	h := NewHost(1)
+	h := newHost(1)
 	c, err := h.NewCell(actors.Address{ID: 1}, func() actors.Actor { return &recorder{} }, func(any) {}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +270,7 @@ func TestContextOutsideReceive(t *testing.T) {
 // library, whose mailbox may not take them yet (protoactor's then never ran
 // the actor at all); once open, they are posted.
 func TestSendBeforeOpen(t *testing.T) {
-	h := NewHost(1)
+	h := newHost(1)
 	var posted atomic.Int64
 	c, err := h.NewCell(actors.Address{ID: 1}, func() actors.Actor { return &recorder{} }, func(any) { posted.Add(1) }, nil)
 	if err != nil {

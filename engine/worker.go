@@ -1,4 +1,4 @@
-package live
+package engine
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 )
 
 // worker runs one device actor's jobs on the backend, one at a time, on a
@@ -18,7 +17,7 @@ import (
 // The actor's side (exec, abandon) never blocks: the job goes into a
 // one-entry slot and the worker is woken through a channel of capacity 1.
 type worker struct {
-	backend engine.Backend
+	backend Backend
 	deliver func(inc uint64, done actors.JobDone)
 
 	wake chan struct{} // capacity 1: "the slot may hold a job"
@@ -42,7 +41,7 @@ type workItem struct {
 	abandoned bool
 }
 
-func newWorker(b engine.Backend, deliver func(uint64, actors.JobDone)) *worker {
+func newWorker(b Backend, deliver func(uint64, actors.JobDone)) *worker {
 	base, stop := context.WithCancel(context.Background())
 	return &worker{backend: b, deliver: deliver, wake: make(chan struct{}, 1), base: base, stop: stop}
 }
@@ -130,17 +129,17 @@ func (w *worker) run(it *workItem) {
 	if abandoned {
 		return
 	}
-	w.deliver(it.inc, JobDone(it.job.ID, outputs, itemErrs, err))
+	w.deliver(it.inc, jobDone(it.job.ID, outputs, itemErrs, err))
 }
 
 // JobDone maps a backend's answer onto the message the actor gets: per-item
 // errors become ItemErrs, a batch error Err, and an error wrapping
-// engine.ErrDeviceFault, or a run cut off by its deadline (the device did
+// ErrDeviceFault, or a run cut off by its deadline (the device did
 // not answer in a bounded time), a Fault.
-func JobDone(id uint64, outputs []string, itemErrs []error, err error) actors.JobDone {
+func jobDone(id uint64, outputs []string, itemErrs []error, err error) actors.JobDone {
 	done := actors.JobDone{ID: id}
 	switch {
-	case err != nil && (errors.Is(err, engine.ErrDeviceFault) || errors.Is(err, context.DeadlineExceeded)):
+	case err != nil && (errors.Is(err, ErrDeviceFault) || errors.Is(err, context.DeadlineExceeded)):
 		done.Fault = true
 	case err != nil:
 		done.Err = err.Error()
