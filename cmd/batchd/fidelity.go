@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/cmd/batchd/internal/loadgen"
+	"github.com/batchd/batchd/engine/loadgen"
 	"github.com/batchd/batchd/sim"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/cmd/batchd/internal/loadgen"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/loadgen"
 )
 
 // TestParseServing: the URL is read from the very line `batchd serve`
