@@ -15,6 +15,6 @@
 // anything else of batchd).
 //
 // Imported by: actors/actorstest, cmd/batchd, engine, engine/config,
-// engine/enginetest, engine/httpapi, engine/jobs, engine/loadgen,
-// engine/record, scenarios, sim, sim/charts (and tests).
+// engine/enginetest, engine/fidelity, engine/httpapi, engine/jobs,
+// engine/loadgen, engine/record, scenarios, sim, sim/charts (and tests).
 package actors

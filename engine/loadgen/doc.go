@@ -11,5 +11,5 @@
 // duration, rate, requests in flight, its backlog of requests due but not
 // yet sent; what it had to drop is counted and reported.
 //
-// Imported by: cmd/batchd (and tests).
+// Imported by: cmd/batchd, engine/fidelity (and tests).
 package loadgen
