@@ -14,7 +14,7 @@
 // Every runtime package may import actors; actors imports none of them (nor
 // anything else of batchd).
 //
-// Imported by: actors/actorstest, cmd/batchd, cmd/batchd/internal/loadgen,
-// engine, engine/config, engine/enginetest, engine/httpapi, engine/jobs,
-// engine/record, scenarios, sim, sim/charts (and tests).
+// Imported by: actors/actorstest, cmd/batchd, engine, engine/config,
+// engine/enginetest, engine/fidelity, engine/httpapi, engine/jobs,
+// engine/loadgen, engine/record, scenarios, sim, sim/charts (and tests).
 package actors

@@ -27,12 +27,12 @@ import (
 //     by 0.25-0.6 ms at p90 under 3x overload, against 0.02-0.09 ms): the
 //     poller, and a processor's timers, are then looked at less often
 //     (RESULTS.md).
-//   - SleepUntil sleeps the last kernelLead in the kernel (nanosleep),
-//     which wakes 0.08-0.14 ms late and spins no CPU, but blocks an OS
-//     thread, and its P until the runtime's monitor takes that back. In
-//     the live server that cost 20-30% of its throughput when CPU-bound
-//     (a 5 ms backend, 1024 connections). The load generator, one sender
-//     loop at thousands of sends a second, uses it.
+//   - the load generator's SleepUntil (engine/loadgen) sleeps the last
+//     stretch in the kernel (nanosleep), which wakes 0.08-0.14 ms late and
+//     spins no CPU, but blocks an OS thread, and its P until the runtime's
+//     monitor takes that back. In the live server that cost 20-30% of its
+//     throughput when CPU-bound (a 5 ms backend, 1024 connections), so it
+//     stays with the generator; BenchmarkSleepLateness compares the two.
 //
 // preciseUntil once took a Go timer to a millisecond before the time and
 // yielded the processor (runtime.Gosched) from there: as precise, but about
@@ -58,37 +58,8 @@ const (
 	// batcher's linger) do not spend a CPU's share spinning: at 8000 req/s
 	// on a 5 ms backend, spinning was 15% of the server's CPU. A wait of
 	// 20 ms or more spins the whole spinHold.
-	spinShare       = 200
-	kernelLead      = 2 * time.Millisecond
-	kernelSleepsMax = 32
+	spinShare = 200
 )
-
-// kernelSleeps bounds the kernel sleeps at once, per process as threads
-// are; past it, the rest is slept on a Go timer, late as those are.
-var kernelSleeps = make(chan struct{}, kernelSleepsMax)
-
-// SleepUntil waits until t, or until ctx is done, whichever comes first,
-// and returns ctx's error in the second case. It wakes within about 0.15
-// ms of t where the kernel's nanosleep is used (Linux), and within Go's
-// timer resolution elsewhere. ctx is checked before the last kernelLead,
-// not during it.
-func SleepUntil(ctx context.Context, t time.Time) error {
-	if err := timerUntil(ctx, t.Add(-kernelLead)); err != nil {
-		return err
-	}
-	d := time.Until(t)
-	if d <= 0 {
-		return nil
-	}
-	select {
-	case kernelSleeps <- struct{}{}:
-		kernelSleep(t)
-		<-kernelSleeps
-	default:
-		time.Sleep(d)
-	}
-	return nil
-}
 
 // preciseUntil waits until t, or until ctx is done: on a timer fd, then
 // spinning (see above) for spinFor of the wait.

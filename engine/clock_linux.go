@@ -5,26 +5,10 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// kernelSleep blocks the calling thread in nanosleep until t. A signal
-// (EINTR) resumes the sleep for what is left.
-func kernelSleep(t time.Time) {
-	for {
-		d := time.Until(t)
-		if d <= 0 {
-			return
-		}
-		ts := syscall.NsecToTimespec(int64(d))
-		if err := syscall.Nanosleep(&ts, nil); err != syscall.EINTR {
-			return
-		}
-	}
-}
 
 // timerFD is a timer file descriptor (timerfd_create(2)) in non-blocking
 // mode, so that reading it waits in the runtime's network poller, which

@@ -6,16 +6,18 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/engine/loadgen"
 )
 
 var sleeps = []struct {
 	name  string
 	until func(context.Context, time.Time) error
-}{{"SleepUntil", SleepUntil}, {"preciseUntil", preciseUntil}, {"yieldUntil", yieldUntil}}
+}{{"preciseUntil", preciseUntil}, {"yieldUntil", yieldUntil}}
 
 func TestSleepNeverEarly(t *testing.T) {
 	for _, s := range sleeps {
-		for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, spinHold, pollLead, kernelLead, kernelLead + 3*time.Millisecond} {
+		for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, spinHold, pollLead, pollLead + 3*time.Millisecond} {
 			due := time.Now().Add(d)
 			if err := s.until(context.Background(), due); err != nil {
 				t.Fatalf("%s(+%v): %v", s.name, d, err)
@@ -40,26 +42,6 @@ func TestSleepCancelled(t *testing.T) {
 		if err := s.until(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("%s cancelled while waiting: %v, want context.Canceled", s.name, err)
 		}
-	}
-}
-
-// With every kernel sleep taken, SleepUntil falls back to a Go timer and
-// is still never early.
-func TestSleepUntilKernelSleepsFull(t *testing.T) {
-	for range kernelSleepsMax {
-		kernelSleeps <- struct{}{}
-	}
-	defer func() {
-		for range kernelSleepsMax {
-			<-kernelSleeps
-		}
-	}()
-	due := time.Now().Add(time.Millisecond)
-	if err := SleepUntil(context.Background(), due); err != nil {
-		t.Fatal(err)
-	}
-	if time.Now().Before(due) {
-		t.Error("SleepUntil returned early with the kernel sleeps all taken")
 	}
 }
 
@@ -93,7 +75,7 @@ func TestAfterFunc(t *testing.T) {
 }
 
 // BenchmarkSleepLateness compares how late a 0-5 ms sleep wakes with
-// SleepUntil, preciseUntil, preciseUntil spinning the whole spinHold (as
+// the load generator's SleepUntil (engine/loadgen), preciseUntil, preciseUntil spinning the whole spinHold (as
 // it did before spinShare), yieldUntil (preciseUntil before it polled a
 // timer fd) and time.Sleep; it reports the lateness
 // percentiles in microseconds and the process's CPU time a sleep (Linux).
@@ -102,7 +84,7 @@ func BenchmarkSleepLateness(b *testing.B) {
 		name  string
 		sleep func(time.Time)
 	}{
-		{"SleepUntil", func(due time.Time) { _ = SleepUntil(context.Background(), due) }},
+		{"SleepUntil", func(due time.Time) { _ = loadgen.SleepUntil(context.Background(), due) }},
 		{"preciseUntil", func(due time.Time) { _ = preciseUntil(context.Background(), due) }},
 		{"preciseUntil-spinHold", func(due time.Time) { _ = preciseUntilHold(context.Background(), due, spinHold) }},
 		{"yieldUntil", func(due time.Time) { _ = yieldUntil(context.Background(), due) }},

@@ -40,7 +40,6 @@
 // engine/enginetest) checks the runtime against the same contract as the
 // simulator, in both builds.
 //
-// Imported by: cmd/batchd, cmd/batchd/internal/loadgen, engine/config,
-// engine/enginetest, engine/httpapi (and tests). It imports actors and
-// nothing else of batchd.
+// Imported by: cmd/batchd, engine/config, engine/enginetest,
+// engine/httpapi (and tests). It imports actors and nothing else of batchd.
 package engine

@@ -45,6 +45,7 @@
 // hand-written 4-ary heap, and events due at the current instant go through
 // a FIFO ring instead (see heap.go for why that keeps the exact order).
 //
-// Imported by: cmd/batchd (the sim subcommand), scenarios, sim/charts,
-// sim/sweep (and tests). sim imports actors and nothing else of batchd.
+// Imported by: cmd/batchd (the sim subcommand), engine/fidelity (the one
+// engine package that compares the live runtime with this one), scenarios,
+// sim/charts, sim/sweep (and tests). sim imports actors and nothing else of batchd.
 package sim

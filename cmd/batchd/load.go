@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batchd/batchd/cmd/batchd/internal/loadgen"
+	"github.com/batchd/batchd/engine/loadgen"
 )
 
 // runLoad is `batchd load`: flags map onto loadgen.Config, whose defaults

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchd/batchd/cmd/batchd/internal/loadgen"
+	"github.com/batchd/batchd/engine/loadgen"
 )
 
 // TestServeOverloadTwice is the chaos suite's overload, sized for a test: a

@@ -9,7 +9,12 @@
 // generator) that falls behind shows as latency instead of hiding as fewer
 // requests (coordinated omission). The generator is bounded in everything:
 // duration, rate, requests in flight, its backlog of requests due but not
-// yet sent; what it had to drop is counted and reported.
+// yet sent; what it had to drop is counted and reported. Send times are
+// kept with SleepUntil (sleep.go): a Go timer, then the kernel's nanosleep
+// for the last 2 ms, as Go's timers alone wake up to a millisecond late.
 //
-// Imported by: cmd/batchd (and tests).
+// It is a client of the HTTP API, not part of the server: it imports
+// actors (for the outputs it checks) and nothing else of batchd.
+//
+// Imported by: cmd/batchd, engine/fidelity (and tests).
 package loadgen

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 	"github.com/valyala/fasthttp"
 )
 
@@ -211,7 +210,7 @@ func (g *generator) openLoop(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		// Not a Go timer: those wake up to a millisecond late on Linux,
 		// and every request would carry that lag in its latency.
-		if engine.SleepUntil(ctx, next) != nil {
+		if SleepUntil(ctx, next) != nil {
 			return
 		}
 	}
