@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,24 +53,22 @@ type EmulatedConfig struct {
 	// BatchMax is the most inputs one batch may hold; more is an error
 	// (ErrBatchSize). Default 100, the seeds' batchstring.
 	BatchMax int
-	// HangRate is the probability that a batch hangs: Run blocks until its
-	// ctx is done. HangRate, CrashRate and BatchErrorRate are exclusive
-	// outcomes drawn from one number; their sum must not exceed 1.
-	HangRate float64
-	// CrashRate is the probability that the device crashes during a batch:
-	// Run returns an error wrapping ErrDeviceFault after a uniform fraction
-	// of the latency.
-	CrashRate float64
-	// BatchErrorRate is the probability that the whole batch fails with
-	// ErrBatch at its full latency while the device stays usable.
-	BatchErrorRate float64
-	// ItemErrorRate is the probability that one item fails on its own with
-	// ErrItem, drawn per item in batches that do not fail whole.
-	ItemErrorRate float64
-	// PoisonPrefix marks poison inputs: a batch holding an input that starts
-	// with it fails whole with ErrBatch every time, so only splitting the
-	// batch serves its other items. Empty switches poison off.
-	PoisonPrefix string
+	// FaultPlan is the faults at rates, the simulator's own model (see
+	// actors.FaultPlan): a hang blocks Run until its ctx is done, a crash
+	// returns an error wrapping ErrDeviceFault part way through the batch,
+	// a batch error or a poison input fails the batch with ErrBatch at its
+	// full latency, an item error fails one item with ErrItem, a slow batch
+	// takes SlowFactor times its latency; HealAt, from NewEmulated, ends
+	// all but poison.
+	actors.FaultPlan
+	// Schedule is the run's scheduled faults (crash, hang, slow at given
+	// times from NewEmulated); this device takes those for its Index.
+	Schedule []actors.ScheduledFault
+	// Index is the device's index in the engine, from 0, for Schedule.
+	Index int
+	// LatencySpread is the σ of a log-normal factor on each batch's
+	// latency (mean 1; see actors.DeviceModel.SetLatencySpread); 0: none.
+	LatencySpread float64
 	// Seed seeds the backend's own random stream, from which its faults are
 	// drawn.
 	Seed uint64
@@ -87,46 +85,48 @@ func DefaultEmulatedConfig() EmulatedConfig {
 
 // Validate reports the first field that makes the configuration unusable.
 func (c EmulatedConfig) Validate() error {
-	if c.Latency.Base < 0 || c.Latency.PerItem < 0 || c.Latency.PerPaddedByte < 0 {
-		return fmt.Errorf("emulated config: negative latency")
-	}
-	if len(c.Latency.Table) > 0 {
-		if err := c.Latency.Validate(); err != nil {
-			return fmt.Errorf("emulated config: %w", err)
-		}
-	}
+	_, err := c.model()
+	return err
+}
+
+// model is the device model the configuration describes.
+func (c EmulatedConfig) model() (*actors.DeviceModel, error) {
 	if c.BatchMax < 1 {
-		return fmt.Errorf("emulated config: BatchMax %d: must be at least 1", c.BatchMax)
+		return nil, fmt.Errorf("emulated config: BatchMax %d: must be at least 1", c.BatchMax)
 	}
-	for _, r := range []struct {
-		name string
-		v    float64
-	}{{"HangRate", c.HangRate}, {"CrashRate", c.CrashRate}, {"BatchErrorRate", c.BatchErrorRate}, {"ItemErrorRate", c.ItemErrorRate}} {
-		if !(r.v >= 0 && r.v <= 1) { // also catches NaN
-			return fmt.Errorf("emulated config: %s %v: must be in [0, 1]", r.name, r.v)
-		}
+	m, err := actors.NewDeviceModel(c.Latency, c.FaultPlan)
+	if err != nil {
+		return nil, fmt.Errorf("emulated config: %w", err)
 	}
-	if sum := c.HangRate + c.CrashRate + c.BatchErrorRate; sum > 1 {
-		return fmt.Errorf("emulated config: HangRate+CrashRate+BatchErrorRate %v: must not exceed 1", sum)
+	if err := m.SetLatencySpread(c.LatencySpread); err != nil {
+		return nil, fmt.Errorf("emulated config: %w", err)
 	}
-	return nil
+	if err := actors.ValidateSchedule(c.Schedule, math.MaxInt, 0); err != nil {
+		return nil, fmt.Errorf("emulated config: %w", err)
+	}
+	m.SetSchedule(c.Index, c.Schedule)
+	return m, nil
 }
 
 // Emulated is the seeds' batchstring on one emulated GPU: a batch of 1 to
-// BatchMax inputs costs the configured latency, and each output is
+// BatchMax inputs costs the configured latency, its faults are drawn from
+// the simulator's device model (actors.DeviceModel) on the wall clock since
+// NewEmulated, and each output is
 // actors.EmulatedOutput(model, version, input), so a reply carrying another
 // request's output, or the right input run on the wrong version, is
 // detected. It runs one batch at a time, and asserts it: a second Run while
 // one is in flight panics, since it means two workers drive one device.
 type Emulated struct {
-	cfg EmulatedConfig
+	cfg   EmulatedConfig
+	start time.Time // the device's time zero, for HealAt and Schedule
 
 	running atomic.Int32
 
 	// The device goroutine that calls Run changes when a worker is replaced,
-	// so the random stream is guarded.
-	mu  sync.Mutex
-	rng *rand.Rand
+	// so the model and its random stream are guarded.
+	mu    sync.Mutex
+	model *actors.DeviceModel
+	rng   *rand.Rand
 
 	batches atomic.Int64
 }
@@ -136,35 +136,15 @@ var _ Backend = (*Emulated)(nil)
 // NewEmulated returns an emulated device, or an error naming the bad
 // setting.
 func NewEmulated(cfg EmulatedConfig) (*Emulated, error) {
-	if err := cfg.Validate(); err != nil {
+	m, err := cfg.model()
+	if err != nil {
 		return nil, err
 	}
-	return &Emulated{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x62617463686465))}, nil
+	return &Emulated{cfg: cfg, start: time.Now(), model: m, rng: rand.New(rand.NewPCG(cfg.Seed, 0x62617463686465))}, nil
 }
 
 // Batches is the number of batches Run has started.
 func (e *Emulated) Batches() int64 { return e.batches.Load() }
-
-// emulatedDraw is one batch's random numbers, drawn in a fixed order and
-// number whatever the outcome, so a batch's fate depends only on the seed
-// and the batches before it.
-type emulatedDraw struct {
-	outcome, crashAt float64
-	itemFail         []bool
-}
-
-func (e *Emulated) draw(n int) emulatedDraw {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d := emulatedDraw{outcome: e.rng.Float64(), crashAt: 1 - e.rng.Float64()}
-	if e.cfg.ItemErrorRate > 0 {
-		d.itemFail = make([]bool, n)
-		for i := range d.itemFail {
-			d.itemFail[i] = e.rng.Float64() < e.cfg.ItemErrorRate
-		}
-	}
-	return d
-}
 
 // Run implements Backend.
 func (e *Emulated) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
@@ -179,43 +159,36 @@ func (e *Emulated) Run(ctx context.Context, model, version string, inputs []stri
 		return nil, nil, fmt.Errorf("emulated backend: %d inputs, want 1 to %d: %w", n, e.cfg.BatchMax, ErrBatchSize)
 	}
 	e.batches.Add(1)
-	d := e.draw(n)
-	longest, poison := 0, false
-	for _, in := range inputs {
-		longest = max(longest, len(in))
-		if e.cfg.PoisonPrefix != "" && strings.HasPrefix(in, e.cfg.PoisonPrefix) {
-			poison = true
-		}
-	}
-	latency := e.cfg.Latency.Predict(n, longest)
-	c := e.cfg
-	switch {
-	case poison:
-		if err := sleep(ctx, latency); err != nil {
-			return nil, nil, err
-		}
-		return nil, nil, fmt.Errorf("emulated backend: poison input: %w", ErrBatch)
-	case d.outcome < c.HangRate:
+	e.mu.Lock()
+	fate := e.model.Draw(time.Since(e.start), e.rng, inputs)
+	e.mu.Unlock()
+	switch fate.Kind {
+	case actors.FateHang:
 		<-ctx.Done()
 		return nil, nil, fmt.Errorf("emulated backend: hung: %w", ctx.Err())
-	case d.outcome < c.HangRate+c.CrashRate:
-		if err := sleep(ctx, time.Duration(d.crashAt*float64(latency))); err != nil {
+	case actors.FateCrash:
+		if err := sleep(ctx, fate.Took); err != nil {
 			return nil, nil, err
 		}
 		return nil, nil, fmt.Errorf("emulated backend: injected crash: %w", ErrDeviceFault)
-	case d.outcome < c.HangRate+c.CrashRate+c.BatchErrorRate:
-		if err := sleep(ctx, latency); err != nil {
+	case actors.FatePoison:
+		if err := sleep(ctx, fate.Took); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("emulated backend: poison input: %w", ErrBatch)
+	case actors.FateBatchError:
+		if err := sleep(ctx, fate.Took); err != nil {
 			return nil, nil, err
 		}
 		return nil, nil, ErrBatch
 	}
-	if err := sleep(ctx, latency); err != nil {
+	if err := sleep(ctx, fate.Took); err != nil {
 		return nil, nil, err
 	}
 	outputs := make([]string, n)
 	var itemErrs []error
 	for i, in := range inputs {
-		if d.itemFail != nil && d.itemFail[i] {
+		if fate.ItemFail != nil && fate.ItemFail[i] {
 			if itemErrs == nil {
 				itemErrs = make([]error, n)
 			}

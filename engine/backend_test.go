@@ -211,3 +211,59 @@ func TestBoundedBackend(t *testing.T) {
 		t.Errorf("cut off after %v, before 10x the predicted 2ms", took)
 	}
 }
+
+// TestEmulatedRunsTheDeviceModel: the live backend runs the simulator's
+// device model, so the faults only the simulator had before (heal times,
+// scheduled crashes and hangs, slow batches) run live too.
+func TestEmulatedRunsTheDeviceModel(t *testing.T) {
+	run := func(e *Emulated) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, _, err := e.Run(ctx, "m", "v", []string{"x"})
+		return err
+	}
+	t.Run("healed", func(t *testing.T) {
+		// Every batch would crash, but the faults healed 1 ns after start.
+		e := emulated(t, func(c *EmulatedConfig) { c.CrashRate, c.HealAt = 1, time.Nanosecond })
+		if err := run(e); err != nil {
+			t.Fatalf("a batch after HealAt: %v", err)
+		}
+	})
+	t.Run("scheduled crash strikes once, on its device", func(t *testing.T) {
+		sched := []actors.ScheduledFault{{At: 0, Device: 1, Kind: actors.FaultCrash}}
+		other := emulated(t, func(c *EmulatedConfig) { c.Schedule, c.Index = sched, 0 })
+		if err := run(other); err != nil {
+			t.Fatalf("device 0 under device 1's crash: %v", err)
+		}
+		e := emulated(t, func(c *EmulatedConfig) { c.Schedule, c.Index = sched, 1 })
+		if err := run(e); !errors.Is(err, ErrDeviceFault) {
+			t.Fatalf("first batch: %v, want the scheduled crash", err)
+		}
+		if err := run(e); err != nil {
+			t.Fatalf("second batch: %v, want the crash to have fired once", err)
+		}
+	})
+	t.Run("scheduled hang", func(t *testing.T) {
+		sched := []actors.ScheduledFault{{At: 0, Device: 0, Kind: actors.FaultHang}}
+		e := emulated(t, func(c *EmulatedConfig) { c.Schedule = sched })
+		if err := run(e); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("hung batch: %v, want it to block until its ctx ends", err)
+		}
+	})
+	t.Run("invalid", func(t *testing.T) {
+		for i, mod := range []func(*EmulatedConfig){
+			func(c *EmulatedConfig) { c.SlowRate, c.SlowFactor = 0.5, 0.5 },
+			func(c *EmulatedConfig) { c.HealAt = -time.Second },
+			func(c *EmulatedConfig) { c.LatencySpread = 3 },
+			func(c *EmulatedConfig) {
+				c.Schedule = []actors.ScheduledFault{{Kind: actors.FaultSlow, Factor: 2}} // no For
+			},
+		} {
+			c := DefaultEmulatedConfig()
+			mod(&c)
+			if _, err := NewEmulated(c); err == nil {
+				t.Errorf("case %d: no error", i)
+			}
+		}
+	})
+}

@@ -343,12 +343,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// hasFaults reports whether any fault is switched on.
-func (p FaultPlan) hasFaults() bool {
-	return p.CrashRate > 0 || p.HangRate > 0 || p.SlowRate > 0 || p.BatchErrorRate > 0 ||
-		p.ItemErrorRate > 0 || p.PoisonPrefix != ""
-}
-
 // Run simulates one run and reports it. The error is for a run that could
 // not be built or that broke a limit of the world (events, queue); broken
 // invariants are not errors but the report's violations, so that a caller
@@ -514,7 +508,7 @@ func Run(cfg Config) (Report, error) {
 			LatencyMs: ms(cfg.Latency.Predict(cfg.Batcher.BatchMax, inputLenMax)),
 			SLOMs:     ms(cfg.Batcher.SLO),
 			DurationS: cfg.Duration.Seconds(),
-			Faults:    cfg.Faults.hasFaults() || len(cfg.FaultSchedule) > 0,
+			Faults:    cfg.Faults.Any() || len(cfg.FaultSchedule) > 0,
 		},
 		timelineEvery: cfg.TimelineEvery,
 		offered:       offered,

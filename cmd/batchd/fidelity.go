@@ -34,6 +34,7 @@ func parseFidelity(args []string, stdout io.Writer) (fidelityOptions, error) {
 	fs.DurationVar(&c.Duration, "duration", c.Duration, fmt.Sprintf("how long requests are sent (at most %v)", fidelity.DurationMax))
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "first part of --duration left out of both sides' figures")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the live arrivals and of the simulation")
+	fs.Float64Var(&c.CrashRate, "crash-rate", c.CrashRate, "probability that a batch crashes its device, live and simulated (one device model)")
 	fs.IntVar(&c.InputLen, "input-len", c.InputLen, "bytes per input")
 	netDelay := fs.String("net-delay", "auto", "the simulator's delay per message hop; auto: half the live run's mean HTTP overhead (client latency - server latency), as a lingering request pays two hops (dispatch, reply; the submit hop falls inside a linger counted from arrival)")
 	fs.Float64Var(&c.TargetPct, "target", c.TargetPct, "allowed relative error at p50/p95/p99, percent; exit 1 past it")

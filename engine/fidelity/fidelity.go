@@ -46,6 +46,11 @@ type Config struct {
 	// TargetPct is the relative error allowed at p50/p95/p99, in percent.
 	// Default 3.
 	TargetPct float64
+	// CrashRate is the probability that a batch crashes its device, live
+	// (the emulated backend) and simulated: the one device model
+	// (actors.DeviceModel) on both sides, so a fault scenario is compared
+	// as a fault-free one is. Default 0.
+	CrashRate float64
 	// Server is the batchd binary the live side serves with. Required.
 	Server string
 }
@@ -99,6 +104,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("warmup %v: need 0 <= warmup < duration", c.Warmup)
 	case c.InputLen < 1 || c.InputLen > InputLenMax:
 		return fmt.Errorf("input length %d: need 1 to %d", c.InputLen, InputLenMax)
+	case !(c.CrashRate >= 0 && c.CrashRate < 1):
+		return fmt.Errorf("crash rate %v: must be in [0, 1)", c.CrashRate)
 	case !(c.TargetPct > 0):
 		return fmt.Errorf("target %v%%: must be positive", c.TargetPct)
 	case c.Server == "":

@@ -68,6 +68,7 @@ func runLive(ctx context.Context, c Config, recording string, log io.Writer) (*l
 		"--data-dir", filepath.Join(filepath.Dir(recording), "jobs"),
 		"--devices", strconv.Itoa(c.Devices), "--latency", c.Latency.String(),
 		"--batch-max", strconv.Itoa(c.BatchMax), "--slo", c.SLO.String(),
+		"--crash-rate", strconv.FormatFloat(c.CrashRate, 'g', -1, 64),
 		"--seed", strconv.FormatUint(c.Seed, 10), "--log-level", "warn")
 	cmd.Stderr = log
 	out, err := cmd.StdoutPipe()

@@ -59,6 +59,7 @@ func simConfig(c Config, netDelay time.Duration) sim.Config {
 	cfg.Batcher.BatchMax = c.BatchMax
 	cfg.Batcher.SLO = c.SLO
 	cfg.NetDelay = netDelay
+	cfg.Faults.CrashRate = c.CrashRate
 	cfg.Traffic.Arrival = sim.Poisson
 	cfg.Traffic.InputLenMin, cfg.Traffic.InputLenMax = c.InputLen, c.InputLen
 	return cfg
