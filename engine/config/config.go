@@ -85,12 +85,6 @@ type HTTP struct {
 	BodyReadTimeout   time.Duration `yaml:"body_read_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// AsyncInFlightMax bounds the async requests not yet answered;
-	// AsyncResultsMax and AsyncRetention bound the answered ones kept for
-	// polling.
-	AsyncInFlightMax int           `yaml:"async_in_flight_max"`
-	AsyncResultsMax  int           `yaml:"async_results_max"`
-	AsyncRetention   time.Duration `yaml:"async_retention"`
 	// RetryAfterDefault is the Retry-After of a 429 or 503 whose cause
 	// gives no hint of its own.
 	RetryAfterDefault time.Duration `yaml:"retry_after_default"`

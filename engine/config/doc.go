@@ -5,7 +5,7 @@
 //
 // One file describes one server:
 //
-//	http:     listen address, body and input limits, timeouts, async retention,
+//	http:     listen address, body and input limits, timeouts,
 //	          who may read /metrics
 //	engine:   seed, in-flight bound, backend call bound
 //	devices:  count, emulated latency (or a latency model), warm models, fault knobs

@@ -25,9 +25,6 @@ func defaultHTTP() HTTP {
 		ReadHeaderTimeout:   httpapi.ReadHeaderTimeout,
 		BodyReadTimeout:     h.BodyReadTimeout,
 		IdleTimeout:         httpapi.IdleTimeout,
-		AsyncInFlightMax:    h.AsyncInFlightMax,
-		AsyncResultsMax:     h.AsyncResultsMax,
-		AsyncRetention:      h.AsyncRetention,
 		RetryAfterDefault:   h.RetryAfterDefault,
 		ModelLabelsMax:      h.ModelLabelsMax,
 		ScrapeTimeout:       h.ScrapeTimeout,
@@ -50,9 +47,6 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 	c.TimeoutMax = f.Policy.TimeoutMax
 	c.ReplyGrace = h.ReplyGrace
 	c.BodyReadTimeout = h.BodyReadTimeout
-	c.AsyncInFlightMax = h.AsyncInFlightMax
-	c.AsyncResultsMax = h.AsyncResultsMax
-	c.AsyncRetention = h.AsyncRetention
 	c.RetryAfterDefault = h.RetryAfterDefault
 	c.ModelLabelsMax = h.ModelLabelsMax
 	c.ScrapeTimeout = h.ScrapeTimeout

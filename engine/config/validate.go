@@ -15,18 +15,16 @@ import (
 // says how large a sane setting can be, so a typo (an extra zero or three)
 // is an error rather than a server that allocates for ever.
 const (
-	devicesCountMax   = 1 << 16
-	batchMaxMax       = 1 << 16
-	queueTotalMaxMax  = 1 << 24
-	inFlightMaxMax    = 1 << 24
-	bodyMaxBytesMax   = 1 << 30
-	attemptMaxMax     = 100
-	asyncMaxMax       = 1 << 22
-	bucketEdgesMax    = 64
-	versionsMax       = 64
-	timeoutMaxMax     = time.Hour
-	shutdownMaxMax    = 10 * time.Minute
-	asyncRetentionMax = 24 * time.Hour
+	devicesCountMax  = 1 << 16
+	batchMaxMax      = 1 << 16
+	queueTotalMaxMax = 1 << 24
+	inFlightMaxMax   = 1 << 24
+	bodyMaxBytesMax  = 1 << 30
+	attemptMaxMax    = 100
+	bucketEdgesMax   = 64
+	versionsMax      = 64
+	timeoutMaxMax    = time.Hour
+	shutdownMaxMax   = 10 * time.Minute
 	// A GOGC below gcPercentMin collects most of the time; above
 	// gcPercentMax the heap is all garbage.
 	gcPercentMin = 25
@@ -147,9 +145,6 @@ func (v *validator) http() {
 	v.durIn("http.read_header_timeout", h.ReadHeaderTimeout, time.Millisecond, time.Hour)
 	v.durIn("http.body_read_timeout", h.BodyReadTimeout, time.Millisecond, time.Hour)
 	v.durIn("http.idle_timeout", h.IdleTimeout, time.Millisecond, time.Hour)
-	v.intIn("http.async_in_flight_max", h.AsyncInFlightMax, 1, asyncMaxMax)
-	v.intIn("http.async_results_max", h.AsyncResultsMax, 1, asyncMaxMax)
-	v.durIn("http.async_retention", h.AsyncRetention, time.Second, asyncRetentionMax)
 	v.durIn("http.retry_after_default", h.RetryAfterDefault, time.Millisecond, time.Hour)
 	v.intIn("http.model_labels_max", h.ModelLabelsMax, 1, 1<<16)
 	v.durIn("http.scrape_timeout", h.ScrapeTimeout, time.Millisecond, time.Minute)

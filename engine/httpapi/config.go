@@ -64,22 +64,11 @@ type Config struct {
 	// ReadTimeout, which would also cut off a client that waits longer
 	// than it for its reply. Default 10 s.
 	BodyReadTimeout time.Duration
-	// AsyncInFlightMax bounds the async requests not yet answered, and with
-	// them the goroutines that wait on the engine for them; one more is
-	// refused with 503 and Retry-After. Default 10,000.
-	AsyncInFlightMax int
-	// AsyncResultsMax bounds the answered async requests kept for polling;
-	// past it the oldest are dropped (then 404). Default 10,000.
-	AsyncResultsMax int
-	// AsyncRetention is how long an answered async request is kept for
-	// polling. Default 5 min.
-	AsyncRetention time.Duration
 	// Jobs is the durable job store (a *jobs.Runner). With it, async
 	// infers and async batches are durable jobs, kept across restarts,
 	// with idempotency keys and DELETE to cancel; without it (nil, the
-	// default) async infers live in memory (AsyncInFlightMax,
-	// AsyncResultsMax, AsyncRetention) and die with the process, and
-	// async batches are refused.
+	// default, as in tests of the synchronous API) async requests are
+	// refused with 400. batchd serve always sets it.
 	Jobs JobStore
 	// JobItemsMax caps the items of one durable batch (the store's own
 	// ItemsMax should be at least this). Default 10,000.
@@ -94,8 +83,8 @@ type Config struct {
 	// 1,000.
 	BatchAsyncAbove int
 	// RetryAfterDefault is the Retry-After given with a 429 or 503 whose
-	// cause carries no hint of its own (the engine's in-flight bound, the
-	// async bound, draining). Default 1 s.
+	// cause carries no hint of its own (the engine's in-flight bound,
+	// draining). Default 1 s.
 	RetryAfterDefault time.Duration
 	// ModelLabelsMax bounds the distinct model names used as metric labels
 	// when there is no registry (any model name is served then, and each
@@ -147,9 +136,8 @@ type APIKey struct {
 }
 
 // DefaultConfig returns the limits for the seeds' service: 1 MiB bodies,
-// 64 KiB inputs, batches of up to 1,000 items, timeouts up to 60 s, 10,000
-// async requests in flight and as many results kept for 5 minutes, an open
-// API with one tenant.
+// 64 KiB inputs, batches of up to 1,000 items, timeouts up to 60 s, durable
+// batches of up to 10,000 items, an open API with one tenant.
 func DefaultConfig() Config {
 	return Config{
 		BodyMaxBytes:        1 << 20,
@@ -159,9 +147,6 @@ func DefaultConfig() Config {
 		TimeoutMax:          60 * time.Second,
 		ReplyGrace:          5 * time.Second,
 		BodyReadTimeout:     10 * time.Second,
-		AsyncInFlightMax:    10_000,
-		AsyncResultsMax:     10_000,
-		AsyncRetention:      5 * time.Minute,
 		JobItemsMax:         10_000,
 		JobBodyMaxBytes:     16 << 20,
 		BatchAsyncAbove:     1_000,
@@ -194,8 +179,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpapi config: BatchItemsMax %d, BatchConcurrencyMax %d: must be positive", c.BatchItemsMax, c.BatchConcurrencyMax)
 	case c.TimeoutMax <= 0 || c.ReplyGrace <= 0 || c.BodyReadTimeout <= 0 || c.ScrapeTimeout <= 0:
 		return fmt.Errorf("httpapi config: TimeoutMax, ReplyGrace, BodyReadTimeout and ScrapeTimeout must be positive")
-	case c.AsyncInFlightMax < 1 || c.AsyncResultsMax < 1 || c.AsyncRetention <= 0:
-		return fmt.Errorf("httpapi config: AsyncInFlightMax, AsyncResultsMax and AsyncRetention must be positive")
 	case c.JobItemsMax < 1 || c.JobBodyMaxBytes < 1 || c.BatchAsyncAbove < 1:
 		return fmt.Errorf("httpapi config: JobItemsMax %d, JobBodyMaxBytes %d, BatchAsyncAbove %d: must be positive", c.JobItemsMax, c.JobBodyMaxBytes, c.BatchAsyncAbove)
 	case c.RetryAfterDefault <= 0:

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -109,42 +108,6 @@ func checkInputs(t *testing.T, inputs ...string) {
 			t.Fatalf("input %q accepted", in)
 		}
 	}
-}
-
-// The async store never holds more than its bounds, whatever the mix of
-// adds, finishes and lookups.
-func TestAsyncStoreBounds(t *testing.T) {
-	const inFlightMax, resultsMax = 3, 5
-	s := newAsyncStore(inFlightMax, resultsMax, 10*time.Second)
-	now := time.Duration(0)
-	var pending []string
-	for i := range 1000 {
-		now += time.Duration(i%7) * time.Second / 2
-		id := fmt.Sprint(i)
-		if err := s.add(&asyncEntry{id: id, tenant: "t", cancel: func() {}}, now); err == nil {
-			pending = append(pending, id)
-		} else if err != errAsyncFull || len(pending) < inFlightMax {
-			t.Fatalf("add %d: %v with %d pending", i, err, len(pending))
-		}
-		if i%2 == 0 && len(pending) > 0 {
-			s.start(pending[0])
-			s.finish(pending[0], statusCompleted, nil, nil, now)
-			s.wg.Done()
-			pending = pending[1:]
-		}
-		if i%5 == 0 {
-			s.get(fmt.Sprint(i/2), "t", now)
-		}
-		entries, p := s.size()
-		if p != len(pending) || entries > inFlightMax+resultsMax || len(s.done)-s.head > resultsMax || len(s.done) > 2*resultsMax+64 {
-			t.Fatalf("step %d: %d entries, %d pending (want %d), done list %d from %d", i, entries, p, len(pending), len(s.done), s.head)
-		}
-	}
-	for _, id := range pending {
-		s.finish(id, statusCompleted, nil, nil, now)
-		s.wg.Done()
-	}
-	s.wg.Wait()
 }
 
 // TestReadAll: the body reader returns what io.ReadAll does, for bodies

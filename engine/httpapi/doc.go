@@ -14,10 +14,11 @@
 //	POST /v1/models/{model}/infer   {"input", "version"?, "priority"?, "timeout_ms"?, "params"?, "async"?}
 //	                                -> 200 {"id", "output", "model", "version", "latency_ms", "queue_ms",
 //	                                        "compute_ms", "batch_size", "attempts"}
-//	                                   async ("async": true or "Prefer: respond-async") -> 202 {"id", "status_url"}
+//	                                   async ("async": true or "Prefer: respond-async"; Config.Jobs set)
+//	                                   -> 202 {"id", "status_url", "status", "total"}
 //	GET  /v1/requests/{id}[?offset=&limit=]
 //	                                -> {"id", "status", "model", ...the result, or "error" and "http_status"}
-//	                                   a durable job adds "kind", "progress" {completed, failed, cancelled,
+//	                                   (a durable job's) and "kind", "progress" {completed, failed, cancelled,
 //	                                   expired, total}, "created", "finished"?, and for a batch a page of
 //	                                   "items" (once finished, or when offset/limit is given), "next_offset"?
 //	DELETE /v1/requests/{id}        cancel a durable job -> 200 its status; idempotent
@@ -82,7 +83,7 @@
 //	403     forbidden                          the key may not use this model (APIKey.Models)
 //	404     unknown_model                      model or version not in the registry (here, or Reason unknown_model)
 //	404     not_found                          no such route (a path with ".", ".." or "//" included: no
-//	                                           redirect); async id or job unknown, expired, or another tenant's
+//	                                           redirect); job unknown, expired, or another tenant's
 //	405     method_not_allowed                 wrong method for the route
 //	408     request_timeout                    the body did not arrive within BodyReadTimeout
 //	409     idempotency_conflict               Idempotency-Key reused with a different request
@@ -90,8 +91,8 @@
 //	415     unsupported_media_type             a POST whose Content-Type is not JSON (see Decoding)
 //	429     rate_limited, quota                Rejected, Reason rate_limited or quota (the tenant's limits)
 //	503     queue_full, overloaded, no_device, Rejected for load, no device, or draining; engine.ErrInFlightMax
-//	        draining                           (overloaded), engine.ErrClosed (draining), async bound full
-//	                                           (overloaded), shutting down (draining); answered at once
+//	        draining                           (overloaded), engine.ErrClosed (draining), shutting down
+//	                                           (draining); answered at once
 //	503     cancelled                          Cancelled while the client still waits (the service withdrew it)
 //	504     deadline                           Expired (Reason deadline), or no reply by deadline + ReplyGrace
 //	500     backend, attempts                  Failed: the backend failed the item, or device failures used
@@ -113,20 +114,9 @@
 //
 // # Async requests
 //
-// An async request is answered 202 at once and served by a goroutine of
-// its own, tracked (Shutdown waits for it) and bounded by
-// Config.AsyncInFlightMax (past it: 503 with Retry-After). Its status is
-// queued, running, completed, failed (rejections included, with the
-// error), cancelled or expired. queued and running are approximate: the
-// engine reports nothing between accepting a request and answering it, so
-// "running" means "handed to the engine", queue wait included; the
-// result's queue_ms and compute_ms say how the time was spent. Results are
-// kept for Config.AsyncRetention and at most Config.AsyncResultsMax of
-// them, swept on every insert and lookup (no timer goroutine, no unbounded
-// map). Only the tenant that made a request can read it; others get 404.
-// Ids are 128 random bits, since with one open tenant the id is all that
-// separates clients. This in-memory path is used only without a job
-// store (Config.Jobs nil).
+// An async request ("async": true, or "Prefer: respond-async") is a durable
+// job (below). Without a job store (Config.Jobs nil, which only tests of
+// the synchronous API use) it is refused with 400, as an async batch is.
 //
 // # Durable jobs
 //
@@ -158,7 +148,7 @@
 // engine clock (Doer.Now at arrival + timeout); the engine answers by it
 // (Expired: 504). The wait is bounded by the Doer: engine.Engine answers
 // a request it has lost Expired at its deadline (or TimeoutMax) plus its
-// ReplyGrace, so no handler or async goroutine waits for ever, without a
+// ReplyGrace, so no handler waits for ever, without a
 // timer per request.
 //
 // # Server timeouts and graceful stop
@@ -168,9 +158,8 @@
 // WriteTimeout to the handler, which sets them per request (see NewServer
 // for why). On SIGTERM:
 //
-//  1. Handler.Shutdown(ctx): readiness turns 503, new async requests get
-//     503, and it waits for the async requests in flight (the engine still
-//     serves them).
+//  1. Handler.Shutdown(ctx): readiness turns 503 and new job intake gets
+//     503 (the job runner is stopped by its owner).
 //  2. engine.Drain(ctx): the batcher stops admitting (new requests: 503
 //     draining) and flushes its queues without lingering; every request in
 //     flight is answered.

@@ -210,21 +210,6 @@ func TestEngineEndToEnd(t *testing.T) {
 			}
 		}
 	})
-	t.Run("async", func(t *testing.T) {
-		r := l.mustCall(t, "POST", "/v1/models/m/infer", `{"input": "later", "async": true}`)
-		if r.status != 202 {
-			t.Fatalf("%d %s", r.status, r.body)
-		}
-		url := r.json(t)["status_url"].(string)
-		var st map[string]any
-		eventually(t, "the async result", func() bool {
-			st = l.mustCall(t, "GET", url, "").json(t)
-			return st["status"] == "completed"
-		})
-		if st["output"] != actors.EmulatedOutput("m", "v1", "later") {
-			t.Errorf("async result %v", st)
-		}
-	})
 	t.Run("oip", func(t *testing.T) {
 		r := l.mustCall(t, "POST", "/v2/models/m/infer", `{"id": "abc", "inputs": [{"name": "input", "shape": [3], "datatype": "BYTES", "data": ["x", "y", "z"]}]}`)
 		var got struct {
@@ -386,8 +371,9 @@ func TestEngineDeviceCrashNothingLost(t *testing.T) {
 	}
 }
 
-// The documented graceful stop answers everything in flight: sync
-// requests waiting on the engine and async ones, then refuses new work.
+// The documented graceful stop answers everything in flight (the requests
+// waiting on the engine), then refuses new work. Durable jobs' part of the
+// stop is the job runner's (cmd/batchd's tests).
 func TestEngineGracefulStop(t *testing.T) {
 	ec := engineConfig()
 	ec.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
@@ -398,16 +384,11 @@ func TestEngineGracefulStop(t *testing.T) {
 	for i := range n {
 		go func() { answers <- l.tryCall(t, "POST", "/v1/models/m/infer", fmt.Sprintf(`{"input": "s-%d"}`, i)) }()
 	}
-	r := l.mustCall(t, "POST", "/v1/models/m/infer", `{"input": "a", "async": true}`)
-	if r.status != 202 {
-		t.Fatalf("%d %s", r.status, r.body)
-	}
-	url := r.json(t)["status_url"].(string)
 	eventually(t, "every request in the engine", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 		defer cancel()
 		s, err := l.eng.Stats(ctx)
-		return err == nil && s.Submitted == n+1
+		return err == nil && s.Submitted == n
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
@@ -423,13 +404,10 @@ func TestEngineGracefulStop(t *testing.T) {
 			t.Errorf("in-flight request: %d %s", r.status, r.body)
 		}
 	}
-	if st := l.mustCall(t, "GET", url, "").json(t); st["status"] != "completed" {
-		t.Errorf("async request after shutdown: %v", st)
-	}
 	if r := l.mustCall(t, "GET", "/v2/health/ready", ""); r.status != 503 {
 		t.Errorf("ready while stopping: %d", r.status)
 	}
-	r = l.mustCall(t, "POST", "/v1/models/m/infer", `{"input": "too late"}`)
+	r := l.mustCall(t, "POST", "/v1/models/m/infer", `{"input": "too late"}`)
 	if r.status != 503 || r.header.Get("Retry-After") == "" {
 		t.Errorf("request after drain: %d %s", r.status, r.body)
 	}

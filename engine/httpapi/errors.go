@@ -107,7 +107,7 @@ func (h *Handler) replyError(rep actors.Reply) *apiError {
 
 // doError maps an error from Doer.Do. ctx is the context the request came
 // with: a deadline of its own that ended is 504; otherwise, when it ended,
-// the client is gone (or, for an async request, the server is stopping).
+// the client is gone.
 func (h *Handler) doError(ctx context.Context, err error) *apiError {
 	switch {
 	case errors.Is(err, engine.ErrInFlightMax):

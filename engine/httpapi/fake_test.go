@@ -86,8 +86,7 @@ func completed(now time.Duration, req actors.Request) actors.Reply {
 	}
 }
 
-// newHandler makes a handler over f and shuts it down (waiting for its
-// async goroutines) when the test ends.
+// newHandler makes a handler over f and shuts it down when the test ends.
 func newHandler(t *testing.T, f httpapi.Doer, cfg httpapi.Config) *httpapi.Handler {
 	t.Helper()
 	h, err := httpapi.New(f, cfg)

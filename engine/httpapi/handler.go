@@ -48,15 +48,14 @@ type Doer interface {
 // Handler is the HTTP adapter: an http.Handler over a Doer. Make it with
 // New; its methods are safe for concurrent use.
 type Handler struct {
-	eng   Doer
-	cfg   Config
-	lim   limits
-	mux   *http.ServeMux
-	met   *metrics
-	async *asyncStore
-	jobs  JobStore // nil: async requests are in memory, no durable jobs
-	log   *slog.Logger
-	keys  map[[sha256.Size]byte]*tenantKey // nil: open API
+	eng  Doer
+	cfg  Config
+	lim  limits
+	mux  *http.ServeMux
+	met  *metrics
+	jobs JobStore // nil: no durable jobs, and async requests are refused
+	log  *slog.Logger
+	keys map[[sha256.Size]byte]*tenantKey // nil: open API
 	// metricsKeyHash is Config.MetricsKey's SHA-256, compared in constant
 	// time (the key itself is not kept apart from cfg).
 	metricsKeyHash [sha256.Size]byte
@@ -93,8 +92,8 @@ type modelInfo struct {
 var _ http.Handler = (*Handler)(nil)
 
 // New returns the HTTP adapter over eng, or an error naming the bad
-// setting. The handler starts goroutines only for async requests, and
-// Shutdown waits for them.
+// setting. The handler starts no goroutine of its own (the synchronous
+// batch fans out on the request's, bounded by BatchConcurrencyMax).
 func New(eng Doer, cfg Config) (*Handler, error) {
 	if eng == nil {
 		return nil, errors.New("httpapi: no engine")
@@ -114,7 +113,6 @@ func New(eng Doer, cfg Config) (*Handler, error) {
 		},
 		mux:         http.NewServeMux(),
 		met:         newMetrics(cfg),
-		async:       newAsyncStore(cfg.AsyncInFlightMax, cfg.AsyncResultsMax, cfg.AsyncRetention),
 		jobs:        cfg.Jobs,
 		log:         cfg.Logger,
 		writeWindow: cfg.BodyReadTimeout + cfg.TimeoutMax + cfg.ReplyGrace + writeSlack,
@@ -159,11 +157,6 @@ func New(eng Doer, cfg Config) (*Handler, error) {
 
 // writeSlack is the time a response may take to write once its reply is in.
 const writeSlack = 10 * time.Second
-
-// shutdownCutoffMax bounds Shutdown's wait for async goroutines after it
-// cancelled them: Do returns as soon as its ctx ends, so this is only a
-// guard against a Doer that does not.
-const shutdownCutoffMax = 5 * time.Second
 
 func (h *Handler) routes() {
 	h.route(http.MethodPost, "/v1/models/{model}/infer", h.v1Infer)
@@ -314,34 +307,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// Shutdown stops taking async requests and marks the handler not ready
-// (so load balancers stop sending), then waits until every async request
-// has its answer, or until ctx ends; then it cancels those still waiting
-// (their status becomes cancelled) and waits for their goroutines, briefly.
-// Synchronous requests are the http.Server's to wait for (its Shutdown).
-// See the package doc for the order of a graceful stop.
+// Shutdown marks the handler draining and not ready (so load balancers
+// stop sending, and new job intake is refused with 503). It does not wait:
+// synchronous requests are the http.Server's to wait for (its Shutdown), and
+// durable jobs the job runner's. See the package doc for the order of a
+// graceful stop. ctx is for the caller's bound, kept so the stop order reads
+// the same for every part.
 func (h *Handler) Shutdown(ctx context.Context) error {
 	h.draining.Store(true)
-	h.async.close()
-	done := make(chan struct{})
-	go func() {
-		h.async.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
-	n := h.async.cancelPending()
-	t := time.NewTimer(shutdownCutoffMax)
-	defer t.Stop()
-	select {
-	case <-done:
-		return fmt.Errorf("httpapi: shutdown: cancelled %d async requests: %w", n, ctx.Err())
-	case <-t.C:
-		return fmt.Errorf("httpapi: shutdown: %d async requests still in the engine after cancel: %w", n, ctx.Err())
-	}
+	return nil
 }
 
 // --- helpers shared by the routes ---

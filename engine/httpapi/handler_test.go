@@ -264,159 +264,32 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-// pollStatus polls an async request until it is no longer pending.
-func pollStatus(t *testing.T, h http.Handler, id string, hdr ...string) map[string]any {
-	t.Helper()
-	var m map[string]any
-	eventually(t, "async request "+id, func() bool {
-		r := serve(h, "GET", "/v1/requests/"+id, "", hdr...)
-		if r.status != 200 {
-			t.Fatalf("poll: %d %s", r.status, r.body)
-		}
-		m = r.json(t)
-		s := m["status"]
-		return s != "queued" && s != "running"
-	})
-	return m
-}
-
-func TestAsync(t *testing.T) {
-	cfg := httpapi.DefaultConfig()
-	cfg.APIKeys = []httpapi.APIKey{{Key: "key-a", Tenant: "alice"}, {Key: "key-b", Tenant: "bob"}}
+// Without a job store (batchd serve always has one) an async request is
+// refused, as an async batch is, and no request id is known; Shutdown
+// turns readiness off.
+func TestAsyncWithoutJobStore(t *testing.T) {
 	f := &fakeDoer{}
-	release := make(chan struct{})
-	f.setReply(func(ctx context.Context, req actors.Request) (actors.Reply, error) {
-		if req.Input == "slow" {
-			<-release
-		}
-		if req.Input == "late" {
-			return actors.Reply{Outcome: actors.Expired, Reason: actors.ReasonDeadline}, nil
-		}
-		return completed(f.Now(), req), nil
-	})
-	h := newHandler(t, f, cfg)
-	alice, bob := []string{"Authorization", "Bearer key-a"}, []string{"Authorization", "Bearer key-b"}
-
-	r := serve(h, "POST", "/v1/models/m/infer", `{"input": "slow", "async": true}`, alice...)
-	if r.status != 202 {
-		t.Fatalf("async: %d %s", r.status, r.body)
-	}
-	acc := r.json(t)
-	id, _ := acc["id"].(string)
-	if id == "" || acc["status_url"] != "/v1/requests/"+id || r.header.Get("Location") != "/v1/requests/"+id {
-		t.Fatalf("202 body %s, Location %q", r.body, r.header.Get("Location"))
-	}
-	// Pending: queued or running, never done before the engine answers.
-	eventually(t, "the request to reach the engine", func() bool { return len(f.requests()) == 1 })
-	st := serve(h, "GET", "/v1/requests/"+id, "", alice...).json(t)
-	if st["status"] != "running" {
-		t.Errorf("pending status %v, want running (handed to the engine)", st["status"])
-	}
-	// Another tenant cannot see it, nor tell it from an unknown id.
-	for _, path := range []string{"/v1/requests/" + id, "/v1/requests/NOSUCHID"} {
-		if r := serve(h, "GET", path, "", bob...); r.status != 404 || r.errCode(t) != "not_found" {
-			t.Errorf("bob GET %s: %d %s", path, r.status, r.body)
-		}
-	}
-	if r := serve(h, "GET", "/v1/requests/"+id, ""); r.status != 401 {
-		t.Errorf("GET without a key: %d", r.status)
-	}
-	close(release)
-	done := pollStatus(t, h, id, alice...)
-	if done["status"] != "completed" || done["id"] != id || done["output"] != actors.EmulatedOutput("m", "v1", "slow") ||
-		done["model"] != "m" || done["batch_size"] != 4.0 || done["queue_ms"] != 2.0 {
-		t.Errorf("completed status %v", done)
-	}
-
-	// The Prefer header asks for async too; an expired request says so.
-	r = serve(h, "POST", "/v1/models/m/infer", `{"input": "late"}`, "Authorization", "Bearer key-b", "Prefer", "wait=5, respond-async")
-	if r.status != 202 || r.header.Get("Preference-Applied") != "respond-async" {
-		t.Fatalf("Prefer: respond-async: %d %s", r.status, r.body)
-	}
-	st = pollStatus(t, h, r.json(t)["id"].(string), bob...)
-	if st["status"] != "expired" || st["http_status"] != 504.0 || st["error"].(map[string]any)["code"] != "deadline" {
-		t.Errorf("expired status %v", st)
-	}
-}
-
-// Past AsyncInFlightMax an async request is refused with 503 and
-// Retry-After; Shutdown cancels what the engine does not answer in time.
-func TestAsyncBoundAndShutdown(t *testing.T) {
-	cfg := httpapi.DefaultConfig()
-	cfg.AsyncInFlightMax = 2
-	f := &fakeDoer{}
-	f.setReply(func(ctx context.Context, req actors.Request) (actors.Reply, error) {
-		<-ctx.Done() // the engine never answers; only cancellation ends it
-		return actors.Reply{}, ctx.Err()
-	})
-	h, err := httpapi.New(f, cfg)
+	h, err := httpapi.New(f, httpapi.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for range 2 {
-		r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x", "async": true}`)
-		if r.status != 202 {
-			t.Fatalf("%d %s", r.status, r.body)
-		}
-		ids = append(ids, r.json(t)["id"].(string))
+	if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x", "async": true}`); r.status != 400 || r.errCode(t) != "bad_request" {
+		t.Errorf("async infer: %d %s", r.status, r.body)
 	}
-	r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x", "async": true}`)
-	if r.status != 503 || r.errCode(t) != "overloaded" || r.header.Get("Retry-After") != "1" {
-		t.Fatalf("over the bound: %d %s Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
+	if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x"}`, "Prefer", "wait=5, respond-async"); r.status != 400 || r.errCode(t) != "bad_request" {
+		t.Errorf("Prefer: respond-async: %d %s", r.status, r.body)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := h.Shutdown(ctx); err == nil {
-		t.Error("shutdown cut off two requests and reported no error")
+	if r := serve(h, "GET", "/v1/requests/NOSUCHID", ""); r.status != 404 || r.errCode(t) != "not_found" {
+		t.Errorf("GET an id: %d %s", r.status, r.body)
 	}
-	for _, id := range ids {
-		st := serve(h, "GET", "/v1/requests/"+id, "").json(t)
-		if st["status"] != "cancelled" {
-			t.Errorf("%s after shutdown: %v", id, st)
-		}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("%d requests reached the engine", n)
 	}
-	if r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x", "async": true}`); r.status != 503 || r.errCode(t) != "draining" {
-		t.Errorf("async after shutdown: %d %s", r.status, r.body)
+	if err := h.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if r := serve(h, "GET", "/v2/health/ready", ""); r.status != 503 {
 		t.Errorf("ready after shutdown: %d", r.status)
-	}
-}
-
-// Finished async results are kept for AsyncRetention and at most
-// AsyncResultsMax of them.
-func TestAsyncRetention(t *testing.T) {
-	cfg := httpapi.DefaultConfig()
-	cfg.AsyncResultsMax = 2
-	cfg.AsyncRetention = time.Minute
-	f := &fakeDoer{}
-	h := newHandler(t, f, cfg)
-	submit := func() string {
-		r := serve(h, "POST", "/v1/models/m/infer", `{"input": "x", "async": true}`)
-		id := r.json(t)["id"].(string)
-		pollStatus(t, h, id)
-		return id
-	}
-	a := submit()
-	f.advance(time.Second)
-	b := submit()
-	f.advance(time.Second)
-	c := submit() // the third result pushes out the first
-	if r := serve(h, "GET", "/v1/requests/"+a, ""); r.status != 404 {
-		t.Errorf("oldest result still kept past AsyncResultsMax: %d", r.status)
-	}
-	for _, id := range []string{b, c} {
-		if r := serve(h, "GET", "/v1/requests/"+id, ""); r.status != 200 {
-			t.Errorf("%s: %d", id, r.status)
-		}
-	}
-	f.advance(time.Minute - time.Second) // b is now a minute old, c not
-	if r := serve(h, "GET", "/v1/requests/"+b, ""); r.status != 404 {
-		t.Errorf("result kept past AsyncRetention: %d", r.status)
-	}
-	if r := serve(h, "GET", "/v1/requests/"+c, ""); r.status != 200 {
-		t.Errorf("young result dropped: %d", r.status)
 	}
 }
 
@@ -582,7 +455,7 @@ func TestOIP(t *testing.T) {
 // and job intake's, and readiness after Shutdown. A 503 for load does not.
 func TestDrainingClosesConnections(t *testing.T) {
 	f := &fakeDoer{}
-	h := newHandler(t, f, httpapi.DefaultConfig())
+	h := newJobsHandler(t, f, httpapi.DefaultConfig(), nil)
 	f.setReply(func(context.Context, actors.Request) (actors.Reply, error) {
 		return actors.Reply{Outcome: actors.Rejected, Reason: actors.ReasonQueueFull}, nil
 	})
@@ -896,7 +769,6 @@ func TestConfigValidate(t *testing.T) {
 		func(c *httpapi.Config) { c.InputMaxBytes = 0 },
 		func(c *httpapi.Config) { c.BatchItemsMax = 0 },
 		func(c *httpapi.Config) { c.TimeoutMax = 0 },
-		func(c *httpapi.Config) { c.AsyncResultsMax = 0 },
 		func(c *httpapi.Config) {
 			c.APIKeys = []httpapi.APIKey{{Key: "a", Tenant: "t"}, {Key: "a", Tenant: "u"}}
 		},

@@ -1,11 +1,8 @@
 package httpapi
 
 import (
-	"context"
-	"crypto/rand"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/jobs"
@@ -32,15 +29,15 @@ func (h *Handler) v1Infer(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
-	if (in.async || preferAsync(r)) && h.jobs != nil {
+	if in.async || preferAsync(r) {
+		if h.jobs == nil {
+			h.fail(w, r, badRequest("async requests need the durable job store, which this server does not have"))
+			return
+		}
 		h.submitJob(w, r, k, jobs.KindInfer, model, in.common, []string{in.input})
 		return
 	}
 	req := request(k, model, in.common, in.input, start)
-	if in.async || preferAsync(r) {
-		h.submitAsync(w, r, req, start)
-		return
-	}
 	// r.Context() ends when the client goes away: Do then withdraws the
 	// queued request from the batcher. Do itself is bounded by the
 	// request's deadline (see Doer).
@@ -80,99 +77,20 @@ func preferAsync(r *http.Request) bool {
 	return false
 }
 
-// acceptedResponse is the 202 of an async request.
-type acceptedResponse struct {
-	ID        string `json:"id"`
-	StatusURL string `json:"status_url"`
-}
-
-// submitAsync starts an async request on a goroutine of its own, tracked
-// by the async store and bounded by AsyncInFlightMax, and answers 202.
-func (h *Handler) submitAsync(w http.ResponseWriter, r *http.Request, req actors.Request, start time.Duration) {
-	// The id is the only thing that guards a result from another client
-	// of the same tenant, so it is unguessable: 128 random bits.
-	id := rand.Text()
-	// Not the request's context: the client leaves after the 202. cctx is
-	// cancelled only by Shutdown.
-	cctx, cancelAll := context.WithCancel(context.Background())
-	e := &asyncEntry{id: id, tenant: req.Tenant, model: req.Model, cancel: cancelAll}
-	if aerr := h.async.add(e, h.eng.Now()); aerr != nil {
-		cancelAll()
-		refusal := *aerr
-		refusal.status, refusal.retryAfter = http.StatusServiceUnavailable, h.cfg.RetryAfterDefault
-		h.fail(w, r, &refusal)
-		return
-	}
-	go func() {
-		defer h.async.wg.Done()
-		defer cancelAll()
-		h.async.start(id)
-		rep, aerr := h.do(cctx, req, start)
-		var res *inferResponse
-		status := statusCompleted
-		if aerr == nil {
-			res = newInferResponse(id, req.Model, rep)
-		} else {
-			status = asyncStatus(outcomeOf(rep, aerr))
-		}
-		h.async.finish(id, status, res, aerr, h.eng.Now())
-	}()
-	url := "/v1/requests/" + id
-	w.Header().Set("Location", url)
-	w.Header().Set("Preference-Applied", "respond-async")
-	h.writeJSON(w, r, http.StatusAccepted, acceptedResponse{ID: id, StatusURL: url})
-}
-
-// asyncStatus maps an outcome to the status an async request reports. A
-// rejection is "failed": the request was accepted (202) and then could not
-// be served; its error says why, with the retry hint.
-func asyncStatus(outcome string) string {
-	switch outcome {
-	case actors.Expired.String():
-		return statusExpired
-	case actors.Cancelled.String():
-		return statusCancelled
-	case actors.Completed.String():
-		return statusCompleted
-	}
-	return statusFailed
-}
-
-// statusResponse is GET /v1/requests/{id}: the status, and once finished
-// the result of a completed request (its fields inline, as in the
-// synchronous answer) or the error and the status code a synchronous call
-// would have had.
-type statusResponse struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-	Model  string `json:"model"`
-	*inferResponse
-	Error      *errorBody `json:"error,omitempty"`
-	HTTPStatus int        `json:"http_status,omitempty"`
-}
-
-// v1Status serves GET /v1/requests/{id}. A request of another tenant, or
-// one no longer kept, is 404: a 403 would confirm that the id exists.
+// v1Status serves GET /v1/requests/{id}: the status of a durable job. A
+// job of another tenant, one no longer kept, or any id on a server without
+// a job store is 404: a 403 would confirm that the id exists.
 func (h *Handler) v1Status(w http.ResponseWriter, r *http.Request) {
 	k, aerr := h.auth(r)
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return
 	}
-	if h.jobs != nil {
-		h.jobStatus(w, r, k)
-		return
-	}
-	e, ok := h.async.get(r.PathValue("id"), k.tenant, h.eng.Now())
-	if !ok {
+	if h.jobs == nil {
 		h.fail(w, r, notFoundRequest())
 		return
 	}
-	resp := statusResponse{ID: e.id, Status: e.status, Model: e.model, inferResponse: e.result}
-	if e.err != nil {
-		resp.Error, resp.HTTPStatus = e.err.body(), e.err.status
-	}
-	h.writeJSON(w, r, http.StatusOK, resp)
+	h.jobStatus(w, r, k)
 }
 
 // batchItemResponse is one item of a /v1 batch answer. Status is the
