@@ -30,9 +30,10 @@
 //     lengths, priorities, cancels); a run may have several
 //     (Config.Sources).
 //   - Ledger is the checker: it keeps one record per request and checks the
-//     architecture's invariants from the messages it observes; FlushCheck
-//     checks invariant 5 (no request waits past its flush bound while a
-//     device that could take it is idle) the same way.
+//     architecture's invariants from the messages it observes. Invariant 5
+//     (no request waits past its flush bound while a device that could
+//     take it is idle) has an independent checker of its own, package
+//     sim/flushcheck, which the property tests run beside the ledger.
 //   - Run builds a world from a Config (the reference workload by default,
 //     or a named experiment), runs a safety phase under faults and a
 //     liveness phase that must drain, and returns a Report: percentiles

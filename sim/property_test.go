@@ -35,6 +35,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/flushcheck"
 )
 
 // genOpts selects what drawConfig draws.
@@ -281,13 +282,13 @@ func describe(cfg Config) string {
 type propRun struct {
 	cfg   Config
 	rep   Report
-	flush *FlushCheck
+	flush *flushcheck.Checker
 	rec   *propRecorder
 }
 
 func runProp(t *rapid.T, cfg Config) propRun {
 	r := cfg.resolved()
-	flush, err := NewFlushCheck(FlushCheckConfig{Batcher: BatcherAddr, Config: r.Batcher, NetDelay: cfg.NetDelay})
+	flush, err := flushcheck.New(flushcheck.Config{Batcher: BatcherAddr, Config: r.Batcher, NetDelay: cfg.NetDelay})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, describe(cfg))
 	}
@@ -632,7 +633,7 @@ func TestPropertyCausality(t *testing.T) {
 
 // TestPropertyNoIdleWhileDue is invariant 5: no request waits past its
 // flush bound while a device that could take it is idle, as FlushCheck
-// (flushcheck.go) sees it from the batcher's messages alone. FlushCheck's
+// (sim/flushcheck) sees it from the batcher's messages alone. FlushCheck's
 // own model of the batcher must also stay consistent with every message
 // (no inconsistencies), or its verdict would mean nothing.
 //

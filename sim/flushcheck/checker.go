@@ -1,4 +1,4 @@
-package sim
+package flushcheck
 
 import (
 	"fmt"
@@ -8,14 +8,14 @@ import (
 	"github.com/batchd/batchd/actors"
 )
 
-// FlushCheckConfig configures a FlushCheck.
-type FlushCheckConfig struct {
+// Config configures a Checker.
+type Config struct {
 	// Batcher is the address of the batcher under check.
 	Batcher actors.Address
 	// Config is the configuration the batcher runs with, its cost model
 	// (Latency) filled in: the flush bound is computed from it.
 	Config actors.BatcherConfig
-	// NetDelay is the world's delivery delay (WorldConfig.NetDelay): a
+	// NetDelay is the world's delivery delay (sim.WorldConfig.NetDelay): a
 	// message the batcher sent at t is delivered at t+NetDelay, which is how
 	// the check dates the batcher's own sends.
 	NetDelay time.Duration
@@ -24,7 +24,7 @@ type FlushCheckConfig struct {
 	ViolationsMax int
 }
 
-// FlushCheck is an Observer that checks invariant 5 of the architecture:
+// Checker is a sim.Observer that checks invariant 5 of the architecture:
 // no request waits past its flush bound while a device that could take it
 // is idle.
 //
@@ -92,11 +92,11 @@ type FlushCheckConfig struct {
 // in it. With a delay, nothing the batcher sends at s can come back at s,
 // and the check applies what it received at s before what it sent at s.
 //
-// A FlushCheck also counts the items the batcher holds (queued or on a
+// A Checker also counts the items the batcher holds (queued or on a
 // device, as the queue bounds count them) per key and in all, at the end
 // of every instant, for invariant 10 (see HeldHigh).
-type FlushCheck struct {
-	cfg FlushCheckConfig
+type Checker struct {
+	cfg Config
 
 	// Deliveries not yet applied, dated in the batcher's time: inputs
 	// (deliveries to the batcher) at their delivery, outputs (deliveries
@@ -203,10 +203,8 @@ func (d *fcDev) holds(model string) bool {
 	return false
 }
 
-var _ Observer = (*FlushCheck)(nil)
-
-// NewFlushCheck returns a check for a valid configuration.
-func NewFlushCheck(cfg FlushCheckConfig) (*FlushCheck, error) {
+// New returns a check for a valid configuration.
+func New(cfg Config) (*Checker, error) {
 	if cfg.ViolationsMax == 0 {
 		cfg.ViolationsMax = 20
 	}
@@ -219,7 +217,7 @@ func NewFlushCheck(cfg FlushCheckConfig) (*FlushCheck, error) {
 	if err := cfg.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("flush check: %w", err)
 	}
-	return &FlushCheck{
+	return &Checker{
 		cfg:    cfg,
 		queued: make(map[uint64]*fcItem),
 		models: make(map[string]*fcModel),
@@ -228,8 +226,9 @@ func NewFlushCheck(cfg FlushCheckConfig) (*FlushCheck, error) {
 	}, nil
 }
 
-// Deliver implements Observer.
-func (f *FlushCheck) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
+// Deliver implements sim.Observer: it is called for every delivery, just
+// before the receiver runs.
+func (f *Checker) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
 	if f.done {
 		return
 	}
@@ -248,7 +247,7 @@ func (f *FlushCheck) Deliver(at time.Duration, from, to actors.Address, msg acto
 // Finish settles every instant seen and checks the last interval, which
 // ends at end: the time the world stopped (no batcher instant came after
 // the last one before end). It is idempotent.
-func (f *FlushCheck) Finish(end time.Duration) {
+func (f *Checker) Finish(end time.Duration) {
 	if f.done {
 		return
 	}
@@ -261,7 +260,7 @@ func (f *FlushCheck) Finish(end time.Duration) {
 
 // settle applies, in order, every pending instant before limit (all of
 // them when all is set), checking the interval before each.
-func (f *FlushCheck) settle(limit time.Duration, all bool) {
+func (f *Checker) settle(limit time.Duration, all bool) {
 	for {
 		s, ok := f.nextInstant()
 		if !ok || (!all && s >= limit) {
@@ -316,7 +315,7 @@ func compact(q []fcEvent, head int) ([]fcEvent, int) {
 	return q[:n], 0
 }
 
-func (f *FlushCheck) nextInstant() (time.Duration, bool) {
+func (f *Checker) nextInstant() (time.Duration, bool) {
 	hasIn, hasOut := f.inHead < len(f.ins), f.outHead < len(f.outs)
 	switch {
 	case hasIn && hasOut:
@@ -339,7 +338,7 @@ func (f *FlushCheck) nextInstant() (time.Duration, bool) {
 // check looks at the state at the end of instant f.cur, constant until
 // next (the next batcher instant): a key whose bound is before next, with
 // an idle device that holds its model, is a violation.
-func (f *FlushCheck) check(next time.Duration) {
+func (f *Checker) check(next time.Duration) {
 	if f.idle == 0 || next <= f.cur {
 		return
 	}
@@ -368,7 +367,7 @@ func (f *FlushCheck) check(next time.Duration) {
 }
 
 // bound is the flush bound of k's queue in the state at the end of f.cur.
-func (f *FlushCheck) bound(k *fcKey) (time.Duration, string) {
+func (f *Checker) bound(k *fcKey) (time.Duration, string) {
 	n := len(k.items)
 	c := &f.cfg.Config
 	m := k.model
@@ -408,7 +407,7 @@ func (k *fcKey) include(it *fcItem) {
 // batcher's defaults when there is no registry. A model the registry
 // lacks gets the defaults too: the batcher rejects its requests, and the
 // Rejected reply takes them out of the queue in the same instant.
-func (f *FlushCheck) model(name string) *fcModel {
+func (f *Checker) model(name string) *fcModel {
 	if m := f.models[name]; m != nil {
 		return m
 	}
@@ -431,7 +430,7 @@ func (f *FlushCheck) model(name string) *fcModel {
 	return m
 }
 
-func (f *FlushCheck) key(k actors.Key, m *fcModel) *fcKey {
+func (f *Checker) key(k actors.Key, m *fcModel) *fcKey {
 	q := f.keys[k]
 	if q == nil {
 		q = &fcKey{key: k, model: m, minEnqueue: math.MaxInt64, minDeadline: math.MaxInt64}
@@ -441,7 +440,7 @@ func (f *FlushCheck) key(k actors.Key, m *fcModel) *fcKey {
 	return q
 }
 
-func (f *FlushCheck) enqueue(it *fcItem) {
+func (f *Checker) enqueue(it *fcItem) {
 	if f.queued[it.id] != nil {
 		f.inconsistency("request %d queued twice", it.id)
 		return
@@ -456,7 +455,7 @@ func (f *FlushCheck) enqueue(it *fcItem) {
 }
 
 // dequeue takes a queued request out of its key's queue; it stays held.
-func (f *FlushCheck) dequeue(id uint64) *fcItem {
+func (f *Checker) dequeue(id uint64) *fcItem {
 	it := f.queued[id]
 	if it == nil {
 		return nil
@@ -473,12 +472,12 @@ func (f *FlushCheck) dequeue(id uint64) *fcItem {
 	return it
 }
 
-func (f *FlushCheck) release(it *fcItem) {
+func (f *Checker) release(it *fcItem) {
 	it.key.held--
 	f.held--
 }
 
-func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
+func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 	c := &f.cfg.Config
 	if c.LearnOverrun {
 		// As the batcher forgets, on every message it takes.
@@ -564,7 +563,7 @@ func (f *FlushCheck) applyInput(at time.Duration, e fcEvent) {
 
 // endBatch ends d's batch: the items in pending (all of them when all is
 // set) go back to their queues, the others are released.
-func (f *FlushCheck) endBatch(d *fcDev, pending []uint64, all bool) {
+func (f *Checker) endBatch(d *fcDev, pending []uint64, all bool) {
 	for _, it := range d.inflight {
 		if all || containsID(pending, it.id) {
 			f.enqueue(it)
@@ -584,7 +583,7 @@ func containsID(s []uint64, id uint64) bool {
 	return false
 }
 
-func (f *FlushCheck) setPhase(d *fcDev, p fcPhase) {
+func (f *Checker) setPhase(d *fcDev, p fcPhase) {
 	if d.phase == fcIdle {
 		f.idle--
 	}
@@ -594,7 +593,7 @@ func (f *FlushCheck) setPhase(d *fcDev, p fcPhase) {
 	d.phase = p
 }
 
-func (f *FlushCheck) applyOutput(at time.Duration, e fcEvent) {
+func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 	switch m := e.msg.(type) {
 	case actors.RunBatch:
 		d := f.devs[e.to]
@@ -640,7 +639,7 @@ func (f *FlushCheck) applyOutput(at time.Duration, e fcEvent) {
 	}
 }
 
-func (f *FlushCheck) inconsistency(format string, args ...any) {
+func (f *Checker) inconsistency(format string, args ...any) {
 	f.inconsistentN++
 	if len(f.inconsistent) < f.cfg.ViolationsMax {
 		f.inconsistent = append(f.inconsistent, fmt.Sprintf(format, args...))
@@ -649,20 +648,42 @@ func (f *FlushCheck) inconsistency(format string, args ...any) {
 
 // Violations returns the number of violations of invariant 5 found and the
 // first few, described.
-func (f *FlushCheck) Violations() (int64, []string) { return f.violationsN, f.violations }
+func (f *Checker) Violations() (int64, []string) { return f.violationsN, f.violations }
 
 // Inconsistencies returns the number of messages that do not fit the
 // check's model of the batcher (a batch sent to a busy device, a request
 // dispatched or answered by the batcher while not queued, ...) and the
 // first few. Each is a bug in the batcher or in the check; either way the
 // check's verdict is not to be trusted while there are any.
-func (f *FlushCheck) Inconsistencies() (int64, []string) { return f.inconsistentN, f.inconsistent }
+func (f *Checker) Inconsistencies() (int64, []string) { return f.inconsistentN, f.inconsistent }
 
 // Checks is the number of intervals checked that had an idle device: how
 // much the check saw.
-func (f *FlushCheck) Checks() int64 { return f.checks }
+func (f *Checker) Checks() int64 { return f.checks }
 
 // HeldHigh returns the most items the batcher held (queued or on a device)
 // under one key, and in all, at the end of any of its instants: what
 // BatcherConfig.QueueMax and QueueTotalMax bound.
-func (f *FlushCheck) HeldHigh() (perKey, total int) { return f.heldKeyHigh, f.heldHigh }
+func (f *Checker) HeldHigh() (perKey, total int) { return f.heldKeyHigh, f.heldHigh }
+
+// View is what a Checker believes the batcher holds, rebuilt from the
+// messages alone: a test compares it with the batcher's own counters
+// (actors.BatcherStats) to trust the check's verdicts.
+type View struct {
+	// CaughtUp: every message seen so far is applied; the counts below
+	// are comparable with the batcher's only then.
+	CaughtUp bool
+	// Queued, Ready, Held and Devices are BatcherStats' fields of the
+	// same names; Overrun is the margin learnt under LearnOverrun.
+	Queued, Ready, Held, Devices int
+	Overrun                      time.Duration
+}
+
+// View returns the check's view of the batcher.
+func (f *Checker) View() View {
+	return View{
+		CaughtUp: f.inHead >= len(f.ins) && f.outHead >= len(f.outs),
+		Queued:   len(f.queued), Ready: f.idle, Held: f.held, Devices: len(f.devOrder),
+		Overrun: f.overrun.Learnt(),
+	}
+}
