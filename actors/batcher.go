@@ -28,6 +28,10 @@ import (
 // answered Expired instead of taking device time.
 type Batcher struct {
 	cfg BatcherConfig
+	// afterReceive, when set, runs after every message, with the time it
+	// was handled at: this package's tests set it to Check (see
+	// checkEvery). Live it is nil, one predictable branch per message.
+	afterReceive func(now time.Duration)
 
 	models  map[string]*modelState
 	tenants map[string]*tenantState
@@ -238,6 +242,9 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		panic(fmt.Sprintf("batchd: batcher got unknown message %T", msg))
 	}
 	b.schedule(ctx)
+	if b.afterReceive != nil {
+		b.afterReceive(ctx.Now())
+	}
 }
 
 func ids(items []Item) []uint64 {

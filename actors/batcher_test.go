@@ -14,6 +14,7 @@ func newTestBatcher(t *testing.T, cfg BatcherConfig, devices int) (*Batcher, *fa
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.checkEvery(func(err error) { t.Helper(); t.Fatalf("after a message: %v", err) })
 	c := newFakeCtx(batcherAddr)
 	b.Receive(c, Start{})
 	for i := 0; i < devices; i++ {
@@ -224,6 +225,7 @@ func TestBatcherStartAsksDevicesToAnnounce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.checkEvery(func(err error) { t.Helper(); t.Fatalf("after a message: %v", err) })
 	c := newFakeCtx(batcherAddr)
 	b.Receive(c, Start{})
 	got := c.take()

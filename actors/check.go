@@ -11,8 +11,11 @@ import (
 // tenant level agree with the items they count, every bound holds, and no
 // idle device is left while a batch it could take is due at now. It returns
 // the first disagreement. It walks every key, tenant and device, so it is
-// for the simulator and tests, after any message (where now is the time
-// the message was handled); the live runtime does not call it.
+// for the simulator and tests, after every message (where now is the time
+// the message was handled): the simulator runs it on the state each
+// delivery to the batcher left (sim.LedgerConfig.SelfCheck), this
+// package's tests after every message their batchers handle (checkEvery);
+// the live runtimes never call it.
 func (b *Batcher) Check(now time.Duration) error {
 	queued, held := 0, 0
 	for _, t := range b.tenantOrder {
@@ -94,4 +97,17 @@ func (b *Batcher) Check(now time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// checkEvery makes b run Check after every message it handles, and calls
+// fail with the first disagreement: the self-check of this package's own
+// tests. The simulator runs Check from outside instead, on the state each
+// delivery to the batcher left (sim.LedgerConfig.SelfCheck), and records a
+// failure as a violation of the run.
+func (b *Batcher) checkEvery(fail func(error)) {
+	b.afterReceive = func(now time.Duration) {
+		if err := b.Check(now); err != nil {
+			fail(err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,28 @@ func TestPropertyBoundedState(t *testing.T) {
 			rt.Fatalf("a valid request on a new key after the load: %+v", rs)
 		}
 	})
+}
+
+// The batchers of this package's tests check themselves after every
+// message (newTestBatcher): a disagreement in the books fails at the
+// message that made it, not at the end of the test.
+func TestCheckEveryMessage(t *testing.T) {
+	b, err := NewBatcher(DefaultBatcherConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []error
+	b.checkEvery(func(err error) { failed = append(failed, err) })
+	c := newFakeCtx(batcherAddr)
+	b.Receive(c, Start{})
+	submit(b, c, 1)
+	if len(failed) != 0 {
+		t.Fatalf("sound books failed the check: %v", failed)
+	}
+	b.queued++ // a count that no longer agrees with the items
+	c.now += ms
+	b.Receive(c, Cancel{ID: 99})
+	if len(failed) != 1 || !strings.Contains(failed[0].Error(), "queued") {
+		t.Fatalf("a broken count after a message: %v, want one failure naming the queued count", failed)
+	}
 }
