@@ -264,6 +264,3 @@ func (t *timerTable) release(id actors.TimerID) {
 	*e = timerEntry{}
 	t.free = append(t.free, uint32(uint64(id)&timerIndexMask))
 }
-
-// queued is the number of timer events in the queue, cancelled or not.
-func (t *timerTable) queued() int { return len(t.entries) - len(t.free) }

@@ -100,3 +100,6 @@ func cmpEvent(a, b event) int {
 	}
 	return 0
 }
+
+// queued is the number of timer events in the queue, cancelled or not.
+func (t *timerTable) queued() int { return len(t.entries) - len(t.free) }

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/batchd/batchd/actors"
@@ -144,18 +143,4 @@ func DiurnalCurve() []float64 {
 		0.62, 0.76, 0.86, 0.92, 0.95, 0.98, 1.00, 1.00, // 08:00-15:00
 		1.00, 0.96, 0.90, 0.82, 0.72, 0.62, 0.52, 0.43, // 16:00-23:00
 	}
-}
-
-// CurveMean is the mean multiple of a RateCurve over its span (the mean of
-// its trapezoids): a Diurnal source offers Rate × CurveMean requests per
-// second on average. NaN for fewer than two points.
-func CurveMean(curve []float64) float64 {
-	if len(curve) < 2 {
-		return math.NaN()
-	}
-	sum := 0.0
-	for i := 1; i < len(curve); i++ {
-		sum += (curve[i-1] + curve[i]) / 2
-	}
-	return sum / float64(len(curve)-1)
 }

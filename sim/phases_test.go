@@ -38,7 +38,7 @@ func runArrivals(t *testing.T, src TrafficConfig, d time.Duration) []time.Durati
 // TestDiurnalFollowsCurve: a Diurnal source at peak 2,000 req/s over a
 // curve that climbs from 0.1 to 1 and back offers, per fifth of its span,
 // what the curve's integral says there (within 5 standard deviations of a
-// Poisson count), and its total is Rate × CurveMean × span.
+// Poisson count), and its total is Rate × curveMean × span.
 func TestDiurnalFollowsCurve(t *testing.T) {
 	src := DefaultTrafficConfig()
 	src.Arrival = Diurnal
@@ -67,7 +67,7 @@ func TestDiurnalFollowsCurve(t *testing.T) {
 			t.Errorf("fifth %d: %v arrivals, want %.0f ± %.0f", i, got, want, 5*math.Sqrt(want))
 		}
 	}
-	want := src.Rate * CurveMean(src.RateCurve) * span.Seconds()
+	want := src.Rate * curveMean(src.RateCurve) * span.Seconds()
 	if got := float64(len(at)); math.Abs(got-want) > 5*math.Sqrt(want) {
 		t.Errorf("%v arrivals in all, want %.0f", got, want)
 	}
@@ -136,4 +136,18 @@ func TestArrivalValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("the default day: %v", err)
 	}
+}
+
+// curveMean is the mean multiple of a RateCurve over its span (the mean of
+// its trapezoids): a Diurnal source offers Rate × curveMean requests per
+// second on average. NaN for fewer than two points.
+func curveMean(curve []float64) float64 {
+	if len(curve) < 2 {
+		return math.NaN()
+	}
+	sum := 0.0
+	for i := 1; i < len(curve); i++ {
+		sum += (curve[i-1] + curve[i]) / 2
+	}
+	return sum / float64(len(curve)-1)
 }
