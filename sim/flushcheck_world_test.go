@@ -25,7 +25,7 @@ func (s timerSwallower) Receive(ctx actors.Context, msg actors.Message) {
 
 // fcWorld builds Run's world by hand, so that a test can wrap the batcher
 // and see it: the traffic, the ledger, the devices and their executors,
-// and a FlushCheck.
+// and a flushcheck.Checker.
 func fcWorld(t *testing.T, cfg Config, wrap func(actors.Actor) actors.Actor) (*World, *actors.Batcher, *flushcheck.Checker) {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
@@ -137,7 +137,7 @@ func TestFlushCheckCatchesLongerLinger(t *testing.T) {
 	}
 }
 
-// mirrorProbe compares the FlushCheck's rebuilt view of the batcher with
+// mirrorProbe compares the flushcheck.Checker's rebuilt view of the batcher with
 // the batcher's own counters whenever the check has caught up with every
 // message (nothing pending): the check's model of the batcher is only
 // worth its verdict if it agrees.

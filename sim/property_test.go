@@ -632,8 +632,8 @@ func TestPropertyCausality(t *testing.T) {
 }
 
 // TestPropertyNoIdleWhileDue is invariant 5: no request waits past its
-// flush bound while a device that could take it is idle, as FlushCheck
-// (sim/flushcheck) sees it from the batcher's messages alone. FlushCheck's
+// flush bound while a device that could take it is idle, as flushcheck.Checker
+// sees it from the batcher's messages alone. The checker's
 // own model of the batcher must also stay consistent with every message
 // (no inconsistencies), or its verdict would mean nothing.
 //
@@ -768,13 +768,13 @@ func TestPropertyDeterministicTrace(t *testing.T) {
 // QueueTotalMax under overload (1 to 3 times capacity), the batcher never
 // holds more than its bounds: the ledger probes Stats().Queued and
 // Stats().Held against QueueTotalMax before every delivery to the batcher,
-// and FlushCheck counts, from the messages, the items held per key (against
+// and flushcheck.Checker counts, from the messages, the items held per key (against
 // QueueMax) and in all (against QueueTotalMax) at the end of every batcher
 // instant. Retries under faults count as held, not as new admissions.
 //
 // Seen to fail: with the admission test `held >= QueueTotalMax` changed to
-// `>` (ledger and FlushCheck), and with `q.held >= QueueMax` changed to `>`
-// (FlushCheck's count per key).
+// `>` (ledger and flushcheck.Checker), and with `q.held >= QueueMax` changed to `>`
+// (the checker's count per key).
 func TestPropertyQueueBounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		o := defaultGen()
