@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine/httpapi"
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/record"
 	"github.com/batchd/batchd/sim"
 )
@@ -42,7 +42,7 @@ func (o recordOptions) validate() error {
 // open returns the Doer the HTTP handler should call: eng itself, or with
 // --record a recorder in front of it, and the function that flushes and
 // closes the recording (a no-op without one).
-func (o recordOptions) open(eng httpapi.Doer, log *slog.Logger) (httpapi.Doer, func() error, error) {
+func (o recordOptions) open(eng engine.FrontDoor, log *slog.Logger) (engine.FrontDoor, func() error, error) {
 	if o.path == "" {
 		return eng, func() error { return nil }, nil
 	}

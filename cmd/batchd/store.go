@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/jobs"
 )
@@ -47,7 +48,7 @@ func openJobs(f *config.File, log *slog.Logger) (*jobService, error) {
 // newRunner makes the runner, feeding eng, without starting it: the HTTP
 // handler made with it then observes (counts in /metrics) every item the
 // runner hands to the engine, the first ones included.
-func (j *jobService) newRunner(eng jobs.Doer) *jobs.Runner {
+func (j *jobService) newRunner(eng engine.FrontDoor) *jobs.Runner {
 	j.runner = jobs.NewRunner(j.store, eng, j.log)
 	return j.runner
 }

@@ -37,7 +37,7 @@ type asyncEntry struct {
 	cancel context.CancelFunc
 	result *inferResponse
 	err    *apiError
-	// doneAt is when it finished, on the Doer's clock.
+	// doneAt is when it finished, on the engine clock.
 	doneAt time.Duration
 }
 

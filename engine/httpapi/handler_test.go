@@ -17,6 +17,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -349,7 +350,7 @@ func TestAsyncBoundAndShutdown(t *testing.T) {
 		<-ctx.Done() // the engine never answers; only cancellation ends it
 		return actors.Reply{}, ctx.Err()
 	})
-	h, err := httpapi.New(f, cfg)
+	h, err := httpapi.New(enginetest.Door(f), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -722,11 +723,11 @@ func TestMetricsExposure(t *testing.T) {
 	}
 	cfg := httpapi.DefaultConfig()
 	cfg.APIKeys, cfg.MetricsKey = []httpapi.APIKey{{Key: "same-key", Tenant: "a"}}, "same-key"
-	if _, err := httpapi.New(&fakeDoer{}, cfg); err == nil {
+	if _, err := httpapi.New(enginetest.Door(&fakeDoer{}), cfg); err == nil {
 		t.Error("a tenant's key as the metrics key: accepted")
 	}
 	cfg.APIKeys, cfg.MetricsOpen = nil, true
-	if _, err := httpapi.New(&fakeDoer{}, cfg); err == nil {
+	if _, err := httpapi.New(enginetest.Door(&fakeDoer{}), cfg); err == nil {
 		t.Error("a metrics key and metrics open: accepted")
 	}
 }
@@ -906,7 +907,7 @@ func TestConfigValidate(t *testing.T) {
 	for i, mod := range bad {
 		c := httpapi.DefaultConfig()
 		mod(&c)
-		if _, err := httpapi.New(&fakeDoer{}, c); err == nil {
+		if _, err := httpapi.New(enginetest.Door(&fakeDoer{}), c); err == nil {
 			t.Errorf("bad config %d accepted", i)
 		}
 	}
