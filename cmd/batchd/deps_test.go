@@ -42,6 +42,11 @@ var mayAlsoImport = map[string][]string{
 	// The fidelity check runs one workload live and in the simulator and
 	// compares them: the one package that sits on both runtimes.
 	"engine/fidelity": {"sim"},
+	// The server assembles a node as cmd did, the cpu and cuda backends
+	// included, so it opens cudabridge's devices; cudabridge still
+	// imports no engine package (the adapter between them is the
+	// server's).
+	"engine/server": {"cudabridge"},
 }
 
 // modPkg is one package of the module, as `go list` sees it.

@@ -3,7 +3,7 @@
 // Open Inference Protocol (KServe v2) REST endpoints and Prometheus
 // metrics.
 //
-// Imported by: cmd/batchd (serve), engine/config (its defaults; and
+// Imported by: engine/server (serve), engine/config (its defaults; and
 // tests). It imports actors, engine (the FrontDoor interface it takes the
 // engine through, and the engine's sentinel errors) and engine/jobs, never
 // a runtime adapter; its tests run on a fake front door

@@ -8,7 +8,7 @@
 // drops them.
 //
 // Imported by: engine/httpapi (the /v1 async, batch and requests routes),
-// engine/config (its defaults), cmd/batchd (opens the store, starts and
+// engine/config (its defaults), engine/server (opens the store, starts and
 // stops the runner; and tests). It imports actors for the request and
 // reply types, engine for the front door it feeds (engine.FrontDoor), and
 // go.etcd.io/bbolt; never a runtime adapter.

@@ -17,6 +17,7 @@
 // buffered and written under a mutex in the request's own goroutine (no
 // goroutine of its own); Close flushes the buffer and closes the file.
 //
-// Imported by: cmd/batchd (serve --record; and tests). It imports
+// Imported by: engine/server (serve --record; and tests), cmd/batchd
+// (the default of --record-max-bytes). It imports
 // actors and engine (for the FrontDoor it wraps and implements).
 package record
