@@ -57,8 +57,9 @@
 //
 // # Who imports it
 //
-// Imported by: cmd/batchd (the devices, profile and serve --backend
-// commands; and tests). cmd/batchd adapts a Device or CPU to the engine's
-// Backend and maps ErrDeviceFault onto the engine's device fault.
+// Imported by: cmd/batchd (the devices and profile commands; and tests),
+// engine/server (serve --backend cpu or cuda). engine/server adapts a
+// Device or CPU to the engine's Backend and maps ErrDeviceFault onto the
+// engine's device fault.
 // cudabridge imports neither the engine nor the actors.
 package cudabridge

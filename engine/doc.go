@@ -41,5 +41,6 @@
 // simulator, in both builds.
 //
 // Imported by: cmd/batchd, engine/config, engine/enginetest,
-// engine/httpapi (and tests). It imports actors and nothing else of batchd.
+// engine/httpapi, engine/jobs, engine/record, engine/server (and tests).
+// It imports actors and nothing else of batchd.
 package engine

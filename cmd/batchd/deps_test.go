@@ -42,12 +42,32 @@ var mayAlsoImport = map[string][]string{
 	// The fidelity check runs one workload live and in the simulator and
 	// compares them: the one package that sits on both runtimes.
 	"engine/fidelity": {"sim"},
+	// The server assembles a node as cmd did, the cpu and cuda backends
+	// included, so it opens cudabridge's devices; cudabridge still
+	// imports no engine package (the adapter between them is the
+	// server's).
+	"engine/server": {"cudabridge"},
 }
 
 // modPkg is one package of the module, as `go list` sees it.
 type modPkg struct {
 	dir     string
 	imports map[string]bool // module packages it imports (not its tests), relative paths, any build
+	// deps are the module packages it depends on, directly or not (not its
+	// tests), by build tag: go list's .Deps, the graph `go list -deps`
+	// walks.
+	deps map[string]map[string]bool
+}
+
+// serveChain is the server's side of the picture, top to bottom:
+// cmd → engine/server → {httpapi, jobs, record, config} → engine → actors.
+// TestServeChain checks it.
+var serveChain = [][]string{
+	{"cmd/batchd"},
+	{"engine/server"},
+	{"engine/config", "engine/httpapi", "engine/jobs", "engine/record"},
+	{"engine"},
+	{"actors"},
 }
 
 // TestPackageDeps checks the docs and the design against the module's real
@@ -121,6 +141,61 @@ func TestPackageDeps(t *testing.T) {
 	}
 }
 
+// TestServeChain checks serveChain against `go list -deps`, in every
+// build (buildTags): each package of a level depends, directly or not, on
+// no package of a level above it; and each level but the last depends on
+// every package of the one below it, so the chain is the real shape, not
+// merely allowed.
+func TestServeChain(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH, so the module's dependencies cannot be listed; skipping the chain check")
+	}
+	pkgs := listModule(t, goBin)
+	for _, tags := range buildTags {
+		for lvl, level := range serveChain {
+			for _, p := range level {
+				mp := pkgs[p]
+				if mp == nil {
+					t.Errorf("serveChain names %s, which is not a package of the module", p)
+					continue
+				}
+				deps := mp.deps[tags]
+				for _, above := range serveChain[:lvl] {
+					for _, a := range above {
+						if deps[a] {
+							t.Errorf("-tags=%q: %s depends on %s, above it in the chain (%s)", tags, p, a, chainString())
+						}
+					}
+				}
+				if lvl+1 < len(serveChain) {
+					for _, below := range serveChain[lvl+1] {
+						if !deps[below] {
+							t.Errorf("-tags=%q: %s does not depend on %s, the level below it in the chain (%s)", tags, p, below, chainString())
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// chainString is serveChain as the docs draw it.
+func chainString() string {
+	var b strings.Builder
+	for i, level := range serveChain {
+		if i > 0 {
+			b.WriteString(" → ")
+		}
+		if len(level) > 1 {
+			b.WriteString("{" + strings.Join(level, ", ") + "}")
+		} else {
+			b.WriteString(level[0])
+		}
+	}
+	return b.String()
+}
+
 // listModule runs `go list` over the module in every build configuration
 // and returns its packages, keyed by path relative to the module root ("."
 // for the root), with the module packages each imports in any of them.
@@ -138,7 +213,7 @@ func listModule(t *testing.T, goBin string) map[string]*modPkg {
 
 	pkgs := map[string]*modPkg{}
 	for _, tags := range buildTags {
-		cmd := exec.Command(goBin, "list", "-tags="+tags, "-f", "{{.Module.Path}}\t{{.ImportPath}}\t{{.Dir}}\t{{join .Imports \" \"}}", "./...")
+		cmd := exec.Command(goBin, "list", "-tags="+tags, "-f", "{{.Module.Path}}\t{{.ImportPath}}\t{{.Dir}}\t{{join .Imports \" \"}}\t{{join .Deps \" \"}}", "./...")
 		cmd.Dir = root
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -148,7 +223,7 @@ func listModule(t *testing.T, goBin string) map[string]*modPkg {
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			f := strings.Split(line, "\t")
-			if len(f) != 4 {
+			if len(f) != 5 {
 				t.Fatalf("go list: unexpected line %q", line)
 			}
 			mod, path, dir := f[0], f[1], f[2]
@@ -158,7 +233,7 @@ func listModule(t *testing.T, goBin string) map[string]*modPkg {
 			}
 			p := pkgs[rel]
 			if p == nil {
-				p = &modPkg{dir: dir, imports: map[string]bool{}}
+				p = &modPkg{dir: dir, imports: map[string]bool{}, deps: map[string]map[string]bool{}}
 				pkgs[rel] = p
 			}
 			for _, imp := range strings.Fields(f[3]) {
@@ -166,6 +241,13 @@ func listModule(t *testing.T, goBin string) map[string]*modPkg {
 					p.imports[r] = true
 				}
 			}
+			deps := map[string]bool{}
+			for _, d := range strings.Fields(f[4]) {
+				if r, ok := relPath(mod, d); ok {
+					deps[r] = true
+				}
+			}
+			p.deps[tags] = deps
 		}
 	}
 	if len(pkgs) == 0 {

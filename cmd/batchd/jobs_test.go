@@ -38,8 +38,8 @@ func TestJobsServeHelper(t *testing.T) {
 	}
 }
 
-// server is a batchd serve child process.
-type server struct {
+// serveChild is a batchd serve child process.
+type serveChild struct {
 	cmd    *exec.Cmd
 	base   string
 	stderr *syncBuffer
@@ -52,7 +52,7 @@ var servingRE = regexp.MustCompile(`serving on (http://[0-9.:]+)`)
 
 // startServer starts `batchd serve --config cfg` in a child process and
 // waits until it serves.
-func startServer(t *testing.T, cfg string) *server {
+func startServer(t *testing.T, cfg string) *serveChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestJobsServeHelper$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join([]string{"serve", "--config", cfg, "--log-level", "warn"}, "\x1f"))
@@ -60,7 +60,7 @@ func startServer(t *testing.T, cfg string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	s := &serveChild{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func startServer(t *testing.T, cfg string) *server {
 }
 
 // kill ends the server with SIGKILL: no clean stop, no flush.
-func (s *server) kill(t *testing.T) {
+func (s *serveChild) kill(t *testing.T) {
 	t.Helper()
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	select {
@@ -184,7 +184,7 @@ jobs:
 		fmt.Fprintf(&body, `{"input": %q}`, inputs[i])
 	}
 	body.WriteString("]}")
-	submit := func(s *server) (string, bool) {
+	submit := func(s *serveChild) (string, bool) {
 		req, _ := http.NewRequest(http.MethodPost, s.base+"/v1/models/echo/batch", bytes.NewReader(body.Bytes()))
 		req.Header.Set("Idempotency-Key", "crash-test")
 		resp, err := http.DefaultClient.Do(req)

@@ -4,63 +4,35 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine/httpapi"
 	"github.com/batchd/batchd/engine/record"
+	"github.com/batchd/batchd/engine/server"
 	"github.com/batchd/batchd/sim"
 )
 
-// recordOptions are `batchd serve --record FILE` and its companions.
-type recordOptions struct {
-	path     string
-	inputs   bool
-	bytesMax int64
+// bindRecord registers `batchd serve --record FILE` and its companions
+// on fs, into o.
+func bindRecord(fs *flag.FlagSet, o *server.RecordOptions) {
+	fs.StringVar(&o.Path, "record", "", "write one JSON line per request to this file (arrival, tenant, model, version, input length, outcome) for 'batchd sim --replay'")
+	fs.BoolVar(&o.Inputs, "record-inputs", false, "with --record, also write each request's input text (the clients' data: off by default)")
+	fs.Int64Var(&o.BytesMax, "record-max-bytes", record.BytesMaxDefault, "with --record, stop recording (with a warning) before the file passes this size")
 }
 
-func (o *recordOptions) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.path, "record", "", "write one JSON line per request to this file (arrival, tenant, model, version, input length, outcome) for 'batchd sim --replay'")
-	fs.BoolVar(&o.inputs, "record-inputs", false, "with --record, also write each request's input text (the clients' data: off by default)")
-	fs.Int64Var(&o.bytesMax, "record-max-bytes", record.BytesMaxDefault, "with --record, stop recording (with a warning) before the file passes this size")
-}
-
-func (o recordOptions) validate() error {
-	if o.bytesMax < 1 {
-		return usagef("--record-max-bytes %d: must be positive", o.bytesMax)
+// checkRecord refuses the combinations of the --record flags that make no
+// sense.
+func checkRecord(o server.RecordOptions) error {
+	if o.BytesMax < 1 {
+		return usagef("--record-max-bytes %d: must be positive", o.BytesMax)
 	}
-	if o.path == "" && o.inputs {
+	if o.Path == "" && o.Inputs {
 		return usagef("--record-inputs: needs --record FILE")
 	}
 	return nil
-}
-
-// open returns the Doer the HTTP handler should call: eng itself, or with
-// --record a recorder in front of it, and the function that flushes and
-// closes the recording (a no-op without one).
-func (o recordOptions) open(eng httpapi.Doer, log *slog.Logger) (httpapi.Doer, func() error, error) {
-	if o.path == "" {
-		return eng, func() error { return nil }, nil
-	}
-	f, err := os.OpenFile(o.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--record: %w", err)
-	}
-	rec, err := record.New(eng, f, record.Config{Inputs: o.inputs, BytesMax: o.bytesMax, Logger: log})
-	if err != nil {
-		return nil, nil, errors.Join(err, f.Close())
-	}
-	log.Info("recording requests", "file", o.path, "inputs", o.inputs, "bytes_max", o.bytesMax)
-	return rec, func() error {
-		s := rec.Stats()
-		err := rec.Close()
-		log.Info("recording closed", "file", o.path, "lines", s.Lines, "bytes", s.Bytes, "skipped", s.Skipped)
-		return err
-	}, nil
 }
 
 // fleetKeys are the settings --fleet takes, in the order the help lists

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/server"
 	"github.com/batchd/batchd/sim"
 )
 
@@ -34,8 +35,8 @@ func TestRecordReplay(t *testing.T) {
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rec := recordOptions{path: path, bytesMax: 1 << 20}
-	go func() { done <- serveRecorded(ctx, f, rec, io.Discard, log, func(a net.Addr) { addr <- a }) }()
+	opts := server.Options{Logger: log, Record: server.RecordOptions{Path: path, BytesMax: 1 << 20}}
+	go func() { done <- serve(ctx, f, opts, io.Discard, func(a net.Addr) { addr <- a }) }()
 	var base string
 	select {
 	case a := <-addr:

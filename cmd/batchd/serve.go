@@ -8,23 +8,18 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
-	"github.com/batchd/batchd/engine/httpapi"
+	"github.com/batchd/batchd/engine/server"
 )
-
-// engineStartMax bounds the wait for the devices to register at start.
-const engineStartMax = 30 * time.Second
 
 // serveOptions is `batchd serve`'s command line: the configuration (file,
 // then flags over it) and what the command itself does.
@@ -33,7 +28,7 @@ type serveOptions struct {
 	printConfig bool
 	logLevel    slog.Level
 	// record is --record and its companions (see replay.go).
-	record recordOptions
+	record server.RecordOptions
 	// cpuProfile is --cpuprofile: a file to write a CPU profile of the
 	// whole run to (go tool pprof), for finding where a request's CPU goes.
 	cpuProfile string
@@ -127,8 +122,8 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof), until the server stops")
 	latencyTable := fs.String("latency-table", "", "a measured batch-latency table (batchd profile --out FILE) the devices' cost model plans with, in place of devices.latency and latency_model")
-	var rec recordOptions
-	rec.bind(fs)
+	var rec server.RecordOptions
+	bindRecord(fs, &rec)
 	setters := map[string]func(*config.File){}
 	for _, sf := range serveFlags {
 		setters[sf.name] = sf.bind(fs, sf.name, sf.usage+" ["+sf.path+"]", embedded)
@@ -188,7 +183,7 @@ func parseServe(args []string, stdout io.Writer) (serveOptions, error) {
 	if err := f.Validate(); err != nil {
 		return serveOptions{}, usageError{err}
 	}
-	if err := rec.validate(); err != nil {
+	if err := checkRecord(rec); err != nil {
 		return serveOptions{}, err
 	}
 	return serveOptions{file: f, printConfig: *printConfig, logLevel: lvl, record: rec, cpuProfile: *cpuProfile}, nil
@@ -235,7 +230,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopProfile()
-	return serveRecorded(ctx, opts.file, opts.record, stdout, log, nil)
+	return serve(ctx, opts.file, server.Options{Logger: log, Record: opts.record}, stdout, nil)
 }
 
 // startCPUProfile starts --cpuprofile's CPU profile into path, if path is
@@ -255,212 +250,30 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
 }
 
-// serve runs the server until ctx ends, then stops it gracefully. listening,
-// when not nil, is told the bound address once requests can be sent.
-func serve(ctx context.Context, f *config.File, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
-	return serveRecorded(ctx, f, recordOptions{}, stdout, log, listening)
-}
-
-// serveRecorded is serve, recording every request to rec.path when set.
-func serveRecorded(ctx context.Context, f *config.File, rec recordOptions, stdout io.Writer, log *slog.Logger, listening func(net.Addr)) error {
-	// The backends (devices.backend) are set up first: a missing GPU
-	// stops the start; they are released once the engine has stopped.
-	ecfg, closeBackends, err := engineConfig(f, log)
+// serve runs a node of f (engine/server) until ctx ends (SIGTERM or
+// SIGINT), then shuts it down gracefully within http.shutdown_timeout.
+// listening, when not nil, is told the bound address once requests can be
+// sent.
+func serve(ctx context.Context, f *config.File, opts server.Options, stdout io.Writer, listening func(net.Addr)) error {
+	srv, err := server.New(ctx, f, opts)
 	if err != nil {
 		return err
 	}
-	defer closeBackends()
-	// The actor libraries log at info about every actor; only their
-	// warnings are worth a server's log.
-	ecfg.Logger = slog.New(warnOnly{log.Handler()})
-	hcfg, err := f.HTTPConfig()
-	if err != nil {
-		return err
-	}
-	// The job store opens first: a damaged or locked file stops the start
-	// before anything runs. It closes last, once the runner has stopped.
-	js, err := openJobs(f, log)
-	if err != nil {
-		return err
-	}
-	defer js.close()
-
-	startCtx, cancel := context.WithTimeout(ctx, engineStartMax)
-	eng, err := engine.New(startCtx, ecfg)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("start engine: %w", err)
-	}
-	closeEngine := func() error {
-		cctx, cancel := context.WithTimeout(context.Background(), f.HTTP.ShutdownTimeout)
-		defer cancel()
-		return eng.Shutdown(cctx)
-	}
-	releaseCtx, stopRelease := context.WithCancel(ctx)
-	releaseDone := make(chan struct{})
-	go func() {
-		defer close(releaseDone)
-		releaseOnFall(releaseCtx, eng.Requests, log)
-	}()
-	defer func() {
-		stopRelease()
-		<-releaseDone
-	}()
-
-	hcfg.Logger = log
-	// Ready means a request for the model can be served now: a device
-	// that holds it is up, not merely registered.
-	hcfg.Ready = func(_ context.Context, model string) bool { return eng.Ready(model) }
-	// The load signals come from the engine when it offers them.
-	if sig, ok := any(eng).(interface {
-		Signals(context.Context) (actors.Signals, error)
-	}); ok {
-		hcfg.Signals = sig.Signals
-	}
-	// /metrics labels devices by their index in this list, from 0.
-	hcfg.Devices = eng.Devices()
-	// With --record, the handler calls the engine through the recorder,
-	// which is closed (flushed) once every request has been answered.
-	doer, closeRecord, err := rec.open(eng, log)
-	if err != nil {
-		return errors.Join(err, closeEngine())
-	}
-	defer func() {
-		if cerr := closeRecord(); cerr != nil {
-			log.Warn("record", "err", cerr)
-		}
-	}()
-	hcfg.Jobs = js.newRunner(doer)
-	h, err := httpapi.New(doer, hcfg)
-	if err != nil {
-		return errors.Join(fmt.Errorf("http handler: %w", err), closeEngine())
-	}
-	if err := js.start(); err != nil {
-		return errors.Join(err, closeEngine())
-	}
-	tcp, err := net.Listen("tcp", f.HTTP.Addr)
-	if err != nil {
-		return errors.Join(fmt.Errorf("listen: %w", err), closeEngine())
-	}
-	ln := &quietListener{Listener: tcp}
-	srv := httpapi.NewServer(ln.Addr().String(), h)
-	srv.ReadHeaderTimeout = f.HTTP.ReadHeaderTimeout
-	srv.IdleTimeout = f.HTTP.IdleTimeout
-	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	printReady(stdout, f, ln.Addr())
-	log.Info("serving", "addr", ln.Addr().String(), "runtime", engine.RuntimeName, "devices", f.Devices.Count,
-		"latency", ecfg.Device.Latency.Predict(1, 0), "batch_max", f.Policy.BatchMax, "slo", f.Policy.SLO)
+	go func() { served <- srv.Serve(context.Background()) }()
+	printReady(stdout, f, srv.Addr())
 	if listening != nil {
-		listening(ln.Addr())
+		listening(srv.Addr())
 	}
-
-	var serveErr error
 	select {
+	case err := <-served:
+		return err // serving failed, and the server has stopped itself
 	case <-ctx.Done():
-		log.Info("stopping: admitting nothing new, draining queued work", "bound", f.HTTP.ShutdownTimeout)
-	case serveErr = <-served:
-		serveErr = fmt.Errorf("serve: %w", serveErr)
-		log.Error("server failed; stopping", "err", serveErr)
 	}
-	err = shutdown(f.HTTP.ShutdownTimeout, h, js, eng, srv, ln, served, serveErr == nil)
-	if err == nil {
-		log.Info("stopped: every request answered")
-	}
-	return errors.Join(serveErr, err)
-}
-
-// shutdown is the graceful stop, in the order the HTTP adapter documents,
-// all within bound: the handler stops taking async work and turns not
-// ready, and waits for the async requests; the job runner stops feeding
-// and writes what it has in flight; the engine stops admitting
-// (new requests get 503 at once), flushes its queues without lingering and
-// answers every request in flight; the server goes on accepting (and
-// answering 503) until connections stop coming (see quietListener), then
-// closes its listener and waits for the synchronous handlers to finish
-// writing; then the engine's actors and goroutines stop.
-func shutdown(bound time.Duration, h *httpapi.Handler, js *jobService, eng *engine.Engine, srv *http.Server, ln *quietListener, served <-chan error, serving bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	sctx, cancel := context.WithTimeout(context.Background(), f.HTTP.ShutdownTimeout)
 	defer cancel()
-	var errs []error
-	if err := h.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("async requests: %w", err))
-	}
-	// The job runner stops feeding before the drain; what it has in the
-	// engine is answered and written, or handed back to the store queued.
-	if err := js.stop(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("job runner: %w", err))
-	}
-	if err := eng.Drain(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("drain: %w", err))
-	}
-	ln.awaitQuiet(ctx, acceptQuiet, acceptDrainMax)
-	if err := srv.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("http server: %w", err))
-		_ = srv.Close() // cut off what did not finish in time
-	}
-	if serving {
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			errs = append(errs, fmt.Errorf("serve: %w", err))
-		}
-	}
-	// The engine gets a bound of its own: stopping its goroutines matters
-	// even when the drain used up the first.
-	cctx, ccancel := context.WithTimeout(context.Background(), closeEngineMax)
-	defer ccancel()
-	if err := eng.Shutdown(cctx); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// closeEngineMax bounds stopping the engine's actors after the drain.
-const closeEngineMax = 10 * time.Second
-
-// Closing a listener resets the connections still in its accept queue:
-// requests that clients have written and the server never read. In a test
-// run on a loaded machine, 40 of 40 requests written just before a stop
-// got EOF that way. So the drain's last step goes on accepting (the
-// handler answers 503 draining) until no connection has come for
-// acceptQuiet, for at most acceptDrainMax (and the shutdown's bound).
-const (
-	acceptQuiet    = 100 * time.Millisecond
-	acceptDrainMax = 2 * time.Second
-)
-
-// quietListener is the server's listener; it notes when it last accepted.
-type quietListener struct {
-	net.Listener
-	last atomic.Int64 // UnixNano of the latest accepted connection
-}
-
-func (l *quietListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.last.Store(time.Now().UnixNano())
-	}
-	return c, err
-}
-
-// awaitQuiet returns once no connection has been accepted for quiet since
-// it was called, after most, or when ctx ends.
-func (l *quietListener) awaitQuiet(ctx context.Context, quiet, most time.Duration) {
-	begin := time.Now()
-	tick := time.NewTicker(quiet / 4)
-	defer tick.Stop()
-	for {
-		last := max(begin.UnixNano(), l.last.Load())
-		if time.Since(time.Unix(0, last)) >= quiet || time.Since(begin) >= most {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return
-		}
-	}
+	err = srv.Shutdown(sctx)
+	return errors.Join(<-served, err)
 }
 
 // printReady tells a person where the server is and how to call it.
@@ -498,13 +311,3 @@ func dialable(addr net.Addr) string {
 	}
 	return host + ":" + port
 }
-
-// warnOnly passes on records at warn level and above.
-type warnOnly struct{ slog.Handler }
-
-func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
-}
-
-func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(as)} }
-func (w warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{w.Handler.WithGroup(g)} }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/server"
 )
 
 func writeFile(t *testing.T, text string) string {
@@ -148,7 +149,7 @@ func startServe(t *testing.T, yaml string, stdout io.Writer) (string, func() err
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { done <- serve(ctx, f, stdout, log, func(a net.Addr) { addr <- a }) }()
+	go func() { done <- serve(ctx, f, server.Options{Logger: log}, stdout, func(a net.Addr) { addr <- a }) }()
 	var base string
 	select {
 	case a := <-addr:

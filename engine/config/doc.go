@@ -28,6 +28,6 @@
 // tenant) on 127.0.0.1:8080, every other key written out with its default
 // and a comment.
 //
-// Imported by: cmd/batchd. It imports actors, engine, engine/httpapi and
+// Imported by: cmd/batchd, engine/server. It imports actors, engine, engine/httpapi and
 // engine/jobs.
 package config

@@ -3,8 +3,11 @@
 // a batcher restart, and the per-request benchmark. The engine's tests run
 // it on the runtime of their build (protoactor by default, hollywood with
 // -tags hollywood: the two libraries cannot share a binary, as both
-// register actor.proto); a future runtime plugs in the same way. It imports
-// actors, actors/actorstest and engine.
+// register actor.proto); a future runtime plugs in the same way. It also
+// holds Door, which makes an engine.FrontDoor of a fake engine for the
+// tests of the front door's consumers (engine/httpapi, engine/jobs,
+// engine/record). It imports actors, actors/actorstest and engine.
 //
-// Imported by: nothing (only the tests of engine).
+// Imported by: nothing (only the tests of engine, engine/httpapi,
+// engine/jobs and engine/record).
 package enginetest

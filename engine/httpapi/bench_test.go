@@ -41,3 +41,10 @@ func (instantDoer) Now() time.Duration { return 0 }
 func (instantDoer) Do(_ context.Context, req actors.Request) (actors.Reply, error) {
 	return completed(0, req), nil
 }
+
+func (instantDoer) Submit(req actors.Request, done func(actors.Reply, error)) uint64 {
+	done(completed(0, req), nil)
+	return 0
+}
+
+func (instantDoer) Cancel(uint64) bool { return false }

@@ -44,18 +44,21 @@ type Config struct {
 	// BatchItemsMax caps the items of one /v1 batch request and the
 	// elements of one OIP input tensor. Default 1,000.
 	BatchItemsMax int
-	// BatchConcurrencyMax caps the engine calls one batch or OIP request
-	// has in flight at once, and so the goroutines it starts. Default 128:
-	// more than the seeds' batch of 100, so a request of up to that many
-	// items can land in one engine batch.
+	// BatchConcurrencyMax is validated and otherwise has no effect: a
+	// batch or OIP request submits all its items at once through the
+	// front door's Submit, with no goroutine per item, so there is
+	// nothing left for it to cap.
+	//
+	// Deprecated: kept until the configuration schema drops
+	// http.batch_concurrency_max.
 	BatchConcurrencyMax int
 	// TimeoutMax caps a request's timeout_ms (larger values are lowered to
 	// it, not refused). It should equal the batcher's TimeoutMax. Default
 	// 60 s, the batcher's default.
 	TimeoutMax time.Duration
 	// ReplyGrace is how long past a request's deadline (its timeout, or
-	// TimeoutMax when it set none) the Doer may take to answer it (see
-	// Doer): the handler sizes a response's write deadline with it. It
+	// TimeoutMax when it set none) the front door may take to answer it
+	// (see Handler): the handler sizes a response's write deadline with it. It
 	// should equal the engine's ReplyGrace. Default 5 s.
 	ReplyGrace time.Duration
 	// BodyReadTimeout bounds reading a request body, so a client that

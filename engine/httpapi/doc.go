@@ -1,13 +1,13 @@
 // Package httpapi is batchd's HTTP adapter: net/http in front of the
-// engine's front door (engine.Engine.Do), with batchd's own JSON API, the
+// engine's front door (engine.FrontDoor), with batchd's own JSON API, the
 // Open Inference Protocol (KServe v2) REST endpoints and Prometheus
 // metrics.
 //
-// Imported by: cmd/batchd (serve), engine/config (its defaults; and tests).
-// It imports actors, engine (for the engine's sentinel errors) and
-// engine/jobs, never a runtime adapter; it takes the engine through Doer,
-// an interface of its own, so its tests run on a fake as well as on the
-// real engine.
+// Imported by: engine/server (serve), engine/config (its defaults; and
+// tests). It imports actors, engine (the FrontDoor interface it takes the
+// engine through, and the engine's sentinel errors) and engine/jobs, never
+// a runtime adapter; its tests run on a fake front door
+// (enginetest.Door) as well as on the real engine.
 //
 // # Endpoints
 //
@@ -34,8 +34,8 @@
 //	GET  /metrics                   Prometheus text format
 //
 // Every element of an OIP input tensor and every item of a /v1 batch is
-// one request in the batcher; they are submitted together (at most
-// Config.BatchConcurrencyMax at once), so they can share engine batches.
+// one request in the batcher; they are submitted together (Submit, no
+// goroutine per item), so they can share engine batches.
 // "priority" is low, normal or high; "timeout_ms" sets the request's
 // deadline (capped at Config.TimeoutMax, not refused above it); "params"
 // is an object, canonicalised (keys sorted at every depth) so that equal
@@ -145,11 +145,11 @@
 // A synchronous request passes its request context to Do: a client that
 // disconnects ends it, and the engine withdraws the queued request
 // (actors.Cancel). The request's timeout becomes its Deadline on the
-// engine clock (Doer.Now at arrival + timeout); the engine answers by it
-// (Expired: 504). The wait is bounded by the Doer: engine.Engine answers
-// a request it has lost Expired at its deadline (or TimeoutMax) plus its
-// ReplyGrace, so no handler waits for ever, without a
-// timer per request.
+// engine clock (FrontDoor.Now at arrival + timeout); the engine answers by
+// it (Expired: 504). The wait is bounded by the front door: engine.Engine
+// answers a request it has lost Expired at its deadline (or TimeoutMax)
+// plus its ReplyGrace, so no handler waits for ever,
+// without a timer per request.
 //
 // # Server timeouts and graceful stop
 //

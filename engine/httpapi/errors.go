@@ -105,7 +105,7 @@ func (h *Handler) replyError(rep actors.Reply) *apiError {
 	return e
 }
 
-// doError maps an error from Doer.Do. ctx is the context the request came
+// doError maps an error from the front door (Do, Submit). ctx is the context the request came
 // with: a deadline of its own that ended is 504; otherwise, when it ended,
 // the client is gone.
 func (h *Handler) doError(ctx context.Context, err error) *apiError {

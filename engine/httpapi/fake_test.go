@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -87,9 +88,9 @@ func completed(now time.Duration, req actors.Request) actors.Reply {
 }
 
 // newHandler makes a handler over f and shuts it down when the test ends.
-func newHandler(t *testing.T, f httpapi.Doer, cfg httpapi.Config) *httpapi.Handler {
+func newHandler(t *testing.T, f enginetest.DoNower, cfg httpapi.Config) *httpapi.Handler {
 	t.Helper()
-	h, err := httpapi.New(f, cfg)
+	h, err := httpapi.New(enginetest.Door(f), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

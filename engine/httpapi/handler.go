@@ -28,27 +28,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/jobs"
 )
 
-// Doer is what the handler needs of the engine; *engine.Engine implements
-// it. Do must return soon after ctx ends (the engine withdraws the request
-// with actors.Cancel then), and must be safe for concurrent use.
-type Doer interface {
-	// Do submits req and waits for its one reply; see engine.Engine.Do.
-	// It must return by req.Deadline (when zero, Arrival plus TimeoutMax)
-	// plus ReplyGrace, whatever happens to the request: the handler does
-	// not bound the wait itself (a timer per request cost ~2 µs of CPU).
-	// engine.Engine does, answering Expired (504).
-	Do(ctx context.Context, req actors.Request) (actors.Reply, error)
-	// Now is the clock request deadlines and reply timelines are on.
-	Now() time.Duration
-}
-
-// Handler is the HTTP adapter: an http.Handler over a Doer. Make it with
-// New; its methods are safe for concurrent use.
+// Handler is the HTTP adapter: an http.Handler over the engine's front
+// door (engine.FrontDoor: *engine.Engine, or a recorder in front of it).
+// The handler does not bound a request's wait itself (a timer per request
+// cost ~2 µs of CPU): the front door answers every request by its
+// deadline (when zero, Arrival plus TimeoutMax) plus ReplyGrace, Expired
+// (504) at the latest. Make it with New; its methods are safe for
+// concurrent use.
 type Handler struct {
-	eng  Doer
+	eng  engine.FrontDoor
 	cfg  Config
 	lim  limits
 	mux  *http.ServeMux
@@ -94,7 +86,7 @@ var _ http.Handler = (*Handler)(nil)
 // New returns the HTTP adapter over eng, or an error naming the bad
 // setting. The handler starts no goroutine of its own (the synchronous
 // batch fans out on the request's, bounded by BatchConcurrencyMax).
-func New(eng Doer, cfg Config) (*Handler, error) {
+func New(eng engine.FrontDoor, cfg Config) (*Handler, error) {
 	if eng == nil {
 		return nil, errors.New("httpapi: no engine")
 	}
@@ -617,12 +609,16 @@ func (h *Handler) settle(ctx context.Context, req actors.Request, rep actors.Rep
 }
 
 // observeJobItem records one engine call of the job runner (a
-// jobs.Observer) as do records a synchronous one.
-func (h *Handler) observeJobItem(ctx context.Context, req actors.Request, rep actors.Reply, err error, elapsed time.Duration) {
+// jobs.Observer) as do records a synchronous one; an item the runner
+// withdrew counts as one whose client went away.
+func (h *Handler) observeJobItem(req actors.Request, rep actors.Reply, err error, elapsed time.Duration) {
 	var aerr *apiError
-	if err != nil {
-		aerr = h.doError(ctx, err)
-	} else {
+	switch {
+	case errors.Is(err, jobs.ErrWithdrawn):
+		aerr = &apiError{status: statusClientClosed, code: codeCancelled, msg: "job item withdrawn"}
+	case err != nil:
+		aerr = h.doError(context.Background(), err)
+	default:
 		aerr = h.replyError(rep)
 	}
 	h.met.observe(req.Model, req.Tenant, rep, aerr, elapsed)
@@ -633,53 +629,23 @@ type doResult struct {
 	err *apiError
 }
 
-// submitter is the engine's non-blocking front door (engine.Engine
-// offers it; a recorder wrapping the engine does not).
-type submitter interface {
-	Submit(req actors.Request, done func(actors.Reply, error)) uint64
-	Cancel(id uint64) bool
-}
-
 // fanOut runs reqs through the engine together and returns their results
 // in input order. Submitting them together is what lets them share an
-// engine batch. With an engine that offers Submit it takes no goroutine a
-// request; otherwise at most BatchConcurrencyMax goroutines call Do.
+// engine batch. It takes no goroutine a request but one for the whole
+// call: every request is answered into out by the engine's callback; if
+// ctx ends first, those not answered yet are withdrawn and answered as Do
+// would have been.
 func (h *Handler) fanOut(ctx context.Context, reqs []actors.Request, start time.Duration) []doResult {
 	out := make([]doResult, len(reqs))
 	if len(reqs) == 1 {
 		out[0].rep, out[0].err = h.do(ctx, reqs[0], start)
 		return out
 	}
-	if sub, ok := h.eng.(submitter); ok {
-		h.fanOutSubmit(ctx, sub, reqs, start, out)
-		return out
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(len(reqs), h.cfg.BatchConcurrencyMax) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(reqs) {
-					return
-				}
-				out[i].rep, out[i].err = h.do(ctx, reqs[i], start)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// fanOutSubmit is fanOut on Submit: every request is answered into out by
-// the engine's callback; if ctx ends first, those not answered yet are
-// withdrawn and answered as Do would have been.
-func (h *Handler) fanOutSubmit(ctx context.Context, sub submitter, reqs []actors.Request, start time.Duration, out []doResult) {
 	var wg sync.WaitGroup
 	wg.Add(len(reqs))
 	ids := make([]uint64, len(reqs))
 	for i, req := range reqs {
-		ids[i] = sub.Submit(req, func(rep actors.Reply, err error) {
+		ids[i] = h.eng.Submit(req, func(rep actors.Reply, err error) {
 			out[i].rep, out[i].err = h.settle(ctx, req, rep, err, start)
 			wg.Done()
 		})
@@ -688,16 +654,17 @@ func (h *Handler) fanOutSubmit(ctx context.Context, sub submitter, reqs []actors
 	go func() { wg.Wait(); close(all) }()
 	select {
 	case <-all:
-		return
+		return out
 	case <-ctx.Done():
 	}
 	for i, id := range ids {
-		if sub.Cancel(id) {
+		if h.eng.Cancel(id) {
 			out[i].rep, out[i].err = h.settle(ctx, reqs[i], actors.Reply{}, ctx.Err(), start)
 			wg.Done()
 		}
 	}
 	<-all
+	return out
 }
 
 // nextID is a request id for a synchronous request: unique in this process

@@ -17,6 +17,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -269,7 +270,7 @@ func TestAuth(t *testing.T) {
 // turns readiness off.
 func TestAsyncWithoutJobStore(t *testing.T) {
 	f := &fakeDoer{}
-	h, err := httpapi.New(f, httpapi.DefaultConfig())
+	h, err := httpapi.New(enginetest.Door(f), httpapi.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,11 +596,11 @@ func TestMetricsExposure(t *testing.T) {
 	}
 	cfg := httpapi.DefaultConfig()
 	cfg.APIKeys, cfg.MetricsKey = []httpapi.APIKey{{Key: "same-key", Tenant: "a"}}, "same-key"
-	if _, err := httpapi.New(&fakeDoer{}, cfg); err == nil {
+	if _, err := httpapi.New(enginetest.Door(&fakeDoer{}), cfg); err == nil {
 		t.Error("a tenant's key as the metrics key: accepted")
 	}
 	cfg.APIKeys, cfg.MetricsOpen = nil, true
-	if _, err := httpapi.New(&fakeDoer{}, cfg); err == nil {
+	if _, err := httpapi.New(enginetest.Door(&fakeDoer{}), cfg); err == nil {
 		t.Error("a metrics key and metrics open: accepted")
 	}
 }
@@ -778,7 +779,7 @@ func TestConfigValidate(t *testing.T) {
 	for i, mod := range bad {
 		c := httpapi.DefaultConfig()
 		mod(&c)
-		if _, err := httpapi.New(&fakeDoer{}, c); err == nil {
+		if _, err := httpapi.New(enginetest.Door(&fakeDoer{}), c); err == nil {
 			t.Errorf("bad config %d accepted", i)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/httpapi"
 	"github.com/batchd/batchd/engine/jobs"
 )
@@ -25,7 +26,7 @@ func newJobsHandler(t *testing.T, f *fakeDoer, cfg httpapi.Config, tune func(*jo
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := jobs.NewRunner(s, f, nil)
+	r := jobs.NewRunner(s, enginetest.Door(f), nil)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func newMetrics(cfg Config) *metrics {
 
 // observe records one engine call: its outcome, and for a completed
 // request its timeline. elapsed is the handler's own measure, on the
-// Doer's clock.
+// engine clock.
 func (m *metrics) observe(model, tenant string, rep actors.Reply, err *apiError, elapsed time.Duration) {
 	model = m.models.label(model)
 	outcome := outcomeOf(rep, err)

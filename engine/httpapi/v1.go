@@ -40,7 +40,7 @@ func (h *Handler) v1Infer(w http.ResponseWriter, r *http.Request) {
 	req := request(k, model, in.common, in.input, start)
 	// r.Context() ends when the client goes away: Do then withdraws the
 	// queued request from the batcher. Do itself is bounded by the
-	// request's deadline (see Doer).
+	// request's deadline (see Handler).
 	rep, aerr := h.do(r.Context(), req, start)
 	if aerr != nil {
 		h.fail(w, r, aerr)

@@ -8,10 +8,10 @@
 // drops them.
 //
 // Imported by: engine/httpapi (the /v1 async, batch and requests routes),
-// engine/config (its defaults), cmd/batchd (opens the store, starts and
+// engine/config (its defaults), engine/server (opens the store, starts and
 // stops the runner; and tests). It imports actors for the request and
-// reply types and go.etcd.io/bbolt; never engine or a runtime adapter: it
-// takes the engine through Doer, an interface of its own.
+// reply types, engine for the front door it feeds (engine.FrontDoor), and
+// go.etcd.io/bbolt; never a runtime adapter.
 //
 // # The store
 //
@@ -64,8 +64,10 @@
 //
 // # The runner
 //
-// Runner feeds the store's queued items to the engine through Doer.Do,
-// oldest job first and round robin between jobs, with at most WindowJob
+// Runner feeds the store's queued items to the engine through
+// engine.FrontDoor's Submit, with no goroutine per item (one loop
+// goroutine submits, and the engine's answers come back to it on a
+// channel as big as the window), oldest job first and round robin between jobs, with at most WindowJob
 // items of one job and WindowTotal of all jobs in the engine at once: a
 // 10,000-item job waits in the store, not in the batcher's queues, and
 // goes through the same per-tenant fairness as everyone (its requests

@@ -10,16 +10,13 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
 )
 
-// Doer is the engine's front door, as the runner uses it: engine.Engine
-// implements it.
-type Doer interface {
-	// Do submits req and waits for its one reply; see engine.Engine.Do.
-	Do(ctx context.Context, req actors.Request) (actors.Reply, error)
-	// Now is the clock request deadlines are on.
-	Now() time.Duration
-}
+// ErrWithdrawn is the error an Observer sees for an item the runner
+// withdrew from the engine before its answer (its job was cancelled, or
+// the runner stopped past its bound). It wraps context.Canceled.
+var ErrWithdrawn = fmt.Errorf("jobs: item withdrawn from the engine: %w", context.Canceled)
 
 // Runner feeds a Store's queued items to the engine and writes their
 // results; see the package doc. Make it with NewRunner, then Start; Stop
@@ -27,21 +24,21 @@ type Doer interface {
 // the HTTP adapter uses; they are safe for concurrent use.
 type Runner struct {
 	s   *Store
-	eng Doer
+	eng engine.FrontDoor
 	cfg Config
 	log *slog.Logger
 
 	// wake is signalled (never blocking) when a job arrives or is
 	// cancelled.
 	wake chan struct{}
-	// results carries finished runs to the loop. Its capacity is
-	// WindowTotal and at most WindowTotal runs are in flight, so a worker
-	// never blocks on it.
+	// results carries the engine's answers to the loop. Its capacity is
+	// WindowTotal and at most WindowTotal runs are in flight, each
+	// answered at most once, so the engine's callback never blocks on it.
 	results chan result
 	stopCh  chan struct{}
 	done    chan struct{}
-	workers sync.WaitGroup
-	// cancelAll ends every run in flight (Stop past its ctx).
+	// cancelAll tells the loop to withdraw every run in flight (Stop past
+	// its ctx).
 	cancelAll context.CancelFunc
 
 	stats runnerStats
@@ -55,12 +52,12 @@ type Runner struct {
 	stopOnce  sync.Once
 }
 
-// Observer is told of one engine call the runner made: ctx is the run's
-// own (cancelled when the job is cancelled or the runner stops), req and
-// rep or err what Do took and gave, elapsed the call's time on the Doer's
-// clock. It runs on the run's goroutine before the result is handled, so
-// it must be quick and safe for concurrent use.
-type Observer func(ctx context.Context, req actors.Request, rep actors.Reply, err error, elapsed time.Duration)
+// Observer is told of one engine call the runner made: req and rep or err
+// what Submit took and answered (ErrWithdrawn for a run the runner
+// withdrew: its job was cancelled, or the runner stopped), elapsed the
+// call's time on the engine clock. It runs on the runner's loop before the
+// result is handled, so it must be quick.
+type Observer func(req actors.Request, rep actors.Reply, err error, elapsed time.Duration)
 
 // Observe makes f the runner's observer (nil: none), for the engine calls
 // that end from now on; safe for concurrent use. The HTTP adapter counts
@@ -99,16 +96,18 @@ func (r *Runner) Stats() Stats {
 	}
 }
 
-// result is one run's end, as a worker reports it.
+// result is one run's end: the engine's answer, or the runner's own
+// withdrawal (ErrWithdrawn).
 type result struct {
-	id    string
-	index uint32
-	rep   actors.Reply
-	err   error
+	id      string
+	index   uint32
+	rep     actors.Reply
+	err     error
+	elapsed time.Duration // on the engine clock
 }
 
 // NewRunner makes a runner over s that submits to eng. log may be nil.
-func NewRunner(s *Store, eng Doer, log *slog.Logger) *Runner {
+func NewRunner(s *Store, eng engine.FrontDoor, log *slog.Logger) *Runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -124,8 +123,9 @@ func NewRunner(s *Store, eng Doer, log *slog.Logger) *Runner {
 	}
 }
 
-// Start loads the unfinished jobs and starts the loop goroutine (and, from
-// it, one goroutine per item in flight), all stopped by Stop.
+// Start loads the unfinished jobs and starts the loop goroutine, which
+// Stop stops. The items in flight take no goroutine: the loop hands them
+// to the engine with Submit, and the answers come back on a channel.
 func (r *Runner) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -146,9 +146,10 @@ func (r *Runner) Start() error {
 	return nil
 }
 
-// stopCutoffMax bounds Stop's wait after it cancelled the runs in flight:
-// Do returns as soon as its ctx ends, so this only guards against a Doer
-// that does not.
+// stopCutoffMax bounds Stop's wait after it told the loop to withdraw the
+// runs in flight: the loop withdraws them at once (Cancel) and the engine
+// answers the ones it could not withdraw promptly, so this only guards
+// against an engine that does neither.
 const stopCutoffMax = 5 * time.Second
 
 // Stop stops feeding, waits until the items in flight are answered and
@@ -229,11 +230,19 @@ type jobRun struct {
 	// exhausted, that there are none past it.
 	cursor    uint32
 	exhausted bool
-	inflight  map[uint32]context.CancelFunc
+	inflight  map[uint32]flight
 	retries   []retry
 	// refusals counts each item's retries in this process.
 	refusals  map[uint32]int
 	cancelled bool
+}
+
+// flight is an item in the engine: the id Submit gave it, the request,
+// and when it was submitted (engine clock).
+type flight struct {
+	id    uint64
+	req   actors.Request
+	start time.Duration
 }
 
 // retry is an item refused for load, due to run again at due.
@@ -264,7 +273,7 @@ func (st *loopState) add(j Job) {
 	if st.runs[j.ID] != nil {
 		return
 	}
-	st.runs[j.ID] = &jobRun{job: j, inflight: map[uint32]context.CancelFunc{}, refusals: map[uint32]int{}}
+	st.runs[j.ID] = &jobRun{job: j, inflight: map[uint32]flight{}, refusals: map[uint32]int{}}
 	st.order = append(st.order, j.ID)
 }
 
@@ -283,9 +292,9 @@ func (r *Runner) loop(ctx context.Context, act []Job) {
 	defer timer.Stop()
 	sweep := time.NewTicker(r.cfg.SweepEvery)
 	defer sweep.Stop()
-	// stopCh is nil once the stop is seen: a closed channel in the select
+	// stopCh and cutoff are nil once seen: a closed channel in the select
 	// would make it spin while the last runs finish.
-	stopCh := r.stopCh
+	stopCh, cutoff := r.stopCh, ctx.Done()
 	for {
 		r.intake(st)
 		now := time.Now()
@@ -294,17 +303,16 @@ func (r *Runner) loop(ctx context.Context, act []Job) {
 			// Stop gave up waiting and the store cannot be written: what
 			// is pending stays running in the file, and Open counts it.
 			r.log.Error("jobs: stopping with results unwritten", "pending", len(st.pending))
-			r.workers.Wait()
+			r.withdrawAll(st)
 			return
 		}
 		if now.After(st.failing) && (len(st.pending) >= r.cfg.FlushItems ||
 			(len(st.pending) > 0 && !now.Before(st.flushAt)) ||
 			(len(st.pending) == 0 && len(wants) > 0) || (st.stopping && len(st.pending) > 0)) {
-			r.step(ctx, st, wants, now)
+			r.step(st, wants, now)
 			continue
 		}
 		if st.stopping && st.held == 0 && len(st.pending) == 0 {
-			r.workers.Wait()
 			return
 		}
 		timer.Reset(r.nextWake(st, now))
@@ -323,6 +331,16 @@ func (r *Runner) loop(ctx context.Context, act []Job) {
 			stopCh = nil
 			st.stopping = true
 			r.dropRetries(st)
+		case <-cutoff:
+			// Stop waited past its ctx: what is still in the engine is
+			// withdrawn, and stays queued for the next start.
+			cutoff = nil
+			if !st.stopping {
+				stopCh = nil
+				st.stopping = true
+				r.dropRetries(st)
+			}
+			r.withdrawAll(st)
 		}
 		// Take whatever else finished, so one step writes it all.
 		for more := true; more; {
@@ -376,8 +394,30 @@ func (r *Runner) intake(st *loopState) {
 		run.cancelled = true
 		st.held -= len(run.retries)
 		run.retries = nil
-		for _, cancel := range run.inflight {
-			cancel()
+		r.withdraw(st, id, run)
+	}
+}
+
+// withdraw takes run's items in flight back from the engine. One the
+// engine gives back ends now, with ErrWithdrawn; one it has answered
+// already ends when its answer is received.
+func (r *Runner) withdraw(st *loopState, id string, run *jobRun) {
+	var back []result
+	for index, fl := range run.inflight {
+		if r.eng.Cancel(fl.id) {
+			back = append(back, result{id: id, index: index, err: ErrWithdrawn, elapsed: r.eng.Now() - fl.start})
+		}
+	}
+	for _, res := range back {
+		r.received(st, res)
+	}
+}
+
+// withdrawAll withdraws every job's items in flight.
+func (r *Runner) withdrawAll(st *loopState) {
+	for _, id := range st.order {
+		if run := st.runs[id]; run != nil {
+			r.withdraw(st, id, run)
 		}
 	}
 }
@@ -428,7 +468,7 @@ func (r *Runner) wants(st *loopState, now time.Time) []want {
 
 // step writes the pending results and takes the wanted claims in one
 // transaction, then starts the claimed runs.
-func (r *Runner) step(ctx context.Context, st *loopState, wants []want, now time.Time) {
+func (r *Runner) step(st *loopState, wants []want, now time.Time) {
 	res, err := r.s.step(st.pending, wants)
 	if err != nil {
 		r.log.Error("jobs: writing results failed; retrying", "pending", len(st.pending), "err", err)
@@ -476,7 +516,7 @@ func (r *Runner) step(ctx context.Context, st *loopState, wants []want, now time
 		}
 	}
 	for _, c := range res.claims {
-		r.spawn(ctx, st, c)
+		r.submit(st, c)
 	}
 	for _, id := range res.closed {
 		if run := st.runs[id]; run != nil {
@@ -506,8 +546,10 @@ func (r *Runner) prune(st *loopState) {
 	st.order = kept
 }
 
-// spawn starts one run on a goroutine of its own.
-func (r *Runner) spawn(ctx context.Context, st *loopState, c claim) {
+// submit hands one claimed item to the engine. Its answer comes back on
+// r.results, from the engine's callback (which may run before Submit
+// returns: the loop reads it only after this).
+func (r *Runner) submit(st *loopState, c claim) {
 	run := st.runs[c.id]
 	if run == nil || st.held >= r.cfg.WindowTotal {
 		// The window is checked before claiming: a bug.
@@ -522,28 +564,29 @@ func (r *Runner) spawn(ctx context.Context, st *loopState, c claim) {
 		left := j.Deadline.Sub(r.s.now())
 		req.Deadline = r.eng.Now() + max(left, time.Millisecond)
 	}
-	ictx, cancel := context.WithCancel(ctx)
-	run.inflight[c.index] = cancel
 	st.held++
-	r.workers.Go(func() {
-		defer cancel()
-		start := r.eng.Now()
-		rep, err := r.eng.Do(ictx, req)
-		if f := r.observer.Load(); f != nil {
-			(*f)(ictx, req, rep, err, r.eng.Now()-start)
-		}
-		r.results <- result{id: c.id, index: c.index, rep: rep, err: err}
+	start := r.eng.Now()
+	id := r.eng.Submit(req, func(rep actors.Reply, err error) {
+		// Never blocks: see results.
+		r.results <- result{id: c.id, index: c.index, rep: rep, err: err, elapsed: r.eng.Now() - start}
 	})
+	run.inflight[c.index] = flight{id: id, req: req, start: start}
 }
 
 // received turns a finished run into a pending outcome (or a retry).
 func (r *Runner) received(st *loopState, res result) {
 	run := st.runs[res.id]
-	if run == nil || run.inflight[res.index] == nil {
+	if run == nil {
 		panic(fmt.Sprintf("jobs: result for %s/%d, not in flight", res.id, res.index))
 	}
-	run.inflight[res.index]()
+	fl, ok := run.inflight[res.index]
+	if !ok {
+		panic(fmt.Sprintf("jobs: result for %s/%d, not in flight", res.id, res.index))
+	}
 	delete(run.inflight, res.index)
+	if f := r.observer.Load(); f != nil {
+		(*f)(fl.req, res.rep, res.err, res.elapsed)
+	}
 	st.held--
 	o, retryAfter, again := r.classify(st, run, res)
 	if again {

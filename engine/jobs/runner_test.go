@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/enginetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -109,9 +110,9 @@ func (f *fakeEng) callsTotal() int {
 	return n
 }
 
-func startRunner(t *testing.T, s *Store, f Doer) *Runner {
+func startRunner(t *testing.T, s *Store, f enginetest.DoNower) *Runner {
 	t.Helper()
-	r := NewRunner(s, f, nil)
+	r := NewRunner(s, enginetest.Door(f), nil)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestRunnerStopAndResume(t *testing.T) {
 	}
 	f := newFake()
 	f.block = true
-	r := NewRunner(s, f, nil)
+	r := NewRunner(s, enginetest.Door(f), nil)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine"
 )
 
 // Entry is one line of a recording. Its JSON field names are the file
@@ -51,13 +52,6 @@ type Entry struct {
 // error rather than a reply.
 const OutcomeError = "error"
 
-// Doer is the front door a Recorder wraps; *engine.Engine implements it,
-// and so does *Recorder, so the HTTP adapter takes either.
-type Doer interface {
-	Do(ctx context.Context, req actors.Request) (actors.Reply, error)
-	Now() time.Duration
-}
-
 // BytesMaxDefault is the default bound on a recording: 1 GiB, about five
 // million lines without inputs.
 const BytesMaxDefault = 1 << 30
@@ -82,10 +76,10 @@ type Config struct {
 	WallNow func() time.Time
 }
 
-// Recorder is a Doer that records every request it passes to the one it
-// wraps. Its methods are safe for concurrent use.
+// Recorder is an engine.FrontDoor that records every request it passes to
+// the one it wraps. Its methods are safe for concurrent use.
 type Recorder struct {
-	next    Doer
+	next    engine.FrontDoor
 	cfg     Config
 	startAt time.Duration // the engine clock at the start
 
@@ -98,15 +92,30 @@ type Recorder struct {
 	err     error // the first write error; recording stops at it
 	lines   int64
 	skipped int64
+
+	// submitted are the requests Submit passed on and the engine has not
+	// answered yet, by id, so that one Cancel withdraws is recorded too
+	// (its done is never called).
+	submitMu  sync.Mutex
+	submitted map[uint64]*submitted
 }
 
-var _ Doer = (*Recorder)(nil)
+// submitted is what Submit keeps of a request until its answer.
+type submitted struct {
+	req      actors.Request
+	at       time.Duration
+	wall     time.Time
+	id       uint64
+	answered bool
+}
+
+var _ engine.FrontDoor = (*Recorder)(nil)
 
 // New returns a Recorder that passes requests to next and writes their
 // lines to out, buffered. If out is an io.Closer, Close closes it.
-func New(next Doer, out io.Writer, cfg Config) (*Recorder, error) {
+func New(next engine.FrontDoor, out io.Writer, cfg Config) (*Recorder, error) {
 	if next == nil || out == nil {
-		return nil, errors.New("record: need a Doer and a writer")
+		return nil, errors.New("record: need a front door and a writer")
 	}
 	if cfg.BytesMax < 0 {
 		return nil, fmt.Errorf("record: BytesMax %d: must not be negative", cfg.BytesMax)
@@ -120,23 +129,69 @@ func New(next Doer, out io.Writer, cfg Config) (*Recorder, error) {
 	if cfg.WallNow == nil {
 		cfg.WallNow = time.Now
 	}
-	r := &Recorder{next: next, cfg: cfg, startAt: next.Now(), w: bufio.NewWriterSize(out, 64<<10)}
+	r := &Recorder{next: next, cfg: cfg, startAt: next.Now(), w: bufio.NewWriterSize(out, 64<<10), submitted: map[uint64]*submitted{}}
 	if c, ok := out.(io.Closer); ok {
 		r.closer = c
 	}
 	return r, nil
 }
 
-// Now is the wrapped Doer's clock.
+// Now is the wrapped front door's clock.
 func (r *Recorder) Now() time.Duration { return r.next.Now() }
 
-// Do passes req to the wrapped Doer and records the outcome.
+// Do passes req to the wrapped front door and records the outcome.
 func (r *Recorder) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
 	wall := r.cfg.WallNow()
 	at := r.next.Now()
 	rep, err := r.next.Do(ctx, req)
 	r.write(r.entry(req, at, wall, rep, err))
 	return rep, err
+}
+
+// Submit passes req to the wrapped front door and records the outcome
+// when it comes, before done is called (on the goroutine that calls done:
+// the line goes into the buffer under a mutex, and a full buffer is
+// written to the file then).
+func (r *Recorder) Submit(req actors.Request, done func(actors.Reply, error)) uint64 {
+	p := &submitted{req: req, at: r.next.Now(), wall: r.cfg.WallNow()}
+	id := r.next.Submit(req, func(rep actors.Reply, err error) {
+		r.submitMu.Lock()
+		p.answered = true
+		if p.id != 0 {
+			delete(r.submitted, p.id)
+		}
+		r.submitMu.Unlock()
+		r.write(r.entry(p.req, p.at, p.wall, rep, err))
+		done(rep, err)
+	})
+	r.submitMu.Lock()
+	if !p.answered {
+		p.id = id
+		r.submitted[id] = p
+	}
+	r.submitMu.Unlock()
+	return id
+}
+
+// errWithdrawn is what a recording says of a request Cancel withdrew: the
+// caller stopped waiting, as a Do whose ctx was cancelled says.
+var errWithdrawn = context.Canceled
+
+// Cancel withdraws the request Submit returned id for (see
+// engine.FrontDoor); a withdrawn request is recorded as an error, as Do
+// records one whose ctx ended.
+func (r *Recorder) Cancel(id uint64) bool {
+	if !r.next.Cancel(id) {
+		return false
+	}
+	r.submitMu.Lock()
+	p := r.submitted[id]
+	delete(r.submitted, id)
+	r.submitMu.Unlock()
+	if p != nil {
+		r.write(r.entry(p.req, p.at, p.wall, actors.Reply{}, errWithdrawn))
+	}
+	return true
 }
 
 // entry builds the line of one request. at is the engine clock when the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/record"
 )
 
@@ -86,7 +87,7 @@ func TestRecorderLines(t *testing.T) {
 	for _, inputs := range []bool{false, true} {
 		f.set(10 * time.Second)
 		out := &closeBuffer{}
-		rec, err := record.New(f, out, record.Config{Inputs: inputs, WallNow: func() time.Time { return wall }})
+		rec, err := record.New(enginetest.Door(f), out, record.Config{Inputs: inputs, WallNow: func() time.Time { return wall }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func TestRecorderBound(t *testing.T) {
 	// Measure one line, then allow two and a half. A fixed wall clock
 	// keeps every line the same length.
 	wall := func() time.Time { return time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC) }
-	probe, _ := record.New(f, &out, record.Config{WallNow: wall})
+	probe, _ := record.New(enginetest.Door(f), &out, record.Config{WallNow: wall})
 	probe.Do(context.Background(), actors.Request{Tenant: "t", Model: "m", Input: "x"})
 	probe.Close()
 	lineLen := int64(out.Len())
@@ -160,7 +161,7 @@ func TestRecorderBound(t *testing.T) {
 
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
-	rec, err := record.New(f, &out, record.Config{BytesMax: 2*lineLen + lineLen/2, WallNow: wall, Logger: log})
+	rec, err := record.New(enginetest.Door(f), &out, record.Config{BytesMax: 2*lineLen + lineLen/2, WallNow: wall, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestRecorderBound(t *testing.T) {
 	if got := len(readLines(t, out.Bytes())); got != 2 || rec.Stats().Skipped != 4 {
 		t.Errorf("%d lines in the file, %d skipped; want 2 and 4", got, rec.Stats().Skipped)
 	}
-	if _, err := record.New(f, &out, record.Config{BytesMax: -1}); err == nil {
+	if _, err := record.New(enginetest.Door(f), &out, record.Config{BytesMax: -1}); err == nil {
 		t.Error("negative BytesMax accepted")
 	}
 }
@@ -199,7 +200,7 @@ func TestRecorderWriteError(t *testing.T) {
 	f := &fakeDoer{do: func(req actors.Request, now time.Duration) (actors.Reply, error) {
 		return actors.Reply{Outcome: actors.Completed, Arrival: now, Done: now}, nil
 	}}
-	rec, _ := record.New(f, failWriter{}, record.Config{})
+	rec, _ := record.New(enginetest.Door(f), failWriter{}, record.Config{})
 	for range 3 {
 		if _, err := rec.Do(context.Background(), actors.Request{Model: "m", Input: "x"}); err != nil {
 			t.Fatal(err)
@@ -208,4 +209,76 @@ func TestRecorderWriteError(t *testing.T) {
 	if err := rec.Close(); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("Close: %v, want the write error", err)
 	}
+}
+
+// TestRecorderSubmit: a request through Submit is recorded before its done
+// is called, with the same line Do would write; one Cancel withdraws is
+// recorded as an error (its done is never called); one answered first is
+// not withdrawn and recorded once.
+func TestRecorderSubmit(t *testing.T) {
+	release := make(chan struct{})
+	f := &fakeDoer{now: 3 * time.Second}
+	f.do = func(req actors.Request, now time.Duration) (actors.Reply, error) {
+		return actors.Reply{Outcome: actors.Completed, Output: req.Input, Arrival: now, Done: now + time.Millisecond, BatchSize: 1}, nil
+	}
+	slow := &blockingDoer{fakeDoer: f, release: release}
+	var out bytes.Buffer
+	rec, err := record.New(enginetest.Door(slow), &out, record.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan actors.Reply, 1)
+	rec.Submit(actors.Request{Tenant: "a", Model: "m", Input: "quick"}, func(rep actors.Reply, err error) {
+		if err != nil {
+			t.Errorf("quick: %v", err)
+		}
+		if s := rec.Stats(); s.Lines != 1 {
+			t.Errorf("done called with %d lines recorded, want the request's own first", s.Lines)
+		}
+		answered <- rep
+	})
+	if rep := <-answered; rep.Output != "quick" {
+		t.Fatalf("reply changed on the way: %+v", rep)
+	}
+	id := rec.Submit(actors.Request{Tenant: "b", Model: "m", Input: "block"}, func(actors.Reply, error) {
+		t.Error("done called for a withdrawn request")
+	})
+	if !rec.Cancel(id) {
+		t.Fatal("Cancel of a request in flight: not withdrawn")
+	}
+	if rec.Cancel(id) {
+		t.Error("second Cancel: withdrawn twice")
+	}
+	close(release)
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLines(t, out.Bytes())
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), out.String())
+	}
+	if q := lines[0]; q.Tenant != "a" || q.Outcome != "completed" || q.LatencyMs != 1 || q.BatchSize != 1 {
+		t.Errorf("submitted line: %+v", q)
+	}
+	if b := lines[1]; b.Tenant != "b" || b.Outcome != record.OutcomeError || b.Error != context.Canceled.Error() || b.InputLen != 5 {
+		t.Errorf("withdrawn line: %+v", b)
+	}
+}
+
+// blockingDoer holds the requests whose input is "block" until release is
+// closed or their ctx ends.
+type blockingDoer struct {
+	*fakeDoer
+	release chan struct{}
+}
+
+func (b *blockingDoer) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
+	if req.Input == "block" {
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return actors.Reply{}, ctx.Err()
+		}
+	}
+	return b.fakeDoer.Do(ctx, req)
 }

@@ -1,11 +1,13 @@
-package main
+package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/jobs"
 )
@@ -15,8 +17,8 @@ import (
 // start.
 const jobsStopMax = 2 * time.Second
 
-// jobService is serve's durable job store and the runner that feeds it to
-// the engine.
+// jobService is the node's durable job store and the runner that feeds it
+// to the engine.
 type jobService struct {
 	store  *jobs.Store
 	runner *jobs.Runner
@@ -38,7 +40,7 @@ func openJobs(f *config.File, log *slog.Logger) (*jobService, error) {
 	}
 	held, items, err := s.Held()
 	if err != nil {
-		return nil, fmt.Errorf("job store: %w", err)
+		return nil, fmt.Errorf("job store: %w", errors.Join(err, s.Close()))
 	}
 	log.Info("job store open", "file", s.Path(), "jobs", held, "items", items)
 	return &jobService{store: s, log: log}, nil
@@ -47,7 +49,7 @@ func openJobs(f *config.File, log *slog.Logger) (*jobService, error) {
 // newRunner makes the runner, feeding eng, without starting it: the HTTP
 // handler made with it then observes (counts in /metrics) every item the
 // runner hands to the engine, the first ones included.
-func (j *jobService) newRunner(eng jobs.Doer) *jobs.Runner {
+func (j *jobService) newRunner(eng engine.FrontDoor) *jobs.Runner {
 	j.runner = jobs.NewRunner(j.store, eng, j.log)
 	return j.runner
 }
@@ -71,7 +73,9 @@ func (j *jobService) stop(ctx context.Context) error {
 	return j.runner.Stop(ctx)
 }
 
-// close stops the runner if it still runs, then closes the store.
+// close stops the runner if it still runs, then closes the store. Its
+// failures are logged, not returned: every result was written or is
+// queued again by then, and the next start recovers what is not.
 func (j *jobService) close() {
 	if err := j.stop(context.Background()); err != nil {
 		j.log.Warn("job runner", "err", err)

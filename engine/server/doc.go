@@ -1,0 +1,58 @@
+// Package server assembles one batchd node from one configuration file
+// (engine/config): the backends, the engine (on the actor runtime this
+// build links: protoactor by default, hollywood with -tags hollywood),
+// the HTTP API and its metrics (engine/httpapi), the durable
+// jobs (engine/jobs: the store and the runner that feeds it to the
+// engine), the request recorder (engine/record), and the memory releaser.
+// `batchd serve` is flag parsing, New, Serve, and a signal that calls
+// Shutdown; everything between is here.
+//
+// Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
+// engine/config, engine/httpapi, engine/jobs, engine/record and
+// cudabridge (the cpu and cuda backends).
+//
+// # Backends
+//
+// devices.backend picks what runs the batches: emulated (the engine's
+// own batchstring), cpu or cuda (the bytenet model of cudabridge; cuda
+// opens every visible GPU, one device each, and a missing driver stops
+// the start). cudabridge does not import the engine, so an adapter here
+// maps its device faults and batch-size errors onto the engine's.
+//
+// # Start (New)
+//
+// New opens, in order, and releases what it opened if a later step
+// fails: the backends; the job store (a damaged or locked file stops the
+// start, naming it); the engine (bounded, the devices must register); the
+// recorder (serve --record), which then stands in front of the engine
+// for both the handler and the runner; the HTTP handler; the job runner;
+// the listener. Serve then serves HTTP and starts the memory releaser,
+// which gives memory back to the OS when load falls after an overload.
+//
+// # Stop (Shutdown)
+//
+// The order is written once, in Server.stop; every step skips what New
+// did not open. Within Shutdown's ctx:
+//
+//  1. the handler stops taking async work, turns not ready, and waits for
+//     the async requests;
+//  2. the job runner stops feeding, and writes what it has in flight (or
+//     hands it back to the store queued);
+//  3. the engine stops admitting (new requests get 503 at once), flushes
+//     its queues without lingering and answers every request in flight;
+//  4. the HTTP server goes on accepting, and answering 503, until
+//     connections stop coming (closing a listener resets the connections
+//     in its accept queue), then closes its listener and waits for the
+//     synchronous handlers to finish writing.
+//
+// Then, each with a bound of its own where it needs one:
+//
+//  5. the engine's actors and goroutines stop;
+//  6. the recording is flushed and closed;
+//  7. the memory releaser stops;
+//  8. the job store is closed;
+//  9. the backends (GPUs) are released.
+//
+// Signals are the command's business: `batchd serve` calls Shutdown on
+// the first SIGTERM or SIGINT, and a second one ends the process.
+package server
