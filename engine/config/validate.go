@@ -178,38 +178,31 @@ func (v *validator) tenants() {
 
 // key returns the metrics key, from the file or its environment variable;
 // "" when neither is set.
-func (m Metrics) key() (string, error) {
-	switch {
-	case m.APIKey != "" && m.APIKeyEnv != "":
-		return "", fmt.Errorf("set api_key or api_key_env, not both")
-	case m.APIKeyEnv != "":
-		k := os.Getenv(m.APIKeyEnv)
-		if k == "" {
-			return "", fmt.Errorf("api_key_env: $%s is empty or unset", m.APIKeyEnv)
-		}
-		return k, nil
-	case m.APIKey != "" && len(m.APIKey) < 8:
-		return "", fmt.Errorf("%d characters: want at least 8", len(m.APIKey))
-	}
-	return m.APIKey, nil
-}
+func (m Metrics) key() (string, error) { return apiKey(m.APIKey, m.APIKeyEnv) }
 
 // key returns the tenant's API key, from the file or its environment
 // variable.
 func (t Tenant) key() (string, error) {
+	if t.APIKey == "" && t.APIKeyEnv == "" {
+		return "", fmt.Errorf("missing: a tenant is known by its key (or set api_key_env)")
+	}
+	return apiKey(t.APIKey, t.APIKeyEnv)
+}
+
+// apiKey is the bearer token key, or the one in the environment variable
+// env instead; "" when neither is set.
+func apiKey(key, env string) (string, error) {
 	switch {
-	case t.APIKey != "" && t.APIKeyEnv != "":
+	case key != "" && env != "":
 		return "", fmt.Errorf("set api_key or api_key_env, not both")
-	case t.APIKeyEnv != "":
-		k := os.Getenv(t.APIKeyEnv)
+	case env != "":
+		k := os.Getenv(env)
 		if k == "" {
-			return "", fmt.Errorf("api_key_env: $%s is empty or unset", t.APIKeyEnv)
+			return "", fmt.Errorf("api_key_env: $%s is empty or unset", env)
 		}
 		return k, nil
-	case t.APIKey == "":
-		return "", fmt.Errorf("missing: a tenant is known by its key (or set api_key_env)")
-	case len(t.APIKey) < 8:
-		return "", fmt.Errorf("%d characters: want at least 8", len(t.APIKey))
+	case key != "" && len(key) < 8:
+		return "", fmt.Errorf("%d characters: want at least 8", len(key))
 	}
-	return t.APIKey, nil
+	return key, nil
 }
