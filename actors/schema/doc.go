@@ -16,6 +16,7 @@
 // range are all errors of the form "file:line: key.path: message", one a
 // line, in file order, wrapping ErrInvalid.
 //
-// Imported by: engine/config, scenarios. It imports actors and the YAML
-// library, nothing of the live engine or the simulator.
+// Imported by: cmd/batchd (the sim subcommand), engine/config, scenarios.
+// It imports actors and the YAML library, nothing of the live engine or the
+// simulator.
 package schema
