@@ -34,6 +34,6 @@
 // tenant) on 127.0.0.1:8080, every other key written out with its default
 // and a comment.
 //
-// Imported by: cmd/batchd. It imports actors, actors/schema (the schema it
+// Imported by: cmd/batchd, engine/fidelity. It imports actors, actors/schema (the schema it
 // shares with scenarios), engine, engine/httpapi and engine/jobs.
 package config
