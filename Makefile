@@ -63,13 +63,16 @@ bench:
 # throughput and fails past 3% (past FIDELITY_FAULT_TARGET % with crashes:
 # their p99 rests on the few dozen crashed batches of a minute, drawn from
 # different random streams live and simulated). Takes twice
-# FIDELITY_DURATION of real time; not part of `make test`.
+# FIDELITY_DURATION of real time; not part of `make test`. Both sides run
+# FIDELITY_CONFIG, a serve configuration (default: the embedded one): live
+# as batchd serve --config, simulated as batchd sim --config builds it.
+FIDELITY_CONFIG     ?= default
 FIDELITY_RATE       ?= 800
 FIDELITY_DURATION   ?= 60s
 FIDELITY_WARMUP     ?= 5s
 FIDELITY_CRASH_RATE ?= 0.02
 FIDELITY_FAULT_TARGET ?= 15
-FIDELITY_FLAGS = --rate $(FIDELITY_RATE) --devices 4 --latency 100ms --batch-max 100 --slo 200ms --duration $(FIDELITY_DURATION) --warmup $(FIDELITY_WARMUP)
+FIDELITY_FLAGS = --config $(FIDELITY_CONFIG) --rate $(FIDELITY_RATE) --devices 4 --latency 100ms --batch-max 100 --slo 200ms --duration $(FIDELITY_DURATION) --warmup $(FIDELITY_WARMUP)
 fidelity: build
 	bin/batchd fidelity $(FIDELITY_FLAGS)
 	bin/batchd fidelity $(FIDELITY_FLAGS) --crash-rate $(FIDELITY_CRASH_RATE) --target $(FIDELITY_FAULT_TARGET)

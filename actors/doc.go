@@ -14,8 +14,8 @@
 // Every runtime package may import actors; actors imports none of them (nor
 // anything else of batchd).
 //
-// Imported by: actors/actorstest, cmd/batchd, engine, engine/config,
-// engine/enginetest, engine/fidelity, engine/httpapi, engine/jobs,
-// engine/loadgen, engine/record, engine/server, scenarios, sim, sim/charts,
-// sim/flushcheck (and tests).
+// Imported by: actors/actorstest, actors/schema, cmd/batchd, engine,
+// engine/config, engine/enginetest, engine/fidelity, engine/httpapi,
+// engine/jobs, engine/loadgen, engine/record, engine/server, scenarios, sim,
+// sim/charts, sim/flushcheck (and tests).
 package actors

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/sim"
 )
 
@@ -43,34 +43,17 @@ func (s *Scenario) SimConfig(seed uint64) (sim.Config, error) {
 		}
 	}
 
-	d := &cfg.Device
-	d.WatchdogMultiple = s.Devices.WatchdogMultiple
-	d.RestartBackoff, d.RestartBackoffMax = s.Devices.RestartBackoff, s.Devices.RestartBackoffMax
-	d.QuarantineAfter, d.QuarantineFor = s.Devices.QuarantineAfter, s.Devices.QuarantineFor
+	s.Devices.Supervision.Apply(&cfg.Device)
 
 	b := &cfg.Batcher
-	p := s.Policy
-	b.BatchMax, b.QueueMax, b.QueueTotalMax, b.KeysMax = p.BatchMax, p.QueueMax, p.QueueTotalMax, p.KeysMax
-	b.SLO, b.TimeoutMax, b.Margin, b.LingerMax = p.SLO, p.TimeoutMax, p.Margin, p.LingerMax
-	b.AttemptMax = p.AttemptMax
-	b.LearnOverrun, b.OverrunMax = p.LearnOverrun, p.OverrunMax
-	b.KeyPolicy = actors.PolicyFair
-	if p.KeyPolicy == "slack" {
-		b.KeyPolicy = actors.PolicySlack
-	}
-	b.PriorityAging, b.BucketMerge = p.PriorityAging, p.BucketMerge
-	b.SignalWindow, b.TargetUtilization, b.NoDeviceRetryAfter = p.SignalWindow, p.TargetUtilization, p.NoDeviceRetryAfter
+	s.Policy.Apply(b)
+	// A fleet larger than the policy's bound is the scenario's to ask for.
 	b.DevicesMax = max(b.DevicesMax, cfg.Devices)
-	for _, m := range s.Models {
-		mc := actors.ModelConfig{Name: m.Name, BatchMax: m.BatchMax, InputLenMax: m.InputLenMax, SLO: m.SLO, BucketEdges: slices.Clone(m.BucketEdges)}
-		for _, v := range m.Versions {
-			mc.Versions = append(mc.Versions, actors.VersionConfig{Name: v.Name, Weight: v.Weight})
-		}
-		b.Models = append(b.Models, mc)
-	}
+	b.Models = schema.ModelConfigs(s.Models)
+	b.DefaultTenant = s.DefaultTenant.Config("")
 	priority := map[string]int8{}
 	for _, t := range s.Tenants {
-		b.Tenants = append(b.Tenants, actors.TenantConfig{Name: t.Name, Weight: t.Weight, Rate: t.Rate, Burst: t.Burst, InflightMax: t.InFlightMax})
+		b.Tenants = append(b.Tenants, t.Limits.Config(t.Name))
 		priority[t.Name] = priorities[t.Priority]
 	}
 

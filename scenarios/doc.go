@@ -9,6 +9,9 @@
 // finds them; any other file is loaded by path. TestScenarios runs every
 // one and fails on a broken expectation, which puts them in `make test`.
 //
+// The policy, the registry (models:), the tenants' limits, the devices'
+// supervision, cost model and fault rates are package actors/schema's, as
+// in a serve configuration (engine/config): a key means the same in both.
 // The schema is documented on Scenario and its fields; README.md shows a
 // small file. Every mistake in a file is reported with the file, the line
 // and the path of the key (traffic[1].rate), and an unknown key is a
@@ -19,5 +22,5 @@
 // network between batcher and device (NetDelay applies to every message).
 //
 // Imported by: cmd/batchd (the sim subcommand; and tests). It imports
-// sim and actors, and nothing of the live engine.
+// sim, actors and actors/schema, and nothing of the live engine.
 package scenarios

@@ -127,9 +127,9 @@ func TestParseErrors(t *testing.T) {
 		name, old, new string
 		want           string
 	}{
-		{"unknown top key", "name: tiny", "name: tiny\nnme: x", `s.yaml:2: nme: unknown key "nme"`},
-		{"unknown nested key", "    rate: 300", "    rat: 300", `s.yaml:13: traffic[0].rat: unknown key "rat"`},
-		{"unknown key in a flow mapping", "{name: b, devices: 1}", "{name: b, devics: 1}", `s.yaml:4: nodes[1].devics: unknown key "devics"`},
+		{"unknown top key", "name: tiny", "name: tiny\nnme: x", `s.yaml:2: nme: unknown key (did you mean "name"?)`},
+		{"unknown nested key", "    rate: 300", "    rat: 300", `s.yaml:13: traffic[0].rat: unknown key (did you mean "rate"?)`},
+		{"unknown key in a flow mapping", "{name: b, devices: 1}", "{name: b, devics: 1}", `s.yaml:4: nodes[1].devics: unknown key (did you mean "devices"?)`},
 		{"duration without unit", "  - duration: 2s", "  - duration: fast", "s.yaml:12: traffic[0].duration: cannot unmarshal !!str `fast` into a duration"},
 		{"negative rate", "    rate: 300", "    rate: -3", "s.yaml:13: traffic[0].rate: -3: want a finite number >= 0"},
 		{"unlisted tenant", "tenants: {x: 2, y: 1}", "tenants: {x: 2, z: 1}", `s.yaml:14: traffic[0].tenants.z: tenant "z" is not listed`},
@@ -143,7 +143,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad operator", "  - p95_ms < 200", "  - p95_ms ~ 200", `s.yaml:24: expect[0]: "p95_ms ~ 200": operator "~"`},
 		{"burst size on poisson", "    rate: 300", "    rate: 300\n    burst_size: 4", "s.yaml:14: traffic[0].burst_size: only a burst phase has a burst size"},
 		{"phase past duration", "name: tiny", "name: tiny\nduration: 2500ms", "traffic[1].duration: the phase ends at 3s, after the scenario's duration 2.5s"},
-		{"two latency models", "name: tiny", "name: tiny\ndevices: {latency: {fixed: 1s, base: 2s}}", "s.yaml:2: devices.latency: give one of fixed, base/per_item and profile"},
+		{"two latency models", "name: tiny", "name: tiny\ndevices: {latency: {fixed: 1s, base: 2s}}", "s.yaml:2: devices.latency: give one of fixed, base/per_item/table and profile"},
 		{"negative overrun cap", "name: tiny", "name: tiny\npolicy: {overrun_max: -1ms}", "s.yaml:2: policy.overrun_max: -1ms"},
 		{"missing profile", "name: tiny", "name: tiny\ndevices:\n  latency: {profile: p.csv}", `s.yaml:3: devices.latency.profile: "p.csv"`},
 	} {

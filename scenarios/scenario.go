@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 )
 
 // Scenario is one scenario file. Durations are written as Go durations
@@ -46,12 +47,16 @@ type Scenario struct {
 	// listed, traffic may only name listed tenants (a typo is an error,
 	// not a new tenant).
 	Tenants []Tenant `yaml:"tenants"`
+	// DefaultTenant holds the share and limits of any tenant not listed.
+	// Default: weight 1, no limits.
+	DefaultTenant schema.Limits `yaml:"default_tenant"`
 	// Traffic is the list of phases; at least one.
 	Traffic []Phase `yaml:"traffic"`
 	// Faults are the device faults, at rates and at given times.
 	Faults Faults `yaml:"faults"`
-	// Policy is the batcher's policy.
-	Policy Policy `yaml:"policy"`
+	// Policy is the batcher's policy (the schema's, as in a serve config);
+	// every default is actors.DefaultBatcherConfig's.
+	Policy schema.Policy `yaml:"policy"`
 	// Windows are increasing times that split the report by arrival time
 	// (per tenant), for expectations scoped to a window. Default: 0, every
 	// phase's start and end, and Duration.
@@ -86,69 +91,38 @@ type Devices struct {
 	// batch's true cost (0 to 2): a backend whose latency varies a lot
 	// while the batcher plans with its mean. Default 0.
 	LatencySpread float64 `yaml:"latency_spread"`
-	// WatchdogMultiple: a batch still running after this multiple of its
-	// predicted latency is declared hung. Default 3.
-	WatchdogMultiple int `yaml:"watchdog_multiple"`
-	// RestartBackoff and RestartBackoffMax: the wait before a failed
-	// device restarts, doubling per consecutive failure. Defaults 100ms
-	// and 5s.
-	RestartBackoff    time.Duration `yaml:"restart_backoff"`
-	RestartBackoffMax time.Duration `yaml:"restart_backoff_max"`
-	// QuarantineAfter consecutive failures take a device out for
-	// QuarantineFor. Defaults 5 and 30s.
-	QuarantineAfter int           `yaml:"quarantine_after"`
-	QuarantineFor   time.Duration `yaml:"quarantine_for"`
+	// Supervision: watchdog (default 3x the predicted latency), restart
+	// backoff (100ms doubling to 5s), quarantine (after 5 failures, for
+	// 30s): actors.DefaultDeviceConfig's.
+	schema.Supervision `yaml:",inline"`
 }
 
-// Latency is a batch cost model: fixed, affine (base + per_item × size),
-// or a measured profile file, each optionally plus per_padded_byte × size
-// × the longest input. Exactly one of fixed, base/per_item and profile.
+// Latency is a batch cost model: fixed, a model (base + per_item × size,
+// or a measured table) or a measured profile file, each optionally plus
+// per_padded_byte × size × the longest input. Exactly one of fixed,
+// base/per_item/table and profile.
 type Latency struct {
-	Fixed         time.Duration `yaml:"fixed"`
-	Base          time.Duration `yaml:"base"`
-	PerItem       time.Duration `yaml:"per_item"`
-	PerPaddedByte time.Duration `yaml:"per_padded_byte"`
+	Fixed               time.Duration `yaml:"fixed"`
+	schema.LatencyModel `yaml:",inline"`
 	// Profile is a file of "batch_size,latency" lines (see
 	// actors.ParseLatencyTable), relative to the scenario file.
 	Profile string `yaml:"profile"`
 }
 
-// Model is one model of the registry.
-type Model struct {
-	Name string `yaml:"name"`
-	// Versions and their routing weights (a canary: v1 95, v2 5). Default:
-	// one version, v1, weight 1.
-	Versions []Version `yaml:"versions"`
-	// BatchMax, InputLenMax and SLO, when positive, replace the policy's
-	// for this model.
-	BatchMax    int           `yaml:"batch_max"`
-	InputLenMax int           `yaml:"input_len_max"`
-	SLO         time.Duration `yaml:"slo"`
-	// BucketEdges are increasing input lengths in bytes that split the
-	// model's queue by input length.
-	BucketEdges []int `yaml:"bucket_edges"`
-}
-
-// Version is one version of a model.
-type Version struct {
-	Name string `yaml:"name"`
-	// Weight routes requests that name no version; 0 serves only requests
-	// that pin it. Default 1.
-	Weight int `yaml:"weight"`
-}
+// The registry is the schema's, as in a serve config.
+type (
+	// Model is one model of the registry. Its versions default to one,
+	// v1, weight 1.
+	Model = schema.Model
+	// Version is one version of a model, weight 1 unless given.
+	Version = schema.Version
+)
 
 // Tenant is one tenant's share, quotas and priority.
 type Tenant struct {
-	Name string `yaml:"name"`
-	// Weight is the tenant's share of device time against other
-	// backlogged tenants. Default 1.
-	Weight int `yaml:"weight"`
-	// Rate (requests per second) and Burst form a token bucket (429
-	// beyond); Rate 0 is no limit.
-	Rate  float64 `yaml:"rate"`
-	Burst int     `yaml:"burst"`
-	// InFlightMax caps the tenant's requests queued or running; 0 is none.
-	InFlightMax int `yaml:"in_flight_max"`
+	// Name, weight (default 1), rate and burst (a token bucket, 429
+	// beyond; rate 0 is no limit), in_flight_max (0: none).
+	schema.Tenant `yaml:",inline"`
 	// Priority of all the tenant's requests: low, normal (the default) or
 	// high.
 	Priority string `yaml:"priority"`
@@ -230,13 +204,11 @@ type InputLen struct {
 // Faults are device faults at rates (probabilities per batch, see
 // sim.FaultPlan) and at given times (Schedule).
 type Faults struct {
-	CrashRate      float64 `yaml:"crash_rate"`
-	HangRate       float64 `yaml:"hang_rate"`
-	SlowRate       float64 `yaml:"slow_rate"`
-	SlowFactor     float64 `yaml:"slow_factor"`
-	BatchErrorRate float64 `yaml:"batch_error_rate"`
-	ItemErrorRate  float64 `yaml:"item_error_rate"`
-	PoisonPrefix   string  `yaml:"poison_prefix"`
+	// Crash, hang, batch and item error rates and the poison prefix, as
+	// in a serve config's devices.faults.
+	schema.FaultRates `yaml:",inline"`
+	SlowRate          float64 `yaml:"slow_rate"`
+	SlowFactor        float64 `yaml:"slow_factor"`
 	// HealAt ends the faults at rates. Default: Duration.
 	HealAt time.Duration `yaml:"heal_at"`
 	// HealthyDevices, counted from the last device, get no faults at
@@ -260,91 +232,26 @@ type Fault struct {
 	Factor float64       `yaml:"factor"`
 }
 
-// Policy is the batcher's policy (actors.BatcherConfig); every default is
-// actors.DefaultBatcherConfig's.
-type Policy struct {
-	BatchMax      int           `yaml:"batch_max"`
-	QueueMax      int           `yaml:"queue_max"`
-	QueueTotalMax int           `yaml:"queue_total_max"`
-	KeysMax       int           `yaml:"keys_max"`
-	SLO           time.Duration `yaml:"slo"`
-	TimeoutMax    time.Duration `yaml:"timeout_max"`
-	Margin        time.Duration `yaml:"margin"`
-	// LearnOverrun has the batcher learn how much longer than the cost
-	// model its batches run (with devices.latency_spread, or slow faults)
-	// and plan with it, as the live server's does; OverrunMax caps one
-	// batch's overrun.
-	LearnOverrun bool          `yaml:"learn_overrun"`
-	OverrunMax   time.Duration `yaml:"overrun_max"`
-	// LingerMax, when positive, caps the linger derived from the SLO.
-	LingerMax  time.Duration `yaml:"linger_max"`
-	AttemptMax int           `yaml:"attempt_max"`
-	// KeyPolicy is fair (weighted device time per tenant) or slack
-	// (earliest deadline first).
-	KeyPolicy          string        `yaml:"key_policy"`
-	PriorityAging      time.Duration `yaml:"priority_aging"`
-	BucketMerge        bool          `yaml:"bucket_merge"`
-	SignalWindow       time.Duration `yaml:"signal_window"`
-	TargetUtilization  float64       `yaml:"target_utilization"`
-	NoDeviceRetryAfter time.Duration `yaml:"no_device_retry_after"`
-}
-
 // defaults returns a scenario holding every default, for a file to be
 // decoded over.
 func defaults() Scenario {
 	b := actors.DefaultBatcherConfig()
 	d := actors.DefaultDeviceConfig()
 	return Scenario{
-		Seed:        1,
-		DrainMax:    5 * time.Minute,
-		SampleEvery: time.Second,
-		Devices: Devices{
-			WatchdogMultiple:  d.WatchdogMultiple,
-			RestartBackoff:    d.RestartBackoff,
-			RestartBackoffMax: d.RestartBackoffMax,
-			QuarantineAfter:   d.QuarantineAfter,
-			QuarantineFor:     d.QuarantineFor,
-		},
-		Faults: Faults{SlowFactor: 4},
-		Policy: Policy{
-			BatchMax:           b.BatchMax,
-			QueueMax:           b.QueueMax,
-			QueueTotalMax:      b.QueueTotalMax,
-			KeysMax:            b.KeysMax,
-			SLO:                b.SLO,
-			TimeoutMax:         b.TimeoutMax,
-			Margin:             b.Margin,
-			LearnOverrun:       b.LearnOverrun,
-			OverrunMax:         b.OverrunMax,
-			LingerMax:          b.LingerMax,
-			AttemptMax:         b.AttemptMax,
-			KeyPolicy:          "fair",
-			PriorityAging:      b.PriorityAging,
-			BucketMerge:        b.BucketMerge,
-			SignalWindow:       b.SignalWindow,
-			TargetUtilization:  b.TargetUtilization,
-			NoDeviceRetryAfter: b.NoDeviceRetryAfter,
-		},
+		Seed:          1,
+		DrainMax:      5 * time.Minute,
+		SampleEvery:   time.Second,
+		Devices:       Devices{Supervision: schema.SupervisionOf(d)},
+		DefaultTenant: schema.LimitsOf(b.DefaultTenant),
+		Faults:        Faults{SlowFactor: 4},
+		Policy:        schema.PolicyOf(b),
 	}
-}
-
-// UnmarshalYAML fills a listed version's unset keys with their defaults.
-// The callback form decodes with the caller's decoder, so unknown keys
-// stay errors.
-func (v *Version) UnmarshalYAML(unmarshal func(any) error) error {
-	type plain Version
-	p := plain{Weight: 1}
-	if err := unmarshal(&p); err != nil {
-		return err
-	}
-	*v = Version(p)
-	return nil
 }
 
 // UnmarshalYAML fills a listed tenant's unset keys with their defaults.
 func (t *Tenant) UnmarshalYAML(unmarshal func(any) error) error {
 	type plain Tenant
-	p := plain{Weight: 1, Priority: "normal"}
+	p := plain{Tenant: schema.Tenant{Limits: schema.DefaultLimits()}, Priority: "normal"}
 	if err := unmarshal(&p); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ func parseFidelity(args []string, stdout io.Writer) (fidelityOptions, error) {
 	o := fidelityOptions{cfg: fidelity.DefaultConfig()}
 	c := &o.cfg
 	fs := flag.NewFlagSet("fidelity", flag.ContinueOnError)
+	fs.StringVar(&c.ServeConfig, "config", fidelity.EmbeddedConfig, "the serve configuration both sides run (the flags below applied over it): a file, or '"+fidelity.EmbeddedConfig+"', the embedded default; the simulated side is what 'batchd sim --config' builds from it")
 	fs.Float64Var(&c.RateRPS, "rate", c.RateRPS, "offered load, requests per second (Poisson), live and simulated")
 	fs.IntVar(&c.Devices, "devices", c.Devices, "emulated devices")
 	fs.DurationVar(&c.Latency, "latency", c.Latency, "fixed time per batch (a real sleep live)")

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
+	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/scenarios"
 	"github.com/batchd/batchd/sim"
 )
@@ -30,12 +32,21 @@ import (
 func runSim(args []string, stdout, stderr io.Writer) error {
 	name, args := scenarioArg(args)
 	cfg := sim.DefaultConfig()
-	experiment := experimentArg(args)
+	experiment := flagArg(args, "experiment")
+	configArg := flagArg(args, "config")
+	var serveFile *config.File
 	var sc *scenarios.Scenario
 	var err error
+	if configArg != "" {
+		if serveFile, err = loadServeConfig(configArg); err != nil {
+			return usageError{fmt.Errorf("--config: %w", err)}
+		}
+	}
 	switch {
 	case name != "" && experiment != "":
 		return usagef("--experiment and a scenario (%s): give one", name)
+	case serveFile != nil && experiment != "":
+		return usagef("--experiment and --config: give one (an experiment states its own policy and devices)")
 	case name != "":
 		if sc, err = scenarios.Find(name); errors.Is(err, scenarios.ErrUnknown) {
 			// Not a file, not a built-in: say it the way a stray argument
@@ -44,8 +55,17 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		} else if err != nil {
 			return usageError{err}
 		}
-		if cfg, err = sc.SimConfig(sc.Seed); err != nil {
+		if serveFile != nil {
+			cfg, err = scenarioWithServer(sc, serveFile)
+		} else {
+			cfg, err = sc.SimConfig(sc.Seed)
+		}
+		if err != nil {
 			return usageError{err}
+		}
+	case serveFile != nil:
+		if err := simServer(&cfg, serveFile, true); err != nil {
+			return usageError{fmt.Errorf("--config %s: %w", configArg, err)}
 		}
 	case experiment != "":
 		var ok bool
@@ -55,7 +75,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	}
 	// The base (scenario or experiment) is read before the flags are
 	// defined, as they take their defaults from cfg.
-	f := newSimFlags(&cfg, experiment)
+	f := newSimFlags(&cfg, experiment, configArg)
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			f.usage(stdout)
@@ -66,7 +86,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if f.fs.NArg() > 0 {
 		return usagef("unexpected argument %q (see 'batchd sim -h')", f.fs.Arg(0))
 	}
-	if err := f.apply(&cfg, name != "" || experiment != ""); err != nil {
+	if err := f.apply(&cfg, name != "" || experiment != "" || serveFile != nil); err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -110,11 +130,12 @@ type simFlags struct {
 
 // newSimFlags defines the flags on a new FlagSet, with cfg's values as
 // their defaults.
-func newSimFlags(cfg *sim.Config, experiment string) *simFlags {
+func newSimFlags(cfg *sim.Config, experiment, serveConfig string) *simFlags {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	f := &simFlags{fs: fs}
 	fs.String("experiment", experiment, "start from a named experiment of the batching-policy study instead of the reference workload: "+strings.Join(sim.Experiments(), ", "))
-	f.policy = fs.String("policy", policyName(cfg.Batcher.KeyPolicy), "which due key a free device serves: fair or slack")
+	fs.String("config", serveConfig, "simulate what 'batchd serve --config FILE' runs: its policy, models, tenants and devices (count, latency model, supervision, warm models, fault rates); '"+embeddedConfigArg+"' is the embedded default serve configuration, what 'batchd serve' runs without --config")
+	f.policy = fs.String("policy", schema.KeyPolicyName(cfg.Batcher.KeyPolicy), "which due key a free device serves: fair or slack")
 	fs.BoolVar(&cfg.Batcher.BucketMerge, "bucket-merge", cfg.Batcher.BucketMerge, "let a due batch take requests of shorter length buckets of its model version")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, requests per simulated second")
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of emulated GPUs")
@@ -159,6 +180,12 @@ func (f *simFlags) usage(w io.Writer) {
 	fmt.Fprintln(w, "Its settings become the flags' defaults; it also exits 1 if one of its")
 	fmt.Fprintln(w, "expectations fails. With --out DIR, report.json is written there too.")
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "--config FILE simulates the server 'batchd serve --config FILE' runs (the")
+	fmt.Fprintf(w, "same batcher configuration, devices, models and tenants; --config %s: the\n", embeddedConfigArg)
+	fmt.Fprintln(w, "embedded default one). The traffic is the flags' (--rate, --arrival, ...), or")
+	fmt.Fprintln(w, "a SCENARIO's (its traffic, faults and expectations; the server is the file's).")
+	fmt.Fprintln(w, "Traffic for the stand-in model m goes to the file's models.")
+	fmt.Fprintln(w)
 	f.fs.PrintDefaults()
 }
 
@@ -171,6 +198,7 @@ func (f *simFlags) apply(cfg *sim.Config, based bool) error {
 	if set["latency"] || set["latency-per-item"] || !based {
 		cfg.Latency = actors.FixedLatency(*f.latency)
 		cfg.Latency.PerItem = *f.perItem
+		followLatency(cfg)
 	}
 	if *f.table != "" {
 		data, err := os.ReadFile(*f.table)
@@ -180,18 +208,16 @@ func (f *simFlags) apply(cfg *sim.Config, based bool) error {
 		if cfg.Latency, err = actors.ParseLatencyTable(data); err != nil {
 			return usageError{fmt.Errorf("--latency-table %s: %w", *f.table, err)}
 		}
+		followLatency(cfg)
 	}
 	if set["rate"] && len(cfg.Sources) > 0 {
 		return usagef("--rate: the workload has traffic sources with rates of their own")
 	}
-	switch *f.policy {
-	case "fair":
-		cfg.Batcher.KeyPolicy = actors.PolicyFair
-	case "slack":
-		cfg.Batcher.KeyPolicy = actors.PolicySlack
-	default:
+	kp, ok := schema.KeyPolicies[*f.policy]
+	if !ok {
 		return usagef("--policy %q: want fair or slack", *f.policy)
 	}
+	cfg.Batcher.KeyPolicy = kp
 	if cfg.Faults.SlowRate > 0 {
 		cfg.Faults.SlowFactor = *f.slowFactor
 	}
@@ -224,7 +250,7 @@ func (f *simFlags) apply(cfg *sim.Config, based bool) error {
 // the real parse to report.
 func scenarioArg(args []string) (string, []string) {
 	scratch := sim.DefaultConfig()
-	f := newSimFlags(&scratch, "")
+	f := newSimFlags(&scratch, "", "")
 	if err := f.fs.Parse(args); err != nil || f.fs.NArg() == 0 {
 		return "", args
 	}
@@ -357,15 +383,16 @@ func wrap(text string, width int) string {
 	return b.String()
 }
 
-// experimentArg returns the value of --experiment in args, or "" (the
-// flag package then parses and checks it like the others).
-func experimentArg(args []string) string {
+// flagArg returns the value of the flag --name in args, or "" (the flag
+// package then parses and checks it like the others): for the flags that
+// choose the base the other flags take their defaults from.
+func flagArg(args []string, name string) string {
 	for i, a := range args {
 		if a == "--" {
 			break
 		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || name != "experiment" {
+		flagName, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || flagName != name {
 			continue
 		}
 		if hasValue {
@@ -376,13 +403,6 @@ func experimentArg(args []string) string {
 		}
 	}
 	return ""
-}
-
-func policyName(p actors.KeyPolicy) string {
-	if p == actors.PolicySlack {
-		return "slack"
-	}
-	return "fair"
 }
 
 // progress is a progress bar on a terminal for a long run: an Observer

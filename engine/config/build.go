@@ -4,13 +4,9 @@ import (
 	"fmt"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine"
 )
-
-var keyPolicies = map[string]actors.KeyPolicy{
-	"fair":  actors.PolicyFair,
-	"slack": actors.PolicySlack,
-}
 
 // EngineConfig returns the engine's configuration, running on rt. Call it
 // on a validated File.
@@ -22,66 +18,48 @@ func (f *File) EngineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	return c, nil
 }
 
-// latency is the one cost model of the devices, their emulated backends
+// Latency is the one cost model of the devices, their emulated backends
 // and the batcher's planning: the batcher plans with what the devices do.
-func (f *File) latency() actors.LatencyModel {
-	d := f.Devices
-	if d.LatencyModel == nil {
-		return actors.FixedLatency(d.Latency)
+func (f *File) Latency() actors.LatencyModel {
+	if f.Devices.LatencyModel == nil {
+		return actors.FixedLatency(f.Devices.Latency)
 	}
-	m := actors.LatencyModel{Base: d.LatencyModel.Base, PerItem: d.LatencyModel.PerItem, PerPaddedByte: d.LatencyModel.PerPaddedByte}
-	for _, p := range d.LatencyModel.Table {
-		m.Table = append(m.Table, actors.LatencyPoint{BatchSize: p.BatchSize, Latency: p.Latency})
+	return f.Devices.LatencyModel.Model()
+}
+
+// BatcherConfig is the batcher's configuration: the one mapping of the
+// file's policy, registry, tenants and cost model onto actors.BatcherConfig,
+// which the live engine and `batchd sim --config` both run.
+func (f *File) BatcherConfig() actors.BatcherConfig {
+	b := actors.DefaultBatcherConfig()
+	f.Policy.Apply(&b)
+	b.Latency = f.Latency()
+	b.DefaultTenant = f.DefaultTenant.Config("")
+	b.Models = schema.ModelConfigs(f.Models)
+	b.Tenants = nil
+	for _, t := range f.Tenants {
+		b.Tenants = append(b.Tenants, t.Limits.Config(t.Name))
 	}
-	return m
+	return b
+}
+
+// DeviceConfig is the devices' configuration: the live defaults (a
+// watchdog minimum) with the file's cost model, supervision and warm
+// models.
+func (f *File) DeviceConfig() actors.DeviceConfig {
+	d := engine.DefaultConfig().Device
+	d.Latency = f.Latency()
+	f.Devices.Supervision.Apply(&d)
+	d.Models = append([]string(nil), f.Devices.WarmModels...)
+	return d
 }
 
 // engineConfig maps the file onto engine.Config and runs the owners'
 // checks. With rt nil it checks everything but the runtime.
 func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
-	lat := f.latency()
-	p := f.Policy
-
-	b := actors.DefaultBatcherConfig()
-	b.BatchMax = p.BatchMax
-	b.QueueMax = p.QueueMax
-	b.QueueTotalMax = p.QueueTotalMax
-	b.KeysMax = p.KeysMax
-	b.TenantKeysMax = p.TenantKeysMax
-	b.DevicesMax = p.DevicesMax
-	b.TenantsMax = p.TenantsMax
-	b.SLO = p.SLO
-	b.TimeoutMax = p.TimeoutMax
-	b.Margin = p.Margin
-	b.LearnOverrun = p.LearnOverrun
-	b.OverrunMax = p.OverrunMax
-	b.OverrunAge = p.OverrunAge
-	b.PoisonMemoryMax = p.PoisonMemoryMax
-	b.PoisonMemoryAge = p.PoisonMemoryAge
-	b.LingerMax = p.LingerMax
-	b.AttemptMax = p.AttemptMax
-	b.Latency = lat
-	b.NoDeviceRetryAfter = p.NoDeviceRetryAfter
-	b.KeyPolicy = keyPolicies[p.KeyPolicy]
-	b.PriorityAging = p.PriorityAging
-	b.BucketMerge = p.BucketMerge
-	b.SignalWindow = p.SignalWindow
-	b.TargetUtilization = p.TargetUtilization
-	b.DefaultTenant = tenantConfig("", f.DefaultTenant)
-	b.Models = f.batcherModels()
-	b.Tenants = nil
-	for _, t := range f.Tenants {
-		b.Tenants = append(b.Tenants, tenantConfig(t.Name, t.Limits))
-	}
-
-	d := engine.DefaultConfig().Device // the live defaults (a watchdog minimum)
-	d.Latency = lat
-	d.WatchdogMultiple = f.Devices.WatchdogMultiple
-	d.RestartBackoff = f.Devices.RestartBackoff
-	d.RestartBackoffMax = f.Devices.RestartBackoffMax
-	d.QuarantineAfter = f.Devices.QuarantineAfter
-	d.QuarantineFor = f.Devices.QuarantineFor
-	d.Models = append([]string(nil), f.Devices.WarmModels...)
+	lat := f.Latency()
+	b := f.BatcherConfig()
+	d := f.DeviceConfig()
 
 	c := engine.DefaultConfig()
 	c.Batcher = b
@@ -132,8 +110,4 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 		return engine.Config{}, err
 	}
 	return c, nil
-}
-
-func tenantConfig(name string, l Limits) actors.TenantConfig {
-	return actors.TenantConfig{Name: name, Weight: l.Weight, Rate: l.Rate, Burst: l.Burst, InflightMax: l.InFlightMax}
 }

@@ -1,9 +1,7 @@
 package config
 
 import (
-	"bytes"
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 )
 
 // Embedded is the default configuration file, the one `make run` and a
@@ -162,114 +161,33 @@ type Devices struct {
 	LatencyModel *LatencyModel `yaml:"latency_model"`
 	// WarmModels are the models the devices hold; empty means any.
 	WarmModels []string `yaml:"warm_models"`
-	// WatchdogMultiple: a batch still running after this multiple of its
-	// predicted latency is declared hung.
-	WatchdogMultiple int `yaml:"watchdog_multiple"`
-	// RestartBackoff and RestartBackoffMax: the wait before a failed
-	// device restarts, doubling per consecutive failure up to the max.
-	RestartBackoff    time.Duration `yaml:"restart_backoff"`
-	RestartBackoffMax time.Duration `yaml:"restart_backoff_max"`
-	// QuarantineAfter consecutive failures take a device out of service
-	// for QuarantineFor.
-	QuarantineAfter int           `yaml:"quarantine_after"`
-	QuarantineFor   time.Duration `yaml:"quarantine_for"`
+	// Supervision: watchdog, restart backoff, quarantine.
+	schema.Supervision `yaml:",inline"`
 	// Faults are injected by the emulated backends (demos and tests).
 	Faults Faults `yaml:"faults"`
 }
 
-// LatencyModel is actors.LatencyModel: Base + PerItem·n +
-// PerPaddedByte·n·longest, or a measured table instead of Base and PerItem.
-type LatencyModel struct {
-	Base          time.Duration  `yaml:"base"`
-	PerItem       time.Duration  `yaml:"per_item"`
-	PerPaddedByte time.Duration  `yaml:"per_padded_byte"`
-	Table         []LatencyPoint `yaml:"table"`
-}
-
-// LatencyPoint is one measured batch latency.
-type LatencyPoint struct {
-	BatchSize int           `yaml:"batch_size"`
-	Latency   time.Duration `yaml:"latency"`
-}
-
-// Faults are the emulated backend's fault knobs, probabilities in [0, 1].
-// Hang, crash and batch error are exclusive outcomes of one batch, so their
-// sum must not exceed 1.
-type Faults struct {
-	HangRate       float64 `yaml:"hang_rate"`
-	CrashRate      float64 `yaml:"crash_rate"`
-	BatchErrorRate float64 `yaml:"batch_error_rate"`
-	ItemErrorRate  float64 `yaml:"item_error_rate"`
-	// PoisonPrefix: a batch holding an input with this prefix fails whole,
-	// every time. Empty: off.
-	PoisonPrefix string `yaml:"poison_prefix"`
-}
-
-// Policy is the batcher's: batching, queues, deadlines and fairness.
-type Policy struct {
-	BatchMax      int `yaml:"batch_max"`
-	QueueMax      int `yaml:"queue_max"`
-	QueueTotalMax int `yaml:"queue_total_max"`
-	KeysMax       int `yaml:"keys_max"`
-	// TenantKeysMax bounds the keys one tenant holds requests in.
-	TenantKeysMax int `yaml:"tenant_keys_max"`
-	DevicesMax    int `yaml:"devices_max"`
-	TenantsMax    int `yaml:"tenants_max"`
-	// SLO is the latency target of a request without its own deadline.
-	SLO time.Duration `yaml:"slo"`
-	// TimeoutMax caps a request's own deadline.
-	TimeoutMax time.Duration `yaml:"timeout_max"`
-	// Margin is held back from every request's slack.
-	Margin time.Duration `yaml:"margin"`
-	// LearnOverrun adds to Margin what batches have lately run past
-	// their predicted time (actors.BatcherConfig.LearnOverrun), capped
-	// per batch at OverrunMax.
-	LearnOverrun bool          `yaml:"learn_overrun"`
-	OverrunMax   time.Duration `yaml:"overrun_max"`
-	// OverrunAge forgets a batch's overrun this long after it.
-	OverrunAge time.Duration `yaml:"overrun_age"`
-	// PoisonMemoryMax and PoisonMemoryAge bound the poison inputs the
-	// batcher remembers (actors.BatcherConfig.PoisonMemoryMax).
-	PoisonMemoryMax int           `yaml:"poison_memory_max"`
-	PoisonMemoryAge time.Duration `yaml:"poison_memory_age"`
-	// LingerMax, when positive, caps the derived linger.
-	LingerMax  time.Duration `yaml:"linger_max"`
-	AttemptMax int           `yaml:"attempt_max"`
-	// KeyPolicy is "fair" (weighted device time per tenant) or "slack"
-	// (earliest deadline first).
-	KeyPolicy     string        `yaml:"key_policy"`
-	PriorityAging time.Duration `yaml:"priority_aging"`
-	// BucketMerge lets a due batch with room take shorter length buckets.
-	BucketMerge        bool          `yaml:"bucket_merge"`
-	SignalWindow       time.Duration `yaml:"signal_window"`
-	TargetUtilization  float64       `yaml:"target_utilization"`
-	NoDeviceRetryAfter time.Duration `yaml:"no_device_retry_after"`
-}
-
-// Model is one model of the registry.
-type Model struct {
-	Name     string    `yaml:"name"`
-	Versions []Version `yaml:"versions"`
-	// BatchMax, InputLenMax and SLO, when positive, replace the policy's
-	// for this model.
-	BatchMax    int           `yaml:"batch_max"`
-	InputLenMax int           `yaml:"input_len_max"`
-	SLO         time.Duration `yaml:"slo"`
-	// BucketEdges are increasing input lengths in bytes that split a
-	// model's queue by input length.
-	BucketEdges []int `yaml:"bucket_edges"`
-}
-
-// Version is one version of a model. Weight routes the requests that name
-// no version; 0 serves only requests that pin it. Default 1.
-type Version struct {
-	Name   string `yaml:"name"`
-	Weight int    `yaml:"weight"`
-}
+// The batcher's and the devices' settings are the schema's, shared with
+// the simulator's scenarios (package actors/schema).
+type (
+	// Policy is the batcher's: batching, queues, deadlines and fairness.
+	Policy = schema.Policy
+	// Model is one model of the registry, Version one of its versions.
+	Model   = schema.Model
+	Version = schema.Version
+	// Limits are a tenant's share and limits.
+	Limits = schema.Limits
+	// LatencyModel is actors.LatencyModel as written in the file, and
+	// LatencyPoint one point of its table.
+	LatencyModel = schema.LatencyModel
+	LatencyPoint = schema.LatencyPoint
+	// Faults are the emulated backend's fault knobs.
+	Faults = schema.FaultRates
+)
 
 // Tenant is one API key and its tenant's share and limits.
 type Tenant struct {
-	Name string `yaml:"name"`
+	schema.Tenant `yaml:",inline"`
 	// APIKey is the bearer token; APIKeyEnv names an environment variable
 	// that holds it instead, so the file need not hold secrets. Exactly
 	// one must be set.
@@ -278,47 +196,11 @@ type Tenant struct {
 	// Models, when not empty, restricts the key to these models (403 for
 	// others).
 	Models []string `yaml:"models"`
-	Limits `yaml:",inline"`
 }
 
-// Limits are a tenant's share and limits.
-type Limits struct {
-	// Weight is the share of device time against other backlogged
-	// tenants. Default 1.
-	Weight int `yaml:"weight"`
-	// Rate (requests per second) and Burst form a token bucket; Rate 0 is
-	// no limit.
-	Rate  float64 `yaml:"rate"`
-	Burst int     `yaml:"burst"`
-	// InFlightMax caps the tenant's requests queued or running; 0 is none.
-	InFlightMax int `yaml:"in_flight_max"`
-}
-
-// UnmarshalYAML fills a listed model's unset keys from defaultModel. The
+// UnmarshalYAML fills a listed tenant's unset keys from defaultTenant. The
 // older callback form is used on purpose: it decodes with the caller's
 // decoder, so unknown keys stay errors (the Node form would not).
-func (m *Model) UnmarshalYAML(unmarshal func(any) error) error {
-	type plain Model
-	p := plain(defaultModel())
-	if err := unmarshal(&p); err != nil {
-		return err
-	}
-	*m = Model(p)
-	return nil
-}
-
-// UnmarshalYAML fills a listed version's unset keys from defaultVersion.
-func (v *Version) UnmarshalYAML(unmarshal func(any) error) error {
-	type plain Version
-	p := plain(defaultVersion())
-	if err := unmarshal(&p); err != nil {
-		return err
-	}
-	*v = Version(p)
-	return nil
-}
-
-// UnmarshalYAML fills a listed tenant's unset keys from defaultTenant.
 func (t *Tenant) UnmarshalYAML(unmarshal func(any) error) error {
 	type plain Tenant
 	p := plain(defaultTenant())
@@ -331,8 +213,12 @@ func (t *Tenant) UnmarshalYAML(unmarshal func(any) error) error {
 
 // ErrInvalid is wrapped by every error about the file's content (as
 // opposed to reading it), so a caller can tell a bad file from a missing
-// one.
-var ErrInvalid = errors.New("invalid configuration")
+// one. It is the schema's, which scenarios share.
+var ErrInvalid = schema.ErrInvalid
+
+// Error is a configuration mistake (or several, one per line). It wraps
+// ErrInvalid.
+type Error = schema.Error
 
 // LoadFile reads and decodes the file at path over the defaults, and
 // validates the result.
@@ -365,30 +251,11 @@ func Load(name string, data []byte) (*File, error) {
 // result (flags) before it validates.
 func Decode(name string, data []byte) (*File, error) {
 	f := Default()
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", name, ErrInvalid, err)
+	lines, err := schema.Decode(name, data, f)
+	if err != nil {
+		return nil, err
 	}
-	lines := map[string]int{}
-	// An empty file, or one of only comments or "---", is all defaults.
-	if len(root.Content) > 0 && root.Content[0].Tag != "!!null" {
-		doc := root.Content[0]
-		if doc.Kind != yaml.MappingNode {
-			return nil, fmt.Errorf("%s:%d: %w: the file must be a mapping of sections (http, devices, ...)", name, doc.Line, ErrInvalid)
-		}
-		if errs := checkKeys(doc, fileType, "", lines); len(errs) > 0 {
-			return nil, fieldErrors(name, errs)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(f); err != nil {
-			return nil, decodeError(name, err, lines)
-		}
-	}
-	f.src = make(map[string]string, len(lines))
-	for path, line := range lines {
-		f.src[path] = fmt.Sprintf("%s:%d", name, line)
-	}
+	f.src = schema.Sources(name, lines)
 	// An open registry drops the default one, unless the file lists
 	// models of its own too (Validate refuses that).
 	if f.OpenRegistry && !f.Has("models") {
@@ -410,11 +277,8 @@ func (f *File) SetBy(path, by string) {
 // profile, actors.ParseLatencyTable) in place of devices.latency and any
 // latency_model, set by by (a flag, say).
 func (f *File) SetLatencyTable(m actors.LatencyModel, by string) {
-	lm := &LatencyModel{Base: m.Base, PerItem: m.PerItem, PerPaddedByte: m.PerPaddedByte}
-	for _, p := range m.Table {
-		lm.Table = append(lm.Table, LatencyPoint{BatchSize: p.BatchSize, Latency: p.Latency})
-	}
-	f.Devices.LatencyModel = lm
+	lm := schema.LatencyModelOf(m)
+	f.Devices.LatencyModel = &lm
 	delete(f.src, "devices.latency")
 	f.SetBy("devices.latency_model", by)
 }

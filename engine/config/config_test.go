@@ -6,12 +6,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/httpapi"
 )
@@ -53,36 +53,12 @@ func TestEmbeddedDefault(t *testing.T) {
 // embedded file, set or in a comment, so the file is the reference.
 func TestEmbeddedDocumentsEveryKey(t *testing.T) {
 	text := string(Embedded)
-	for _, k := range schemaKeys(fileType) {
+	for _, k := range schema.Keys(reflect.TypeOf(File{})) {
 		if !regexp.MustCompile(`(?m)^[ #\-]*`+regexp.QuoteMeta(k)+`:`).MatchString(text) &&
 			!strings.Contains(text, "{"+k+":") && !strings.Contains(text, " "+k+":") {
 			t.Errorf("key %q is not in default.yaml", k)
 		}
 	}
-}
-
-func schemaKeys(t reflect.Type) []string {
-	seen := map[string]bool{}
-	var walk func(reflect.Type)
-	walk = func(t reflect.Type) {
-		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
-			t = t.Elem()
-		}
-		if t.Kind() != reflect.Struct || t.PkgPath() != fileType.PkgPath() {
-			return
-		}
-		for k, ft := range yamlFields(t) {
-			seen[k] = true
-			walk(ft)
-		}
-	}
-	walk(t)
-	var keys []string
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func TestEmptyFileIsDefault(t *testing.T) {
@@ -195,7 +171,7 @@ func TestErrors(t *testing.T) {
 		{"bad addr", "http:\n  addr: localhost\n", []string{`bad.yaml:2: http.addr: "localhost": want host:port`}},
 		{"bad port", "http:\n  addr: \"127.0.0.1:99999\"\n", []string{`bad.yaml:2: http.addr: "127.0.0.1:99999": port "99999"`}},
 		{"input over body", "http:\n  body_max_bytes: 100\n  input_max_bytes: 1000\n", []string{"bad.yaml:3: http.input_max_bytes: 1000: want 1 to 100"}},
-		{"no versions", "models:\n  - name: m\n", []string{"bad.yaml:2: models[0].versions: 0 versions: want 1 to 64"}},
+		{"no versions", "models:\n  - name: m\n    versions: []\n", []string{"bad.yaml:3: models[0].versions: 0 versions: want 1 to 64"}},
 		{"no model name", "models:\n  - versions: [{name: v1}]\n", []string{"bad.yaml:2: models[0].name: missing"}},
 		{"model twice", "models:\n  - {name: m, versions: [{name: v1}]}\n  - {name: m, versions: [{name: v1}]}\n", []string{`bad.yaml:3: models[1].name: "m": listed twice`}},
 		{"model name with slash", "models:\n  - {name: a/b, versions: [{name: v1}]}\n", []string{`models[0].name: "a/b": must not hold '/'`}},
@@ -394,5 +370,19 @@ func TestMetricsExposure(t *testing.T) {
 		if _, err := Load("m.yaml", []byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
 		}
+	}
+}
+
+// TestModelWithoutVersions: a model listed without versions serves one,
+// v1, as in the simulator's scenarios (the schema's default).
+func TestModelWithoutVersions(t *testing.T) {
+	f, err := Load("m.yaml", []byte("models: [{name: m}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.BatcherConfig()
+	want := []actors.VersionConfig{{Name: "v1", Weight: 1}}
+	if len(b.Models) != 1 || !reflect.DeepEqual(b.Models[0].Versions, want) {
+		t.Errorf("registry %+v, want m with %+v", b.Models, want)
 	}
 }

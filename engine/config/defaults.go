@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine"
 )
 
@@ -26,43 +27,15 @@ func Default() *File {
 			JobTimeoutMin:      e.JobTimeoutMin,
 		},
 		Devices: Devices{
-			Backend:           BackendEmulated,
-			Count:             e.Devices,
-			Latency:           d.Latency.Base,
-			WarmModels:        d.Models,
-			WatchdogMultiple:  d.WatchdogMultiple,
-			RestartBackoff:    d.RestartBackoff,
-			RestartBackoffMax: d.RestartBackoffMax,
-			QuarantineAfter:   d.QuarantineAfter,
-			QuarantineFor:     d.QuarantineFor,
+			Backend:     BackendEmulated,
+			Count:       e.Devices,
+			Latency:     d.Latency.Base,
+			WarmModels:  d.Models,
+			Supervision: schema.SupervisionOf(d),
 		},
-		Policy: Policy{
-			BatchMax:           b.BatchMax,
-			QueueMax:           b.QueueMax,
-			QueueTotalMax:      b.QueueTotalMax,
-			KeysMax:            b.KeysMax,
-			TenantKeysMax:      b.TenantKeysMax,
-			DevicesMax:         b.DevicesMax,
-			TenantsMax:         b.TenantsMax,
-			SLO:                b.SLO,
-			TimeoutMax:         b.TimeoutMax,
-			Margin:             b.Margin,
-			LearnOverrun:       b.LearnOverrun,
-			OverrunMax:         b.OverrunMax,
-			OverrunAge:         b.OverrunAge,
-			PoisonMemoryMax:    b.PoisonMemoryMax,
-			PoisonMemoryAge:    b.PoisonMemoryAge,
-			LingerMax:          b.LingerMax,
-			AttemptMax:         b.AttemptMax,
-			KeyPolicy:          keyPolicyName[b.KeyPolicy],
-			PriorityAging:      b.PriorityAging,
-			BucketMerge:        b.BucketMerge,
-			SignalWindow:       b.SignalWindow,
-			TargetUtilization:  b.TargetUtilization,
-			NoDeviceRetryAfter: b.NoDeviceRetryAfter,
-		},
+		Policy:        schema.PolicyOf(b),
 		Models:        []Model{defaultEcho()},
-		DefaultTenant: limitsOf(b.DefaultTenant),
+		DefaultTenant: schema.LimitsOf(b.DefaultTenant),
 		Jobs:          defaultJobs(),
 		Process:       Process{GCPercent: DefaultGCPercent},
 	}
@@ -75,32 +48,17 @@ func Default() *File {
 const DefaultGCPercent = 400
 
 // defaultEcho is the default registry's one model: the seeds' "echo", one
-// version.
+// version, v1.
 func defaultEcho() Model {
-	m := defaultModel()
+	m := schema.DefaultModel()
 	m.Name = "echo"
-	v := defaultVersion()
-	v.Name = "v1"
-	m.Versions = []Version{v}
 	return m
 }
-
-// defaultModel is what a model listed in the file starts from: no limits of
-// its own (the policy's apply) and one bucket.
-func defaultModel() Model { return Model{} }
-
-// defaultVersion routes with weight 1, so a model's versions share the
-// traffic equally unless the file says otherwise.
-func defaultVersion() Version { return Version{Weight: 1} }
 
 // defaultTenant is what a tenant listed in the file starts from: the
 // batcher's default tenant settings (weight 1, no limits).
 func defaultTenant() Tenant {
-	return Tenant{Limits: limitsOf(actors.DefaultBatcherConfig().DefaultTenant)}
-}
-
-func limitsOf(t actors.TenantConfig) Limits {
-	return Limits{Weight: max(t.Weight, 1), Rate: t.Rate, Burst: t.Burst, InFlightMax: t.InflightMax}
+	return Tenant{Tenant: schema.Tenant{Limits: schema.DefaultLimits()}}
 }
 
 // shutdownTimeoutDefault bounds the graceful shutdown: long enough for a
@@ -108,8 +66,3 @@ func limitsOf(t actors.TenantConfig) Limits {
 // short enough that an orchestrator's own kill (Kubernetes waits 30 s)
 // does not come first.
 const shutdownTimeoutDefault = 25 * time.Second
-
-var keyPolicyName = map[actors.KeyPolicy]string{
-	actors.PolicyFair:  "fair",
-	actors.PolicySlack: "slack",
-}

@@ -16,6 +16,12 @@
 //	tenants:  API keys with weights, rates, bursts and in-flight caps
 //	default_tenant: the open tenant's share and limits
 //
+// The policy, the registry, the tenants' limits, the devices' supervision,
+// cost model and fault rates are package actors/schema's, which the
+// simulator's scenarios embed too: a key means the same in both, with the
+// same default, validator and mapping onto actors.BatcherConfig
+// (BatcherConfig, the one mapping, which `batchd sim --config` runs too).
+//
 // Defaults are filled in one place, Default, which takes them from the
 // owners' own constructors (actors.DefaultBatcherConfig,
 // actors.DefaultDeviceConfig, engine.DefaultConfig, httpapi.DefaultConfig):
@@ -28,6 +34,7 @@
 // tenant) on 127.0.0.1:8080, every other key written out with its default
 // and a comment.
 //
-// Imported by: cmd/batchd, engine/server. It imports actors, engine, engine/httpapi and
-// engine/jobs.
+// Imported by: cmd/batchd, engine/fidelity, engine/server. It imports
+// actors, actors/schema (the schema it shares with scenarios), engine,
+// engine/httpapi and engine/jobs.
 package config

@@ -3,7 +3,7 @@ package config
 import (
 	"fmt"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -53,7 +53,7 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 	c.JobItemsMax = f.Jobs.ItemsMax
 	c.JobBodyMaxBytes = f.Jobs.BodyMaxBytes
 	c.BatchAsyncAbove = f.Jobs.BatchAsyncAbove
-	c.Models = f.batcherModels()
+	c.Models = schema.ModelConfigs(f.Models)
 	mkey, err := h.Metrics.key()
 	if err != nil {
 		return httpapi.Config{}, fmt.Errorf("config: %w: http.metrics.api_key: %w", ErrInvalid, err)
@@ -70,23 +70,4 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 		return httpapi.Config{}, fmt.Errorf("config: %w: %w", ErrInvalid, err)
 	}
 	return c, nil
-}
-
-// batcherModels is the registry as the batcher and the handler take it.
-func (f *File) batcherModels() []actors.ModelConfig {
-	var out []actors.ModelConfig
-	for _, m := range f.Models {
-		mc := actors.ModelConfig{
-			Name:        m.Name,
-			BatchMax:    m.BatchMax,
-			InputLenMax: m.InputLenMax,
-			SLO:         m.SLO,
-			BucketEdges: append([]int(nil), m.BucketEdges...),
-		}
-		for _, v := range m.Versions {
-			mc.Versions = append(mc.Versions, actors.VersionConfig{Name: v.Name, Weight: v.Weight})
-		}
-		out = append(out, mc)
-	}
-	return out
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine/httpapi"
 	"github.com/batchd/batchd/engine/jobs"
 )
@@ -87,23 +88,23 @@ func defaultJobs() Jobs {
 
 func (v *validator) jobs() {
 	j := v.f.Jobs
-	v.intIn("jobs.items_max", j.ItemsMax, 1, jobsItemsMaxMax)
-	v.intIn("jobs.batch_async_above", j.BatchAsyncAbove, 1, jobsItemsMaxMax)
+	v.IntIn("jobs.items_max", j.ItemsMax, 1, jobsItemsMaxMax)
+	v.IntIn("jobs.batch_async_above", j.BatchAsyncAbove, 1, jobsItemsMaxMax)
 	if j.BodyMaxBytes < 1 || j.BodyMaxBytes > bodyMaxBytesMax {
-		v.bad("jobs.body_max_bytes", "%d: want 1 to %d", j.BodyMaxBytes, bodyMaxBytesMax)
+		v.Bad("jobs.body_max_bytes", "%d: want 1 to %d", j.BodyMaxBytes, bodyMaxBytesMax)
 	}
-	v.intIn("jobs.jobs_max", j.JobsMax, 1, jobsStoredMaxMax)
-	v.intIn("jobs.items_stored_max", j.ItemsStoredMax, j.ItemsMax, jobsStoredMaxMax)
-	v.durIn("jobs.retain_age", j.RetainAge, time.Second, jobsRetainMaxAge)
-	v.intIn("jobs.retain_max", j.RetainMax, 1, jobsStoredMaxMax)
-	v.durIn("jobs.sweep_every", j.SweepEvery, 10*time.Millisecond, time.Hour)
-	v.intIn("jobs.attempt_max", j.AttemptMax, 1, attemptMaxMax)
-	v.intIn("jobs.window_job", j.WindowJob, 1, queueTotalMaxMax)
-	v.intIn("jobs.window_total", j.WindowTotal, j.WindowJob, queueTotalMaxMax)
-	v.intIn("jobs.flush_items", j.FlushItems, 1, 1<<20)
-	v.durIn("jobs.flush_every", j.FlushEvery, time.Microsecond, time.Second)
-	v.intIn("jobs.retry_max", j.RetryMax, 0, 1<<20)
-	v.intIn("jobs.streams_max", j.StreamsMax, 1, jobsStreamsMaxMax)
+	v.IntIn("jobs.jobs_max", j.JobsMax, 1, jobsStoredMaxMax)
+	v.IntIn("jobs.items_stored_max", j.ItemsStoredMax, j.ItemsMax, jobsStoredMaxMax)
+	v.DurIn("jobs.retain_age", j.RetainAge, time.Second, jobsRetainMaxAge)
+	v.IntIn("jobs.retain_max", j.RetainMax, 1, jobsStoredMaxMax)
+	v.DurIn("jobs.sweep_every", j.SweepEvery, 10*time.Millisecond, time.Hour)
+	v.IntIn("jobs.attempt_max", j.AttemptMax, 1, schema.AttemptMaxMax)
+	v.IntIn("jobs.window_job", j.WindowJob, 1, schema.QueueTotalMaxMax)
+	v.IntIn("jobs.window_total", j.WindowTotal, j.WindowJob, schema.QueueTotalMaxMax)
+	v.IntIn("jobs.flush_items", j.FlushItems, 1, 1<<20)
+	v.DurIn("jobs.flush_every", j.FlushEvery, time.Microsecond, time.Second)
+	v.IntIn("jobs.retry_max", j.RetryMax, 0, 1<<20)
+	v.IntIn("jobs.streams_max", j.StreamsMax, 1, jobsStreamsMaxMax)
 }
 
 // JobsDir is the directory of the job store: Jobs.Dir, or the user's

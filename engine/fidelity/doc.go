@@ -10,8 +10,10 @@
 //
 // It is the one package that compares the two runtimes, so it is the one
 // package under engine/ that imports sim (cmd/batchd's TestPackageDeps
-// allows exactly this); it imports actors, sim and engine/loadgen, and
-// nothing of the server: the live side is a separate process.
+// allows exactly this); it imports actors, sim, engine/loadgen and
+// engine/config (both sides run one serve configuration: SimServer builds
+// the simulated server from it, which `batchd sim --config` uses too), and
+// nothing else of the server: the live side is a separate process.
 //
 // Imported by: cmd/batchd (and tests).
 package fidelity

@@ -16,6 +16,11 @@ import (
 // Config is one fidelity run: the workload both sides run, and the verdict's
 // bound.
 type Config struct {
+	// ServeConfig is the serve configuration both sides run, the settings
+	// below applied over it as `batchd serve`'s flags apply them: a file,
+	// or "" (EmbeddedConfig) for the embedded default. The simulated side
+	// is built from it by SimServer, as `batchd sim --config` builds it.
+	ServeConfig string
 	// RateRPS is the offered load in requests per second (Poisson), live
 	// and simulated. Default 800, at most RateMax.
 	RateRPS float64

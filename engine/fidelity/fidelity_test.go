@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -101,14 +102,17 @@ func TestWindowObserver(t *testing.T) {
 // given hop delay: one device at 5 req/s serves most requests alone after
 // their linger, min(SLO - compute - margin, compute) = 95 ms, counted from
 // arrival, so the submit hop is inside it and such a request takes 195 ms
-// plus two hops (the batch to the device, the reply).
+// plus two hops (the batch to the device, the reply). The serve
+// configuration's batcher learns how far its batches run past their
+// prediction (policy.learn_overrun, on live), so with a hop delay it
+// learns the hops and takes them out of the linger: 195 ms again.
 func TestSimFidelity(t *testing.T) {
 	c := Config{RateRPS: 5, Devices: 1, Latency: 100 * time.Millisecond, BatchMax: 100, SLO: 200 * time.Millisecond,
 		Duration: 20 * time.Second, Warmup: 2 * time.Second, Seed: 3, InputLen: 16}
 	for _, tc := range []struct {
 		delay time.Duration
 		want  float64
-	}{{0, 195}, {time.Millisecond, 197}} {
+	}{{0, 195}, {time.Millisecond, 195}} {
 		f, err := simFidelity(c, tc.delay)
 		if err != nil {
 			t.Fatal(err)
@@ -191,5 +195,35 @@ func TestValidate(t *testing.T) {
 		if _, err := Run(t.Context(), c, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Run: %v, want an error with %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestOneServeConfig: the simulated side runs the batcher and devices the
+// live side's `batchd serve` runs: the serve configuration with the same
+// settings over it, mapped by the one mapping.
+func TestOneServeConfig(t *testing.T) {
+	c := DefaultConfig()
+	c.Devices, c.BatchMax = 3, 50
+	f, err := serveConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := f.EngineConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := simConfig(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg.Batcher, live.Batcher) || cfg.Devices != 3 || cfg.Batcher.BatchMax != 50 || !cfg.Batcher.LearnOverrun {
+		t.Errorf("simulated batcher %+v on %d devices, live %+v", cfg.Batcher, cfg.Devices, live.Batcher)
+	}
+	if args := strings.Join(serveArgs(c), " "); strings.Contains(args, "--config") || !strings.Contains(args, "--devices 3") {
+		t.Errorf("serve args for the embedded default: %s", args)
+	}
+	c.ServeConfig = "serve.yaml"
+	if args := strings.Join(serveArgs(c), " "); !strings.HasPrefix(args, "--config serve.yaml ") {
+		t.Errorf("serve args for a file: %s", args)
 	}
 }

@@ -64,12 +64,9 @@ func ServingURL(line string) (string, bool) {
 func runLive(ctx context.Context, c Config, recording string, log io.Writer) (*loadgen.Report, error) {
 	// The job store goes next to the recording: the default one is shared
 	// with any other batchd on the machine (`make run`), and locked.
-	cmd := exec.Command(c.Server, "serve", "--addr", "127.0.0.1:0", "--record", recording,
-		"--data-dir", filepath.Join(filepath.Dir(recording), "jobs"),
-		"--devices", strconv.Itoa(c.Devices), "--latency", c.Latency.String(),
-		"--batch-max", strconv.Itoa(c.BatchMax), "--slo", c.SLO.String(),
-		"--crash-rate", strconv.FormatFloat(c.CrashRate, 'g', -1, 64),
-		"--seed", strconv.FormatUint(c.Seed, 10), "--log-level", "warn")
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--record", recording,
+		"--data-dir", filepath.Join(filepath.Dir(recording), "jobs"), "--log-level", "warn"}, serveArgs(c)...)
+	cmd := exec.Command(c.Server, args...)
 	cmd.Stderr = log
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -14,13 +14,20 @@ import (
 // simFidelity runs the same workload in the simulator and measures it as
 // the live side is measured.
 func simFidelity(c Config, netDelay time.Duration) (Figures, error) {
-	return simFigures(simConfig(c, netDelay), c)
+	cfg, err := simConfig(c, netDelay)
+	if err != nil {
+		return Figures{}, err
+	}
+	return simFigures(cfg, c)
 }
 
 // replayFidelity is simFidelity on the live run's recorded arrivals
 // instead of a Poisson draw of its own.
 func replayFidelity(c Config, netDelay time.Duration, recording string) (Figures, error) {
-	cfg := simConfig(c, netDelay)
+	cfg, err := simConfig(c, netDelay)
+	if err != nil {
+		return Figures{}, err
+	}
 	if err := loadReplay(recording, &cfg); err != nil {
 		return Figures{}, fmt.Errorf("replay the live arrivals: %w", err)
 	}
@@ -48,21 +55,25 @@ func loadReplay(path string, cfg *sim.Config) error {
 	return nil
 }
 
-// simConfig is the workload of c in the simulator.
-func simConfig(c Config, netDelay time.Duration) sim.Config {
+// simConfig is the workload of c in the simulator: the server the live
+// side runs (the same serve configuration, SimServer) under the same
+// traffic.
+func simConfig(c Config, netDelay time.Duration) (sim.Config, error) {
+	f, err := serveConfig(c)
+	if err != nil {
+		return sim.Config{}, fmt.Errorf("simulate: %w", err)
+	}
 	cfg := sim.DefaultConfig()
+	if err := SimServer(&cfg, f, true); err != nil {
+		return sim.Config{}, fmt.Errorf("simulate: %w", err)
+	}
 	cfg.Seed = c.Seed
 	cfg.Rate = c.RateRPS
-	cfg.Devices = c.Devices
 	cfg.Duration = c.Duration
-	cfg.Latency = actors.FixedLatency(c.Latency)
-	cfg.Batcher.BatchMax = c.BatchMax
-	cfg.Batcher.SLO = c.SLO
 	cfg.NetDelay = netDelay
-	cfg.Faults.CrashRate = c.CrashRate
 	cfg.Traffic.Arrival = sim.Poisson
 	cfg.Traffic.InputLenMin, cfg.Traffic.InputLenMax = c.InputLen, c.InputLen
-	return cfg
+	return cfg, nil
 }
 
 // simFigures runs cfg and measures it over c's window.
