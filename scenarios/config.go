@@ -91,21 +91,12 @@ func (s *Scenario) SimConfig(seed uint64) (sim.Config, error) {
 		}
 	}
 
-	f := s.Faults
-	cfg.Faults = sim.FaultPlan{
-		CrashRate: f.CrashRate, HangRate: f.HangRate, SlowRate: f.SlowRate, BatchErrorRate: f.BatchErrorRate,
-		ItemErrorRate: f.ItemErrorRate, PoisonPrefix: f.PoisonPrefix, HealAt: f.HealAt,
+	cfg.Faults = s.Faults.Plan()
+	cfg.HealthyDevices = s.Faults.HealthyDevices
+	sched, err := s.Faults.Scheduled(s.deviceIndex)
+	if err != nil {
+		return sim.Config{}, fmt.Errorf("scenario %s: %w", s.Name, err)
 	}
-	if f.SlowRate > 0 {
-		cfg.Faults.SlowFactor = f.SlowFactor
-	}
-	cfg.HealthyDevices = f.HealthyDevices
-	for _, x := range f.Schedule {
-		dev, err := s.deviceIndex(x)
-		if err != nil {
-			return sim.Config{}, fmt.Errorf("scenario %s: %w", s.Name, err)
-		}
-		cfg.FaultSchedule = append(cfg.FaultSchedule, sim.ScheduledFault{At: x.At, Device: dev, Kind: faultKinds[x.Kind], For: x.For, Factor: x.Factor})
-	}
+	cfg.FaultSchedule = sched
 	return cfg, nil
 }

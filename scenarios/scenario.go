@@ -53,7 +53,7 @@ type Scenario struct {
 	// Traffic is the list of phases; at least one.
 	Traffic []Phase `yaml:"traffic"`
 	// Faults are the device faults, at rates and at given times.
-	Faults Faults `yaml:"faults"`
+	Faults schema.Faults `yaml:"faults"`
 	// Policy is the batcher's policy (the schema's, as in a serve config);
 	// every default is actors.DefaultBatcherConfig's.
 	Policy schema.Policy `yaml:"policy"`
@@ -201,37 +201,6 @@ type InputLen struct {
 	Max int `yaml:"max"`
 }
 
-// Faults are device faults at rates (probabilities per batch, see
-// sim.FaultPlan) and at given times (Schedule).
-type Faults struct {
-	// Crash, hang, batch and item error rates and the poison prefix, as
-	// in a serve config's devices.faults.
-	schema.FaultRates `yaml:",inline"`
-	SlowRate          float64 `yaml:"slow_rate"`
-	SlowFactor        float64 `yaml:"slow_factor"`
-	// HealAt ends the faults at rates. Default: Duration.
-	HealAt time.Duration `yaml:"heal_at"`
-	// HealthyDevices, counted from the last device, get no faults at
-	// rates.
-	HealthyDevices int `yaml:"healthy_devices"`
-	// Schedule are faults at given times on given devices.
-	Schedule []Fault `yaml:"schedule"`
-}
-
-// Fault is one fault at a given time.
-type Fault struct {
-	At time.Duration `yaml:"at"`
-	// Kind is crash (mid-batch), hang or slow.
-	Kind string `yaml:"kind"`
-	// Node, when given, makes Device an index within that node; else
-	// Device counts over all devices, node after node.
-	Node   string `yaml:"node"`
-	Device int    `yaml:"device"`
-	// For and Factor: a slow fault's span and latency multiple.
-	For    time.Duration `yaml:"for"`
-	Factor float64       `yaml:"factor"`
-}
-
 // defaults returns a scenario holding every default, for a file to be
 // decoded over.
 func defaults() Scenario {
@@ -243,7 +212,7 @@ func defaults() Scenario {
 		SampleEvery:   time.Second,
 		Devices:       Devices{Supervision: schema.SupervisionOf(d)},
 		DefaultTenant: schema.LimitsOf(b.DefaultTenant),
-		Faults:        Faults{SlowFactor: 4},
+		Faults:        schema.FaultsOf(),
 		Policy:        schema.PolicyOf(b),
 	}
 }

@@ -319,44 +319,13 @@ func defaultMix(models []Model) []Mix {
 	return mix
 }
 
-var faultKinds = map[string]sim.FaultKind{"crash": sim.FaultCrash, "hang": sim.FaultHang, "slow": sim.FaultSlow}
-
 func (v *validator) faults(devices int) {
 	s := v.s
-	f := s.Faults
-	f.FaultRates.Check(v.Validator, "faults")
-	v.Prob("faults.slow_rate", f.SlowRate)
-	if !(f.SlowFactor >= 1) || math.IsInf(f.SlowFactor, 1) {
-		v.Bad("faults.slow_factor", "%v: want a finite number >= 1", f.SlowFactor)
-	}
-	v.DurIn("faults.heal_at", f.HealAt, 0, sim.DurationLimit)
-	v.IntIn("faults.healthy_devices", f.HealthyDevices, 0, devices)
-	if len(f.Schedule) > sim.ScheduledFaultsLimit {
-		v.Bad("faults.schedule", "%d faults: at most %d", len(f.Schedule), sim.ScheduledFaultsLimit)
-	}
-	for i, x := range f.Schedule {
-		p := fmt.Sprintf("faults.schedule[%d]", i)
-		if s.Duration > 0 {
-			v.DurIn(p+".at", x.At, 0, s.Duration-1)
-		}
-		kind, ok := faultKinds[x.Kind]
-		if !ok {
-			v.Bad(p+".kind", "%q: want crash, hang or slow", x.Kind)
-		}
-		if _, err := s.deviceIndex(x); err != nil {
-			v.Bad(p+".device", "%v", err)
-		}
-		if kind == sim.FaultSlow {
-			v.DurIn(p+".for", x.For, time.Microsecond, sim.DurationLimit)
-			v.Finite(p+".factor", x.Factor, 1)
-		} else if x.For != 0 || x.Factor != 0 {
-			v.Bad(p, "for and factor are a slow fault's")
-		}
-	}
+	s.Faults.Check(v.Validator, "faults", devices, s.Duration, s.deviceIndex)
 }
 
 // deviceIndex is the global index of a scheduled fault's device.
-func (s *Scenario) deviceIndex(f Fault) (int, error) {
+func (s *Scenario) deviceIndex(f schema.Fault) (int, error) {
 	first, total := 0, 0
 	found := f.Node == ""
 	for _, n := range s.Nodes {

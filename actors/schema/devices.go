@@ -123,3 +123,118 @@ func (f FaultRates) Check(v *Validator, prefix string) {
 		v.Bad(prefix, "hang_rate + crash_rate + batch_error_rate = %v: must not exceed 1", s)
 	}
 }
+
+// Faults are a device fleet's injected faults: the rates, slow batches, a
+// heal time and faults at given times. The simulator and the live emulated
+// backend run them with the one device model (actors.DeviceModel), so a
+// serve config and a scenario say the same thing with the same keys.
+type Faults struct {
+	// Crash, hang, batch and item error rates and the poison prefix.
+	FaultRates `yaml:",inline"`
+	SlowRate   float64 `yaml:"slow_rate"`
+	SlowFactor float64 `yaml:"slow_factor"`
+	// HealAt ends the faults at rates (poison stays). Zero: they never
+	// heal (a scenario's default is its duration).
+	HealAt time.Duration `yaml:"heal_at"`
+	// HealthyDevices, counted from the last device, get no faults at
+	// rates.
+	HealthyDevices int `yaml:"healthy_devices"`
+	// Schedule are faults at given times on given devices.
+	Schedule []Fault `yaml:"schedule"`
+}
+
+// Fault is one fault at a given time.
+type Fault struct {
+	At time.Duration `yaml:"at"`
+	// Kind is crash (mid-batch), hang or slow.
+	Kind string `yaml:"kind"`
+	// Node, when given, makes Device an index within that node; else
+	// Device counts over all devices, node after node.
+	Node   string `yaml:"node"`
+	Device int    `yaml:"device"`
+	// For and Factor: a slow fault's span and latency multiple.
+	For    time.Duration `yaml:"for"`
+	Factor float64       `yaml:"factor"`
+}
+
+// FaultsOf is the faults a file's start from: none, and a slow batch at 4x
+// its latency (past a watchdog at 3x) once slow_rate is set.
+func FaultsOf() Faults { return Faults{SlowFactor: 4} }
+
+// FaultKinds names the kinds of scheduled fault.
+var FaultKinds = map[string]actors.FaultKind{"crash": actors.FaultCrash, "hang": actors.FaultHang, "slow": actors.FaultSlow}
+
+// Check validates the faults under the path prefix for a fleet of devices
+// whose faults strike before end (zero: no end). index resolves a scheduled
+// fault's device to its index over the fleet.
+func (f Faults) Check(v *Validator, prefix string, devices int, end time.Duration, index func(Fault) (int, error)) {
+	f.FaultRates.Check(v, prefix)
+	v.Prob(prefix+".slow_rate", f.SlowRate)
+	v.Finite(prefix+".slow_factor", f.SlowFactor, 1)
+	v.DurIn(prefix+".heal_at", f.HealAt, 0, 1<<62)
+	v.IntIn(prefix+".healthy_devices", f.HealthyDevices, 0, devices)
+	if len(f.Schedule) > actors.ScheduledFaultsLimit {
+		v.Bad(prefix+".schedule", "%d faults: at most %d", len(f.Schedule), actors.ScheduledFaultsLimit)
+	}
+	for i, x := range f.Schedule {
+		p := fmt.Sprintf("%s.schedule[%d]", prefix, i)
+		if end > 0 {
+			v.DurIn(p+".at", x.At, 0, end-1)
+		} else {
+			v.DurIn(p+".at", x.At, 0, 1<<62)
+		}
+		kind, ok := FaultKinds[x.Kind]
+		if !ok {
+			v.Bad(p+".kind", "%q: want crash, hang or slow", x.Kind)
+		}
+		if _, err := index(x); err != nil {
+			v.Bad(p+".device", "%v", err)
+		}
+		if kind == actors.FaultSlow {
+			v.DurIn(p+".for", x.For, time.Microsecond, 1<<62)
+			v.Finite(p+".factor", x.Factor, 1)
+		} else if x.For != 0 || x.Factor != 0 {
+			v.Bad(p, "for and factor are a slow fault's")
+		}
+	}
+}
+
+// Plan is the faults at rates as the device model takes them.
+func (f Faults) Plan() actors.FaultPlan {
+	p := actors.FaultPlan{
+		CrashRate: f.CrashRate, HangRate: f.HangRate, SlowRate: f.SlowRate, BatchErrorRate: f.BatchErrorRate,
+		ItemErrorRate: f.ItemErrorRate, PoisonPrefix: f.PoisonPrefix, HealAt: f.HealAt,
+	}
+	if f.SlowRate > 0 {
+		p.SlowFactor = f.SlowFactor
+	}
+	return p
+}
+
+// Scheduled is the schedule as the device model takes it, each fault's
+// device resolved by index (validated by Check).
+func (f Faults) Scheduled(index func(Fault) (int, error)) ([]actors.ScheduledFault, error) {
+	var out []actors.ScheduledFault
+	for _, x := range f.Schedule {
+		dev, err := index(x)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, actors.ScheduledFault{At: x.At, Device: dev, Kind: FaultKinds[x.Kind], For: x.For, Factor: x.Factor})
+	}
+	return out, nil
+}
+
+// FleetIndex resolves a scheduled fault's device on one node of count
+// devices, where no fault may name a node.
+func FleetIndex(count int) func(Fault) (int, error) {
+	return func(x Fault) (int, error) {
+		switch {
+		case x.Node != "":
+			return 0, fmt.Errorf("node %q: a server is one node; leave node out", x.Node)
+		case x.Device < 0 || x.Device >= count:
+			return 0, fmt.Errorf("%d: the devices are 0 to %d", x.Device, count-1)
+		}
+		return x.Device, nil
+	}
+}

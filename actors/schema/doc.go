@@ -2,7 +2,7 @@
 // batchd say about the batcher and its devices: the policy (policy:), the
 // registry of models and versions (models:), the tenants' shares and limits
 // (tenants:, default_tenant:), the devices' supervision, cost model and
-// fault rates (devices:), and the strict loader that reads them.
+// faults (devices:), and the strict loader that reads them.
 //
 // The serve configuration (engine/config) and the simulator's scenarios
 // (scenarios) embed these types, so a key means the same in both, has the
@@ -16,7 +16,8 @@
 // range are all errors of the form "file:line: key.path: message", one a
 // line, in file order, wrapping ErrInvalid.
 //
-// Imported by: cmd/batchd (the sim subcommand), engine/config, scenarios.
+// Imported by: cmd/batchd (the sim subcommand), engine/config,
+// engine/fidelity, scenarios.
 // It imports actors and the YAML library, nothing of the live engine or the
 // simulator.
 package schema

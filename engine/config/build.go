@@ -78,17 +78,27 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	ec := engine.DefaultEmulatedConfig()
 	ec.Latency = lat
 	ec.BatchMax = b.BatchMax
-	ec.HangRate = f.Devices.Faults.HangRate
-	ec.CrashRate = f.Devices.Faults.CrashRate
-	ec.BatchErrorRate = f.Devices.Faults.BatchErrorRate
-	ec.ItemErrorRate = f.Devices.Faults.ItemErrorRate
-	ec.PoisonPrefix = f.Devices.Faults.PoisonPrefix
+	faults := f.Devices.Faults
+	ec.FaultPlan = faults.Plan()
+	sched, err := faults.Scheduled(schema.FleetIndex(f.Devices.Count))
+	if err != nil {
+		return engine.Config{}, err
+	}
+	ec.Schedule = sched
 	if err := ec.Validate(); err != nil {
 		return engine.Config{}, err
 	}
-	seed := c.Seed
+	// The last healthy_devices devices get no faults at rates (poison is
+	// in the input, not the device, and stays), as in the simulator.
+	healthy := ec
+	healthy.FaultPlan = actors.FaultPlan{PoisonPrefix: ec.PoisonPrefix}
+	seed, count := c.Seed, f.Devices.Count
 	c.Backend = func(i int) engine.Backend {
 		e := ec
+		if i >= count-faults.HealthyDevices {
+			e = healthy
+		}
+		e.Index = i
 		e.Seed = seed ^ uint64(i+1)*0x9e3779b97f4a7c15
 		em, err := engine.NewEmulated(e)
 		if err != nil {

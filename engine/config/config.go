@@ -181,8 +181,9 @@ type (
 	// LatencyPoint one point of its table.
 	LatencyModel = schema.LatencyModel
 	LatencyPoint = schema.LatencyPoint
-	// Faults are the emulated backend's fault knobs.
-	Faults = schema.FaultRates
+	// Faults are the emulated backend's faults: rates, slow batches, a heal
+	// time and faults at given times, the simulator's own (schema.Faults).
+	Faults = schema.Faults
 )
 
 // Tenant is one API key and its tenant's share and limits.

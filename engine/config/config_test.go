@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	want.Models = []Model{{Name: "echo", Versions: []Version{{Name: "v1", Weight: 1}}}}
 	want.Devices.WarmModels = []string{}
 	want.Tenants = []Tenant{}
+	want.Devices.Faults.Schedule = []schema.Fault{}
 	want.src = f.src
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("embedded file differs from Default:\n got %+v\nwant %+v", f, want)
@@ -384,5 +386,51 @@ func TestModelWithoutVersions(t *testing.T) {
 	want := []actors.VersionConfig{{Name: "v1", Weight: 1}}
 	if len(b.Models) != 1 || !reflect.DeepEqual(b.Models[0].Versions, want) {
 		t.Errorf("registry %+v, want m with %+v", b.Models, want)
+	}
+}
+
+// TestServeRunsEveryFault: a serve config's faults are the simulator's
+// (rates, healthy devices, faults at given times), and the emulated
+// backends it builds run them.
+func TestServeRunsEveryFault(t *testing.T) {
+	f, err := Load("faults.yaml", []byte(`
+devices:
+  count: 2
+  latency: 1ms
+  faults:
+    crash_rate: 1
+    healthy_devices: 1
+    schedule: [{at: 0s, kind: crash, device: 1}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.EngineConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(i int) error {
+		_, _, err := c.Backend(i).Run(context.Background(), "echo", "v1", []string{"x"})
+		return err
+	}
+	if err := run(0); !errors.Is(err, engine.ErrDeviceFault) {
+		t.Errorf("device 0 at crash_rate 1: %v, want a device fault", err)
+	}
+	b1 := c.Backend(1)
+	for i, want := range []bool{true, false} {
+		_, _, err := b1.Run(context.Background(), "echo", "v1", []string{"x"})
+		if got := errors.Is(err, engine.ErrDeviceFault); got != want {
+			t.Errorf("healthy device 1, batch %d: %v; want a fault %v (the scheduled crash, once)", i, err, want)
+		}
+	}
+	for _, bad := range []string{
+		"devices: {count: 2, faults: {schedule: [{at: 0s, kind: crash, device: 2}]}}",
+		"devices: {count: 2, faults: {schedule: [{at: 0s, kind: crash, node: a, device: 0}]}}",
+		"devices: {faults: {schedule: [{at: 0s, kind: melt, device: 0}]}}",
+		"devices: {faults: {slow_rate: 0.5, slow_factor: 0.5}}",
+	} {
+		if _, err := Load("bad.yaml", []byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
 	}
 }

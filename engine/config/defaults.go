@@ -32,6 +32,7 @@ func Default() *File {
 			Latency:     d.Latency.Base,
 			WarmModels:  d.Models,
 			Supervision: schema.SupervisionOf(d),
+			Faults:      schema.FaultsOf(),
 		},
 		Policy:        schema.PolicyOf(b),
 		Models:        []Model{defaultEcho()},

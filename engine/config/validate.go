@@ -118,7 +118,7 @@ func (v *validator) devices() {
 		d.LatencyModel.Check(v.Validator, "devices.latency_model")
 	}
 	d.Supervision.Check(v.Validator, "devices")
-	d.Faults.Check(v.Validator, "devices.faults")
+	d.Faults.Check(v.Validator, "devices.faults", d.Count, 0, schema.FleetIndex(d.Count))
 }
 
 // models checks the registry and returns the set of model names.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/sim"
 )
@@ -51,8 +52,13 @@ func SimServer(cfg *sim.Config, f *config.File, faults bool) error {
 	cfg.DeviceModels = nil // every device holds devices.warm_models
 	if faults {
 		r := f.Devices.Faults
-		cfg.Faults = sim.FaultPlan{CrashRate: r.CrashRate, HangRate: r.HangRate, BatchErrorRate: r.BatchErrorRate,
-			ItemErrorRate: r.ItemErrorRate, PoisonPrefix: r.PoisonPrefix}
+		cfg.Faults = r.Plan()
+		cfg.HealthyDevices = r.HealthyDevices
+		sched, err := r.Scheduled(schema.FleetIndex(f.Devices.Count))
+		if err != nil {
+			return err
+		}
+		cfg.FaultSchedule = sched
 	}
 	if len(f.Models) == 0 {
 		return nil // an open registry serves any name
