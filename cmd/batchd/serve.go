@@ -283,9 +283,16 @@ func printReady(w io.Writer, f *config.File, addr net.Addr) {
 	if len(f.Models) > 0 {
 		model = f.Models[0].Name
 	}
+	// With tenants, the hint sends the first one's key: from the variable
+	// the file names, else a placeholder (a key written in the file is not
+	// echoed to the terminal).
 	auth := ""
 	if len(f.Tenants) > 0 {
-		auth = ` -H "Authorization: Bearer $BATCHD_KEY"`
+		key := "YOUR_API_KEY"
+		if env := f.Tenants[0].APIKeyEnv; env != "" {
+			key = "$" + env
+		}
+		auth = ` -H "Authorization: Bearer ` + key + `"`
 	}
 	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d %s devices, batches of up to %d)\n",
 		base, engine.RuntimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)

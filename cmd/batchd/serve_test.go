@@ -354,3 +354,16 @@ func TestDialable(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyHintNamesTheTenantsKey: with tenants, the printed curl line
+// sends the first tenant's key from the variable its config names.
+func TestReadyHintNamesTheTenantsKey(t *testing.T) {
+	f := config.Default()
+	f.Tenants = []config.Tenant{{APIKeyEnv: "ALICE_KEY"}}
+	f.Tenants[0].Name = "alice"
+	var buf bytes.Buffer
+	printReady(&buf, f, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+	if !strings.Contains(buf.String(), `-H "Authorization: Bearer $ALICE_KEY"`) {
+		t.Errorf("hint %q does not send $ALICE_KEY", buf.String())
+	}
+}
