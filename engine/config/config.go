@@ -70,10 +70,8 @@ type HTTP struct {
 	BodyMaxBytes int64 `yaml:"body_max_bytes"`
 	// InputMaxBytes bounds one input in bytes; more is 400.
 	InputMaxBytes int `yaml:"input_max_bytes"`
-	// BatchItemsMax bounds the items of one /v1 batch or /v2 tensor, and
-	// BatchConcurrencyMax the engine calls one such request has at once.
-	BatchItemsMax       int `yaml:"batch_items_max"`
-	BatchConcurrencyMax int `yaml:"batch_concurrency_max"`
+	// BatchItemsMax bounds the items of one /v1 batch or /v2 tensor.
+	BatchItemsMax int `yaml:"batch_items_max"`
 	// ReplyGrace is how long past a request's deadline the engine waits
 	// for its actors' reply before it answers the request Expired (504)
 	// itself: a bound on every wait, for a reply that was lost.

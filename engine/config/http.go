@@ -16,19 +16,18 @@ const addrDefault = "127.0.0.1:8080"
 func defaultHTTP() HTTP {
 	h := httpapi.DefaultConfig()
 	return HTTP{
-		Addr:                addrDefault,
-		BodyMaxBytes:        h.BodyMaxBytes,
-		InputMaxBytes:       h.InputMaxBytes,
-		BatchItemsMax:       h.BatchItemsMax,
-		BatchConcurrencyMax: h.BatchConcurrencyMax,
-		ReplyGrace:          h.ReplyGrace,
-		ReadHeaderTimeout:   httpapi.ReadHeaderTimeout,
-		BodyReadTimeout:     h.BodyReadTimeout,
-		IdleTimeout:         httpapi.IdleTimeout,
-		RetryAfterDefault:   h.RetryAfterDefault,
-		ModelLabelsMax:      h.ModelLabelsMax,
-		ScrapeTimeout:       h.ScrapeTimeout,
-		ShutdownTimeout:     shutdownTimeoutDefault,
+		Addr:              addrDefault,
+		BodyMaxBytes:      h.BodyMaxBytes,
+		InputMaxBytes:     h.InputMaxBytes,
+		BatchItemsMax:     h.BatchItemsMax,
+		ReplyGrace:        h.ReplyGrace,
+		ReadHeaderTimeout: httpapi.ReadHeaderTimeout,
+		BodyReadTimeout:   h.BodyReadTimeout,
+		IdleTimeout:       httpapi.IdleTimeout,
+		RetryAfterDefault: h.RetryAfterDefault,
+		ModelLabelsMax:    h.ModelLabelsMax,
+		ScrapeTimeout:     h.ScrapeTimeout,
+		ShutdownTimeout:   shutdownTimeoutDefault,
 	}
 }
 
@@ -43,7 +42,6 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 	c.BodyMaxBytes = h.BodyMaxBytes
 	c.InputMaxBytes = h.InputMaxBytes
 	c.BatchItemsMax = h.BatchItemsMax
-	c.BatchConcurrencyMax = h.BatchConcurrencyMax
 	c.TimeoutMax = f.Policy.TimeoutMax
 	c.ReplyGrace = h.ReplyGrace
 	c.BodyReadTimeout = h.BodyReadTimeout

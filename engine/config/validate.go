@@ -75,7 +75,6 @@ func (v *validator) http() {
 	}
 	v.IntIn("http.input_max_bytes", h.InputMaxBytes, 1, int(min(h.BodyMaxBytes, bodyMaxBytesMax)))
 	v.IntIn("http.batch_items_max", h.BatchItemsMax, 1, schema.BatchMaxMax)
-	v.IntIn("http.batch_concurrency_max", h.BatchConcurrencyMax, 1, schema.BatchMaxMax)
 	v.DurIn("http.reply_grace", h.ReplyGrace, time.Millisecond, time.Hour)
 	v.DurIn("http.read_header_timeout", h.ReadHeaderTimeout, time.Millisecond, time.Hour)
 	v.DurIn("http.body_read_timeout", h.BodyReadTimeout, time.Millisecond, time.Hour)

@@ -44,14 +44,6 @@ type Config struct {
 	// BatchItemsMax caps the items of one /v1 batch request and the
 	// elements of one OIP input tensor. Default 1,000.
 	BatchItemsMax int
-	// BatchConcurrencyMax is validated and otherwise has no effect: a
-	// batch or OIP request submits all its items at once through the
-	// front door's Submit, with no goroutine per item, so there is
-	// nothing left for it to cap.
-	//
-	// Deprecated: kept until the configuration schema drops
-	// http.batch_concurrency_max.
-	BatchConcurrencyMax int
 	// TimeoutMax caps a request's timeout_ms (larger values are lowered to
 	// it, not refused). It should equal the batcher's TimeoutMax. Default
 	// 60 s, the batcher's default.
@@ -143,19 +135,18 @@ type APIKey struct {
 // batches of up to 10,000 items, an open API with one tenant.
 func DefaultConfig() Config {
 	return Config{
-		BodyMaxBytes:        1 << 20,
-		InputMaxBytes:       64 << 10,
-		BatchItemsMax:       1_000,
-		BatchConcurrencyMax: 128,
-		TimeoutMax:          60 * time.Second,
-		ReplyGrace:          5 * time.Second,
-		BodyReadTimeout:     10 * time.Second,
-		JobItemsMax:         10_000,
-		JobBodyMaxBytes:     16 << 20,
-		BatchAsyncAbove:     1_000,
-		RetryAfterDefault:   time.Second,
-		ModelLabelsMax:      64,
-		ScrapeTimeout:       2 * time.Second,
+		BodyMaxBytes:      1 << 20,
+		InputMaxBytes:     64 << 10,
+		BatchItemsMax:     1_000,
+		TimeoutMax:        60 * time.Second,
+		ReplyGrace:        5 * time.Second,
+		BodyReadTimeout:   10 * time.Second,
+		JobItemsMax:       10_000,
+		JobBodyMaxBytes:   16 << 20,
+		BatchAsyncAbove:   1_000,
+		RetryAfterDefault: time.Second,
+		ModelLabelsMax:    64,
+		ScrapeTimeout:     2 * time.Second,
 	}
 }
 
@@ -178,8 +169,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpapi config: BodyMaxBytes %d: must be positive", c.BodyMaxBytes)
 	case c.InputMaxBytes < 1:
 		return fmt.Errorf("httpapi config: InputMaxBytes %d: must be positive", c.InputMaxBytes)
-	case c.BatchItemsMax < 1 || c.BatchConcurrencyMax < 1:
-		return fmt.Errorf("httpapi config: BatchItemsMax %d, BatchConcurrencyMax %d: must be positive", c.BatchItemsMax, c.BatchConcurrencyMax)
+	case c.BatchItemsMax < 1:
+		return fmt.Errorf("httpapi config: BatchItemsMax %d: must be positive", c.BatchItemsMax)
 	case c.TimeoutMax <= 0 || c.ReplyGrace <= 0 || c.BodyReadTimeout <= 0 || c.ScrapeTimeout <= 0:
 		return fmt.Errorf("httpapi config: TimeoutMax, ReplyGrace, BodyReadTimeout and ScrapeTimeout must be positive")
 	case c.JobItemsMax < 1 || c.JobBodyMaxBytes < 1 || c.BatchAsyncAbove < 1:

@@ -84,8 +84,8 @@ type modelInfo struct {
 var _ http.Handler = (*Handler)(nil)
 
 // New returns the HTTP adapter over eng, or an error naming the bad
-// setting. The handler starts no goroutine of its own (the synchronous
-// batch fans out on the request's, bounded by BatchConcurrencyMax).
+// setting. The handler starts no goroutine of its own: a batch or OIP
+// request submits all its items at once through the front door's Submit.
 func New(eng engine.FrontDoor, cfg Config) (*Handler, error) {
 	if eng == nil {
 		return nil, errors.New("httpapi: no engine")
