@@ -5,9 +5,10 @@
 //
 // Imported by: engine/server (serve), engine/config (its defaults; and
 // tests). It imports actors, engine (the FrontDoor interface it takes the
-// engine through, and the engine's sentinel errors) and engine/jobs, never
-// a runtime adapter; its tests run on a fake front door
-// (enginetest.Door) as well as on the real engine.
+// engine through, and the engine's sentinel errors), engine/jobs and
+// engine/httpapi/metrics (the Prometheus series), never a runtime adapter;
+// its tests run on a fake front door (enginetest.Door) as well as on the
+// real engine.
 //
 // # Endpoints
 //
@@ -170,11 +171,11 @@
 // # Metrics
 //
 // GET /metrics serves a registry of the handler's own (not Prometheus's
-// global one). Its series name every tenant and model, so who may read it
-// is configured: anyone while there are no API keys; with keys, only a
-// bearer of Config.MetricsKey (401 otherwise; never a tenant's key), or
-// nobody (403) when no metrics key is set, unless Config.MetricsOpen says
-// anyone may:
+// global one; package metrics makes the series). Its series name every
+// tenant and model, so who may read it is configured: anyone while there
+// are no API keys; with keys, only a bearer of Config.MetricsKey (401
+// otherwise; never a tenant's key), or nobody (403) when no metrics key is
+// set, unless Config.MetricsOpen says anyone may:
 //
 //	batchd_requests_total{model,tenant,outcome,reason}   requests handed to the engine (job items included)
 //	batchd_http_responses_total{route,code}              every response

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/httpapi/metrics"
 )
 
 // apiError is a refusal or failure on its way to the client: the status,
@@ -139,7 +140,7 @@ func outcomeOf(rep actors.Reply, err *apiError) string {
 }
 
 // reasonNone is the reason label of a request that was not refused.
-const reasonNone = "none"
+const reasonNone = metrics.ReasonNone
 
 // reasonOf names the reason label for the requests counter.
 func reasonOf(rep actors.Reply, err *apiError) string {

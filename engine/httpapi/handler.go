@@ -29,6 +29,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/httpapi/metrics"
 	"github.com/batchd/batchd/engine/jobs"
 )
 
@@ -44,7 +45,7 @@ type Handler struct {
 	cfg  Config
 	lim  limits
 	mux  *http.ServeMux
-	met  *metrics
+	met  *metrics.Metrics
 	jobs JobStore // nil: no durable jobs, and async requests are refused
 	log  *slog.Logger
 	keys map[[sha256.Size]byte]*tenantKey // nil: open API
@@ -166,7 +167,7 @@ func (h *Handler) routes() {
 	h.route(http.MethodGet, "/v2/models/{model}/versions/{version}/ready", h.v2ModelReady)
 	h.route(http.MethodPost, "/v2/models/{model}/infer", h.v2Infer)
 	h.route(http.MethodPost, "/v2/models/{model}/versions/{version}/infer", h.v2Infer)
-	metricsHandler := h.met.handler()
+	metricsHandler := h.met.Handler()
 	h.route(http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if aerr := h.metricsAuth(r); aerr != nil {
 			h.fail(w, r, aerr)
@@ -338,7 +339,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, status int, 
 	hdr.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
-	h.met.response(r.Pattern, status)
+	h.met.Response(r.Pattern, status)
 }
 
 // contentTypeJSON is every JSON response's Content-Type, shared: net/http
@@ -601,11 +602,28 @@ func (h *Handler) settle(ctx context.Context, req actors.Request, rep actors.Rep
 	} else {
 		aerr = h.replyError(rep)
 	}
-	h.met.observe(req.Model, req.Tenant, rep, aerr, h.eng.Now()-start)
+	h.met.Observe(req.Model, req.Tenant, outcomeOf(rep, aerr), reasonOf(rep, aerr), rep, h.eng.Now()-start)
 	if aerr != nil && aerr.status == http.StatusInternalServerError {
 		h.log.Warn("httpapi: request failed", "model", req.Model, "tenant", req.Tenant, "code", aerr.code, "err", aerr.msg)
 	}
 	return rep, aerr
+}
+
+// newMetrics makes the handler's Prometheus series from its config.
+func newMetrics(cfg Config) *metrics.Metrics {
+	names := make([]string, 0, len(cfg.Models))
+	for _, m := range cfg.Models {
+		names = append(names, m.Name)
+	}
+	js, _ := cfg.Jobs.(metrics.JobStats)
+	return metrics.New(metrics.Config{
+		Models:         names,
+		ModelLabelsMax: cfg.ModelLabelsMax,
+		Signals:        cfg.Signals,
+		ScrapeTimeout:  cfg.ScrapeTimeout,
+		Devices:        cfg.Devices,
+		Jobs:           js,
+	})
 }
 
 // observeJobItem records one engine call of the job runner (a
@@ -621,7 +639,7 @@ func (h *Handler) observeJobItem(req actors.Request, rep actors.Reply, err error
 	default:
 		aerr = h.replyError(rep)
 	}
-	h.met.observe(req.Model, req.Tenant, rep, aerr, elapsed)
+	h.met.Observe(req.Model, req.Tenant, outcomeOf(rep, aerr), reasonOf(rep, aerr), rep, elapsed)
 }
 
 type doResult struct {

@@ -15,8 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/jobs"
 )
@@ -318,52 +316,6 @@ func newJobResponse(j jobs.Job, items []jobs.Item, offset int, withItems bool) j
 		resp.NextOffset = &next
 	}
 	return resp
-}
-
-// jobStats is what /metrics reads of the job runner, when Config.Jobs has
-// it (*jobs.Runner does).
-type jobStats interface {
-	Stats() jobs.Stats
-}
-
-// registerJobMetrics exports the runner's counters, read at scrape time:
-//
-//	batchd_job_items_total{outcome}   items the runner wrote finished (completed, failed,
-//	                                  cancelled, expired; queued items a DELETE cancels
-//	                                  in the store are not counted)
-//	batchd_job_item_retries_total     runs refused for load or past the SLO, queued again
-//	batchd_job_items_held             items in the engine or waiting to retry now
-//	batchd_jobs_active                unfinished jobs the runner tracks
-func registerJobMetrics(reg *prometheus.Registry, js jobStats) {
-	for _, o := range []struct {
-		outcome string
-		get     func(jobs.Stats) uint64
-	}{
-		{"completed", func(s jobs.Stats) uint64 { return s.Completed }},
-		{"failed", func(s jobs.Stats) uint64 { return s.Failed }},
-		{"cancelled", func(s jobs.Stats) uint64 { return s.Cancelled }},
-		{"expired", func(s jobs.Stats) uint64 { return s.Expired }},
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "batchd_job_items_total",
-			Help:        "Durable job items the runner wrote finished, by outcome.",
-			ConstLabels: prometheus.Labels{"outcome": o.outcome},
-		}, func() float64 { return float64(o.get(js.Stats())) }))
-	}
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "batchd_job_item_retries_total",
-			Help: "Durable job item runs refused for load or past the SLO, queued to run again.",
-		}, func() float64 { return float64(js.Stats().Retries) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "batchd_job_items_held",
-			Help: "Durable job items in the engine or waiting to retry.",
-		}, func() float64 { return float64(js.Stats().Held) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "batchd_jobs_active",
-			Help: "Unfinished durable jobs the runner tracks.",
-		}, func() float64 { return float64(js.Stats().Jobs) }),
-	)
 }
 
 // streamAboveBytes: a /v1 batch known to be a job is written to the store

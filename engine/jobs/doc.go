@@ -8,6 +8,7 @@
 // drops them.
 //
 // Imported by: engine/httpapi (the /v1 async, batch and requests routes),
+// engine/httpapi/metrics (the runner's Stats, for the batchd_job_* series),
 // engine/config (its defaults), engine/server (opens the store, starts and
 // stops the runner; and tests). It imports actors for the request and
 // reply types, engine for the front door it feeds (engine.FrontDoor), and

@@ -1,4 +1,4 @@
-package httpapi
+package metrics
 
 import (
 	"context"
@@ -11,12 +11,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/jobs"
 )
 
-// metrics are the adapter's Prometheus series, on a registry of its own
+// Config says how the series are labelled and where the gauges read at
+// scrape time come from.
+type Config struct {
+	// Models are the registry's model names: the only model labels, the
+	// rest being "other". Empty: the first ModelLabelsMax names seen.
+	Models []string
+	// ModelLabelsMax bounds the model labels when Models is empty.
+	ModelLabelsMax int
+	// Signals returns the batcher's load signals at scrape time (see
+	// httpapi.Config.Signals). Nil: those gauges are not exported.
+	Signals func(ctx context.Context) (actors.Signals, error)
+	// ScrapeTimeout bounds one Signals call.
+	ScrapeTimeout time.Duration
+	// Devices are the engine's device addresses in order: a device's
+	// label is its index here, from 0.
+	Devices []actors.Address
+	// Jobs is the durable job runner whose counters the batchd_job_*
+	// series read. Nil: those series are not exported.
+	Jobs JobStats
+}
+
+// ReasonNone is the reason label of a request that was not refused.
+const ReasonNone = "none"
+
+// Metrics are the adapter's Prometheus series, on a registry of its own
 // (never the global one: two handlers in one process, as in tests, must
-// not collide, and nothing else's series leak into /metrics).
-type metrics struct {
+// not collide, and nothing else's series leak into /metrics). Its methods
+// are safe for concurrent use.
+type Metrics struct {
 	reg *prometheus.Registry
 
 	requests  *prometheus.CounterVec   // model, tenant, outcome, reason
@@ -94,12 +120,9 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .075, .1, .11,
 // batchSizeBuckets cover 1 to the seeds' 100 and past it.
 var batchSizeBuckets = []float64{1, 2, 4, 8, 16, 32, 50, 64, 75, 90, 100, 128, 256}
 
-func newMetrics(cfg Config) *metrics {
-	names := make([]string, 0, len(cfg.Models))
-	for _, m := range cfg.Models {
-		names = append(names, m.Name)
-	}
-	m := &metrics{
+// New makes the series and registers them.
+func New(cfg Config) *Metrics {
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "batchd_requests_total",
@@ -129,31 +152,30 @@ func newMetrics(cfg Config) *metrics {
 			Help:    "Size of the batch each completed request ran in (weighted by requests, not batches).",
 			Buckets: batchSizeBuckets,
 		}, []string{"model"}),
-		models: newLabelSet(names, cfg.ModelLabelsMax),
+		models: newLabelSet(cfg.Models, cfg.ModelLabelsMax),
 	}
 	m.reg.MustRegister(m.requests, m.responses, m.queueWait, m.compute, m.latency, m.batchSize)
 	if cfg.Signals != nil {
 		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout, cfg.Devices))
 	}
-	if js, ok := cfg.Jobs.(jobStats); ok {
-		registerJobMetrics(m.reg, js)
+	if cfg.Jobs != nil {
+		registerJobMetrics(m.reg, cfg.Jobs)
 	}
 	return m
 }
 
-// observe records one engine call: its outcome, and for a completed
-// request its timeline. elapsed is the handler's own measure, on the
-// engine clock.
-func (m *metrics) observe(model, tenant string, rep actors.Reply, err *apiError, elapsed time.Duration) {
+// Observe records one engine call: its outcome and reason labels, and for
+// a completed request its timeline. elapsed is the handler's own measure,
+// on the engine clock.
+func (m *Metrics) Observe(model, tenant, outcome, reason string, rep actors.Reply, elapsed time.Duration) {
 	model = m.models.label(model)
-	outcome := outcomeOf(rep, err)
 	if rep.Outcome != actors.Completed {
-		m.requests.WithLabelValues(model, tenant, outcome, reasonOf(rep, err)).Inc()
+		m.requests.WithLabelValues(model, tenant, outcome, reason).Inc()
 		m.latency.WithLabelValues(model, outcome).Observe(elapsed.Seconds())
 		return
 	}
 	s := m.completed(model, tenant)
-	if reason := reasonOf(rep, err); reason == reasonNone {
+	if reason == ReasonNone {
 		s.requests.Inc()
 	} else {
 		m.requests.WithLabelValues(model, tenant, outcome, reason).Inc()
@@ -172,14 +194,14 @@ func (m *metrics) observe(model, tenant string, rep actors.Reply, err *apiError,
 
 // completed returns the series of model's and tenant's completed
 // requests, resolving them the first time.
-func (m *metrics) completed(model, tenant string) *completedSeries {
+func (m *Metrics) completed(model, tenant string) *completedSeries {
 	k := seriesKey{model, tenant}
 	if s, ok := m.completedBy.Load(k); ok {
 		return s.(*completedSeries)
 	}
 	outcome := actors.Completed.String()
 	s := &completedSeries{
-		requests:  m.requests.WithLabelValues(model, tenant, outcome, reasonNone),
+		requests:  m.requests.WithLabelValues(model, tenant, outcome, ReasonNone),
 		latency:   m.latency.WithLabelValues(model, outcome),
 		queueWait: m.queueWait.WithLabelValues(model),
 		compute:   m.compute.WithLabelValues(model),
@@ -189,7 +211,9 @@ func (m *metrics) completed(model, tenant string) *completedSeries {
 	return got.(*completedSeries)
 }
 
-func (m *metrics) response(route string, status int) {
+// Response counts one HTTP response: route is the mux's pattern ("" when
+// none matched).
+func (m *Metrics) Response(route string, status int) {
 	if route == "" {
 		route = "none"
 	}
@@ -201,7 +225,8 @@ func (m *metrics) response(route string, status int) {
 	c.(prometheus.Counter).Inc()
 }
 
-func (m *metrics) handler() http.Handler {
+// Handler serves the registry in Prometheus's text format.
+func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		// One failing collector must not hide every other series.
 		ErrorHandling: promhttp.ContinueOnError,
@@ -214,7 +239,7 @@ func (m *metrics) handler() http.Handler {
 // signalsCollector exports the batcher's signals at scrape time. It holds
 // no copy of them: each Collect asks Signals afresh, which is how the
 // numbers stay the actor's own (the func does the asking; see
-// Config.Signals).
+// httpapi.Config.Signals).
 type signalsCollector struct {
 	signals func(ctx context.Context) (actors.Signals, error)
 	timeout time.Duration
@@ -362,4 +387,50 @@ func (c *signalsCollector) deviceLabel(a actors.Address) string {
 		name = "addr-" + a.Node + "/" + strconv.FormatUint(a.ID, 10)
 	}
 	return name
+}
+
+// JobStats is what the batchd_job_* series read of the durable job
+// runner (*jobs.Runner has it).
+type JobStats interface {
+	Stats() jobs.Stats
+}
+
+// registerJobMetrics exports the runner's counters, read at scrape time:
+//
+//	batchd_job_items_total{outcome}   items the runner wrote finished (completed, failed,
+//	                                  cancelled, expired; queued items a DELETE cancels
+//	                                  in the store are not counted)
+//	batchd_job_item_retries_total     runs refused for load or past the SLO, queued again
+//	batchd_job_items_held             items in the engine or waiting to retry now
+//	batchd_jobs_active                unfinished jobs the runner tracks
+func registerJobMetrics(reg *prometheus.Registry, js JobStats) {
+	for _, o := range []struct {
+		outcome string
+		get     func(jobs.Stats) uint64
+	}{
+		{"completed", func(s jobs.Stats) uint64 { return s.Completed }},
+		{"failed", func(s jobs.Stats) uint64 { return s.Failed }},
+		{"cancelled", func(s jobs.Stats) uint64 { return s.Cancelled }},
+		{"expired", func(s jobs.Stats) uint64 { return s.Expired }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "batchd_job_items_total",
+			Help:        "Durable job items the runner wrote finished, by outcome.",
+			ConstLabels: prometheus.Labels{"outcome": o.outcome},
+		}, func() float64 { return float64(o.get(js.Stats())) }))
+	}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "batchd_job_item_retries_total",
+			Help: "Durable job item runs refused for load or past the SLO, queued to run again.",
+		}, func() float64 { return float64(js.Stats().Retries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "batchd_job_items_held",
+			Help: "Durable job items in the engine or waiting to retry.",
+		}, func() float64 { return float64(js.Stats().Held) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "batchd_jobs_active",
+			Help: "Unfinished durable jobs the runner tracks.",
+		}, func() float64 { return float64(js.Stats().Jobs) }),
+	)
 }

@@ -1,0 +1,15 @@
+// Package metrics holds the HTTP adapter's Prometheus series: the request,
+// response, latency, queue-wait, compute and batch-size series the handler
+// updates on every request, the batcher's signals read at scrape time by a
+// collector, and the durable job runner's counters, all on a registry of
+// their own. Package httpapi documents the series and serves them at
+// GET /metrics; this package knows nothing of HTTP requests or API errors:
+// the handler passes each engine call's outcome and reason labels in.
+//
+// The hot path is Metrics.Observe and Metrics.Response, called once or
+// twice per request: they resolve each label set's series once and keep
+// them (WithLabelValues hashes and locks on every call).
+//
+// Imported by: engine/httpapi. It imports actors (the reply and signals
+// types), engine/jobs (the runner's Stats) and Prometheus's client.
+package metrics
