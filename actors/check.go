@@ -13,7 +13,7 @@ import (
 // the first disagreement. It walks every key, tenant and device, so it is
 // for the simulator and tests, after every message (where now is the time
 // the message was handled): the simulator runs it on the state each
-// delivery to the batcher left (sim.LedgerConfig.SelfCheck), this
+// delivery to the batcher left (ledger.Config.SelfCheck in sim/ledger), this
 // package's tests after every message their batchers handle (checkEvery);
 // the live runtimes never call it.
 func (b *Batcher) Check(now time.Duration) error {
@@ -102,8 +102,8 @@ func (b *Batcher) Check(now time.Duration) error {
 // checkEvery makes b run Check after every message it handles, and calls
 // fail with the first disagreement: the self-check of this package's own
 // tests. The simulator runs Check from outside instead, on the state each
-// delivery to the batcher left (sim.LedgerConfig.SelfCheck), and records a
-// failure as a violation of the run.
+// delivery to the batcher left (ledger.Config.SelfCheck in sim/ledger),
+// and records a failure as a violation of the run.
 func (b *Batcher) checkEvery(fail func(error)) {
 	b.afterReceive = func(now time.Duration) {
 		if err := b.Check(now); err != nil {

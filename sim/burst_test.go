@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // burstRow is one configuration of the burst experiment.
@@ -121,7 +122,7 @@ func burstTable(rows []burstRow) string {
 			extra := ""
 			if tenant == "steady-a" {
 				extra = fmt.Sprintf("offered %d, completed %d, rejected %s, expired %d, p95 %.1f ms, SLO %.4f",
-					burst.Offered, burst.Completed, countList(burst.RejectedBy), burst.Expired, burst.LatencyMs.P95, burst.SLOAttainment)
+					burst.Offered, burst.Completed, ledger.CountList(burst.RejectedBy), burst.Expired, burst.LatencyMs.P95, burst.SLOAttainment)
 			}
 			fmt.Fprintf(&sb, "%-27s %-9s %28s %28s %28s   %s\n", r.name, tenant,
 				fmt.Sprintf("%.1f / %.1f / %.1f", p0, d.LatencyMs.P95, a.LatencyMs.P95),

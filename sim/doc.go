@@ -29,17 +29,20 @@
 //     diurnal or burst arrivals, phases.go; model mix, tenants, input
 //     lengths, priorities, cancels); a run may have several
 //     (Config.Sources).
-//   - Ledger is the checker: it keeps one record per request and checks the
-//     architecture's invariants from the messages it observes. Invariant 5
-//     (no request waits past its flush bound while a device that could
-//     take it is idle) has an independent checker of its own, package
-//     sim/flushcheck, which the property tests run beside the ledger.
+//   - The ledger (package sim/ledger) is the checker: it keeps one record
+//     per request and checks the architecture's invariants from the
+//     messages it observes, and builds the run's Report from them.
+//     Invariant 5 (no request waits past its flush bound while a device
+//     that could take it is idle) has an independent checker of its own,
+//     package sim/flushcheck, which the property tests run beside the
+//     ledger.
 //   - Run builds a world from a Config (the reference workload by default,
 //     or a named experiment), runs a safety phase under faults and a
-//     liveness phase that must drain, and returns a Report: percentiles
-//     per tenant, model and version, throughput and goodput, utilisation,
-//     batch sizes, queue wait against compute, fairness, the autoscaling
-//     signal over time and, on request, a timeline (timeline.go).
+//     liveness phase that must drain, and returns a Report (an alias of
+//     ledger.Report): percentiles per tenant, model and version, throughput
+//     and goodput, utilisation, batch sizes, queue wait against compute,
+//     fairness, the autoscaling signal over time and, on request, a
+//     timeline.
 //
 // The event loop is the hot path of every simulation, so it avoids
 // container/heap and per-event allocation: events are concrete values in a
@@ -48,5 +51,6 @@
 //
 // Imported by: cmd/batchd (the sim subcommand), engine/fidelity (the one
 // engine package that compares the live runtime with this one), scenarios,
-// sim/charts, sim/sweep (and tests). sim imports actors and nothing else of batchd.
+// sim/charts, sim/sweep (and tests). sim imports actors and sim/ledger and
+// nothing else of batchd.
 package sim

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/sim/flushcheck"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // timerSwallower is a broken batcher: it loses every message but the
@@ -43,7 +44,7 @@ func fcWorld(t *testing.T, cfg Config, wrap func(actors.Actor) actors.Actor) (*W
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLedger(LedgerConfig{Batcher: BatcherAddr, BatchMax: cfg.Batcher.BatchMax, AttemptMax: cfg.Batcher.AttemptMax,
+	l, err := ledger.New(ledger.Config{Batcher: BatcherAddr, BatchMax: cfg.Batcher.BatchMax, AttemptMax: cfg.Batcher.AttemptMax,
 		QueueTotalMax: cfg.Batcher.QueueTotalMax, SLO: cfg.Batcher.SLO})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // Interaction tests, in the style of etcd raft's: small scenarios written as
@@ -316,7 +317,7 @@ type scriptWorld struct {
 	where   string // the config line
 	w       *World
 	b       *actors.Batcher
-	ledger  *Ledger
+	ledger  *ledger.Ledger
 	devs    []*scriptedDevice
 	names   map[actors.Address]string
 	reqs    map[uint64]actors.Request
@@ -351,7 +352,7 @@ func newScriptWorld(t *testing.T, where string, a *scriptArgs) *scriptWorld {
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-	ledger, err := NewLedger(LedgerConfig{
+	ledger, err := ledger.New(ledger.Config{
 		Batcher: BatcherAddr, BatchMax: bc.BatchMax, AttemptMax: bc.AttemptMax,
 		QueueTotalMax: bc.QueueTotalMax, SLO: bc.SLO, Probe: b.Stats,
 	})

@@ -23,6 +23,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // policyRecorder is the policy properties' own observer: one line per
@@ -548,7 +549,7 @@ func TestPropertyFairness(t *testing.T) {
 			total += xs[i]
 		}
 		if !weighted {
-			if j := jain(xs); j < 0.95 {
+			if j := ledger.Jain(xs); j < 0.95 {
 				t.Fatalf("Jain's index %.4f < 0.95: throughputs %.1f (offered %.1f)\n%s", j, xs, offered, describeSources(cfg))
 			}
 			return
@@ -628,7 +629,7 @@ func withSources(t *rapid.T, cfg Config) Config {
 // invariants (faults, overload, cancels), always with a model registry
 // (routed versions, length buckets), from one to three sources with
 // different Params, lengths and priorities, BucketMerge on or off. The
-// ledger checks it (ViolationBatch) and so does policyRecorder, from the
+// ledger checks it (ledger.ViolationBatch) and so does policyRecorder, from the
 // registry's own bucket rule (actors.BatcherConfig.Bucket) and each item's
 // input.
 //
@@ -644,7 +645,7 @@ func TestPropertyNoMixing(t *testing.T) {
 		}
 		cfg = withSources(t, cfg)
 		rep, rec := policyRun(t, cfg)
-		if n := rep.Violations.ByKind[ViolationBatch]; n > 0 {
+		if n := rep.Violations.ByKind[ledger.ViolationBatch]; n > 0 {
 			t.Fatalf("ledger: %d batch violations\n%s", n, describeSources(cfg))
 		}
 		if rec.errsN > 0 {
@@ -659,7 +660,7 @@ func TestPropertyNoMixing(t *testing.T) {
 // holds any model), so some models may be warm nowhere (their requests
 // wait and expire) and some devices hold everything; runs otherwise as
 // for the invariants, faults and restarts included (a restarted device
-// announces its models again). The ledger checks it (ViolationWarm), and
+// announces its models again). The ledger checks it (ledger.ViolationWarm), and
 // so does policyRecorder.
 //
 // Seen to fail: with the batcher's devState.holds returning true for
@@ -676,7 +677,7 @@ func TestPropertyWarmModels(t *testing.T) {
 			}
 		}
 		rep, rec := policyRun(t, cfg)
-		if n := rep.Violations.ByKind[ViolationWarm]; n > 0 {
+		if n := rep.Violations.ByKind[ledger.ViolationWarm]; n > 0 {
 			t.Fatalf("ledger: %d warm-model violations\n%s", n, describeSources(cfg))
 		}
 		if rec.errsN > 0 {

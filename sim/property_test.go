@@ -36,6 +36,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/sim/flushcheck"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // genOpts selects what drawConfig draws.
@@ -302,7 +303,7 @@ func runProp(t *rapid.T, cfg Config) propRun {
 }
 
 // requireKinds fails t if the report has violations of any of kinds.
-func (p propRun) requireKinds(t *rapid.T, kinds ...ViolationKind) {
+func (p propRun) requireKinds(t *rapid.T, kinds ...ledger.ViolationKind) {
 	var bad []string
 	for _, k := range kinds {
 		if n := p.rep.Violations.ByKind[k]; n > 0 {
@@ -315,7 +316,7 @@ func (p propRun) requireKinds(t *rapid.T, kinds ...ViolationKind) {
 }
 
 // requireNone fails t if the recorder found errors of any of kinds.
-func (p propRun) requireNone(t *rapid.T, kinds ...ViolationKind) {
+func (p propRun) requireNone(t *rapid.T, kinds ...ledger.ViolationKind) {
 	var bad []string
 	for _, k := range kinds {
 		if n := p.rec.errs[k]; n > 0 {
@@ -336,7 +337,7 @@ type propRecorder struct {
 	devs map[actors.Address]*propDev
 	last time.Duration
 
-	errs  [ViolationKinds]int64
+	errs  [ledger.ViolationKinds]int64
 	first []string
 }
 
@@ -362,7 +363,7 @@ func newPropRecorder(resolved Config) *propRecorder {
 	return &propRecorder{cfg: resolved, devs: make(map[actors.Address]*propDev)}
 }
 
-func (r *propRecorder) fail(k ViolationKind, format string, args ...any) {
+func (r *propRecorder) fail(k ledger.ViolationKind, format string, args ...any) {
 	r.errs[k]++
 	if len(r.first) < 20 {
 		r.first = append(r.first, k.String()+": "+fmt.Sprintf(format, args...))
@@ -391,19 +392,19 @@ func (r *propRecorder) dev(a actors.Address) *propDev {
 // Deliver implements Observer.
 func (r *propRecorder) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
 	if at < r.last {
-		r.fail(ViolationCausality, "clock went back from %v to %v", r.last, at)
+		r.fail(ledger.ViolationCausality, "clock went back from %v to %v", r.last, at)
 	}
 	r.last = at
 	switch m := msg.(type) {
 	case actors.Submit:
 		q := r.get(m.Req.ID)
 		if q == nil || q.submitted {
-			r.fail(ViolationOther, "request %d: bad or repeated id", m.Req.ID)
+			r.fail(ledger.ViolationOther, "request %d: bad or repeated id", m.Req.ID)
 			return
 		}
 		q.req, q.submitted, q.submitAt = m.Req, true, at
 		if m.Req.Arrival > at {
-			r.fail(ViolationCausality, "request %d: arrival %v after its submit's delivery at %v", m.Req.ID, m.Req.Arrival, at)
+			r.fail(ledger.ViolationCausality, "request %d: arrival %v after its submit's delivery at %v", m.Req.ID, m.Req.Arrival, at)
 		}
 	case actors.RunBatch:
 		r.runBatch(at, to, &m.Batch)
@@ -428,41 +429,41 @@ func (r *propRecorder) Deliver(at time.Duration, from, to actors.Address, msg ac
 func (r *propRecorder) runBatch(at time.Duration, to actors.Address, b *actors.Batch) {
 	bmax := r.cfg.Batcher.BatchMax
 	if n := len(b.Items); n < 1 || n > bmax {
-		r.fail(ViolationBatch, "batch %d: %d items, BatchMax %d", b.ID, n, bmax)
+		r.fail(ledger.ViolationBatch, "batch %d: %d items, BatchMax %d", b.ID, n, bmax)
 	}
 	d := r.dev(to)
 	if d.batch != 0 {
-		r.fail(ViolationBatch, "device %v got batch %d at %v while batch %d (since %v) was outstanding", to, b.ID, at, d.batch, d.since)
+		r.fail(ledger.ViolationBatch, "device %v got batch %d at %v while batch %d (since %v) was outstanding", to, b.ID, at, d.batch, d.since)
 	}
 	d.batch, d.since = b.ID, at
 	if b.Dispatch > at {
-		r.fail(ViolationCausality, "batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
+		r.fail(ledger.ViolationCausality, "batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
 	}
 	for i := range b.Items {
 		it := &b.Items[i]
 		// An empty version is the batcher's default, which it may resolve.
 		if it.Req.Model != b.Key.Model || it.Req.Params != b.Key.Params || (it.Req.Version != "" && it.Req.Version != b.Key.Version) {
-			r.fail(ViolationBatch, "batch %d (key %s@%s) holds request %d of %s@%s", b.ID, b.Key.Model, b.Key.Version, it.Req.ID, it.Req.Model, it.Req.Version)
+			r.fail(ledger.ViolationBatch, "batch %d (key %s@%s) holds request %d of %s@%s", b.ID, b.Key.Model, b.Key.Version, it.Req.ID, it.Req.Model, it.Req.Version)
 		}
 		q := r.get(it.Req.ID)
 		if q == nil || !q.submitted {
-			r.fail(ViolationOther, "batch %d: request %d never submitted", b.ID, it.Req.ID)
+			r.fail(ledger.ViolationOther, "batch %d: request %d never submitted", b.ID, it.Req.ID)
 			continue
 		}
 		if q.replies > 0 {
-			r.fail(ViolationDuplicate, "batch %d: request %d runs after its reply", b.ID, it.Req.ID)
+			r.fail(ledger.ViolationDuplicate, "batch %d: request %d runs after its reply", b.ID, it.Req.ID)
 		}
 		if it.Req.Input != q.req.Input || it.Req.Model != q.req.Model ||
 			(it.Req.Version != q.req.Version && q.req.Version != "") {
-			r.fail(ViolationOutput, "batch %d: request %d altered in flight", b.ID, it.Req.ID)
+			r.fail(ledger.ViolationOutput, "batch %d: request %d altered in flight", b.ID, it.Req.ID)
 		}
 		if !(q.req.Arrival <= it.Enqueue && it.Enqueue <= b.Dispatch) {
-			r.fail(ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v", it.Req.ID, q.req.Arrival, it.Enqueue, b.Dispatch)
+			r.fail(ledger.ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v", it.Req.ID, q.req.Arrival, it.Enqueue, b.Dispatch)
 		}
 		q.runs = append(q.runs, to)
 		q.key = b.Key
 		if len(q.runs) > r.cfg.Batcher.AttemptMax || it.Attempt > r.cfg.Batcher.AttemptMax {
-			r.fail(ViolationAttempts, "request %d: run %d (attempt %d), AttemptMax %d", it.Req.ID, len(q.runs), it.Attempt, r.cfg.Batcher.AttemptMax)
+			r.fail(ledger.ViolationAttempts, "request %d: run %d (attempt %d), AttemptMax %d", it.Req.ID, len(q.runs), it.Attempt, r.cfg.Batcher.AttemptMax)
 		}
 	}
 }
@@ -470,25 +471,25 @@ func (r *propRecorder) runBatch(at time.Duration, to actors.Address, b *actors.B
 func (r *propRecorder) replyTo(at time.Duration, m *actors.Reply) {
 	q := r.get(m.ID)
 	if q == nil || !q.submitted {
-		r.fail(ViolationOther, "reply to request %d, never submitted", m.ID)
+		r.fail(ledger.ViolationOther, "reply to request %d, never submitted", m.ID)
 		return
 	}
 	q.replies++
 	if q.replies > 1 {
-		r.fail(ViolationDuplicate, "request %d: reply %d (%v at %v) after %v at %v", m.ID, q.replies, m.Outcome, at, q.reply.Outcome, q.replyAt)
+		r.fail(ledger.ViolationDuplicate, "request %d: reply %d (%v at %v) after %v at %v", m.ID, q.replies, m.Outcome, at, q.reply.Outcome, q.replyAt)
 		return
 	}
 	q.reply, q.replyAt = *m, at
 	if m.Attempts > r.cfg.Batcher.AttemptMax {
-		r.fail(ViolationAttempts, "request %d: reply after %d attempts, AttemptMax %d", m.ID, m.Attempts, r.cfg.Batcher.AttemptMax)
+		r.fail(ledger.ViolationAttempts, "request %d: reply after %d attempts, AttemptMax %d", m.ID, m.Attempts, r.cfg.Batcher.AttemptMax)
 	}
 	if m.Arrival != q.req.Arrival {
-		r.fail(ViolationCausality, "request %d: reply says arrival %v, the request %v", m.ID, m.Arrival, q.req.Arrival)
+		r.fail(ledger.ViolationCausality, "request %d: reply says arrival %v, the request %v", m.ID, m.Arrival, q.req.Arrival)
 	}
 	// The timeline: every step reached is in order, and the batcher
 	// admits a request the instant its Submit is delivered.
 	if m.Enqueue != 0 && m.Enqueue != q.submitAt {
-		r.fail(ViolationCausality, "request %d: enqueue %v, its submit was delivered at %v", m.ID, m.Enqueue, q.submitAt)
+		r.fail(ledger.ViolationCausality, "request %d: enqueue %v, its submit was delivered at %v", m.ID, m.Enqueue, q.submitAt)
 	}
 	prev := q.req.Arrival
 	for _, step := range [...]time.Duration{m.Enqueue, m.Dispatch, m.Done, at} {
@@ -496,7 +497,7 @@ func (r *propRecorder) replyTo(at time.Duration, m *actors.Reply) {
 			continue
 		}
 		if step < prev {
-			r.fail(ViolationCausality, "request %d (%v): arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
+			r.fail(ledger.ViolationCausality, "request %d (%v): arrival %v, enqueue %v, dispatch %v, done %v, reply %v out of order",
 				m.ID, m.Outcome, q.req.Arrival, m.Enqueue, m.Dispatch, m.Done, at)
 			break
 		}
@@ -506,21 +507,21 @@ func (r *propRecorder) replyTo(at time.Duration, m *actors.Reply) {
 		return
 	}
 	if m.Enqueue == 0 || m.Dispatch == 0 || m.Done == 0 {
-		r.fail(ViolationCausality, "request %d completed with a missing step: enqueue %v, dispatch %v, done %v", m.ID, m.Enqueue, m.Dispatch, m.Done)
+		r.fail(ledger.ViolationCausality, "request %d completed with a missing step: enqueue %v, dispatch %v, done %v", m.ID, m.Enqueue, m.Dispatch, m.Done)
 	}
 	// Invariant 2: the output of its own input, on the model version of
 	// the batch that ran it, which is the request's own (or the default
 	// the batcher resolved an empty version to).
 	if len(q.runs) == 0 {
-		r.fail(ViolationOutput, "request %d completed without running", m.ID)
+		r.fail(ledger.ViolationOutput, "request %d completed without running", m.ID)
 		return
 	}
 	k := q.key
 	if k.Model != q.req.Model || (q.req.Version != "" && k.Version != q.req.Version) {
-		r.fail(ViolationOutput, "request %d of %s@%s ran under %s@%s", m.ID, q.req.Model, q.req.Version, k.Model, k.Version)
+		r.fail(ledger.ViolationOutput, "request %d of %s@%s ran under %s@%s", m.ID, q.req.Model, q.req.Version, k.Model, k.Version)
 	}
 	if want := actors.EmulatedOutput(q.req.Model, k.Version, q.req.Input); m.Output != want {
-		r.fail(ViolationOutput, "request %d: output %q, want %q", m.ID, m.Output, want)
+		r.fail(ledger.ViolationOutput, "request %d: output %q, want %q", m.ID, m.Output, want)
 	}
 }
 
@@ -529,7 +530,7 @@ func (r *propRecorder) finish() {
 	for id := range r.reqs {
 		q := &r.reqs[id]
 		if q.submitted && q.replies == 0 {
-			r.fail(ViolationLost, "request %d (arrival %v, %d runs): no reply", id, q.req.Arrival, len(q.runs))
+			r.fail(ledger.ViolationLost, "request %d (arrival %v, %d runs): no reply", id, q.req.Arrival, len(q.runs))
 		}
 	}
 }
@@ -563,8 +564,8 @@ func (r *propRecorder) outcomes() (submitted int64, by [actors.Cancelled + 1]int
 func TestPropertyExactlyOnce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := runProp(t, drawConfig(t, defaultGen()))
-		p.requireKinds(t, ViolationLost, ViolationDuplicate, ViolationDrain, ViolationOther)
-		p.requireNone(t, ViolationLost, ViolationDuplicate, ViolationOther)
+		p.requireKinds(t, ledger.ViolationLost, ledger.ViolationDuplicate, ledger.ViolationDrain, ledger.ViolationOther)
+		p.requireNone(t, ledger.ViolationLost, ledger.ViolationDuplicate, ledger.ViolationOther)
 		q := p.rep.Requests
 		if q.Lost != 0 || q.Duplicated != 0 {
 			t.Fatalf("lost %d, duplicated %d\n%s", q.Lost, q.Duplicated, describe(p.cfg))
@@ -592,8 +593,8 @@ func TestPropertyOwnOutput(t *testing.T) {
 		o := defaultGen()
 		o.mixMin = 2
 		p := runProp(t, drawConfig(t, o))
-		p.requireKinds(t, ViolationOutput)
-		p.requireNone(t, ViolationOutput)
+		p.requireKinds(t, ledger.ViolationOutput)
+		p.requireNone(t, ledger.ViolationOutput)
 	})
 }
 
@@ -610,8 +611,8 @@ func TestPropertyOwnOutput(t *testing.T) {
 func TestPropertyBatchShape(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := runProp(t, drawConfig(t, defaultGen()))
-		p.requireKinds(t, ViolationBatch)
-		p.requireNone(t, ViolationBatch)
+		p.requireKinds(t, ledger.ViolationBatch)
+		p.requireNone(t, ledger.ViolationBatch)
 	})
 }
 
@@ -626,8 +627,8 @@ func TestPropertyBatchShape(t *testing.T) {
 func TestPropertyCausality(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := runProp(t, drawConfig(t, defaultGen()))
-		p.requireKinds(t, ViolationCausality)
-		p.requireNone(t, ViolationCausality)
+		p.requireKinds(t, ledger.ViolationCausality)
+		p.requireNone(t, ledger.ViolationCausality)
 	})
 }
 
@@ -687,8 +688,8 @@ func TestPropertyCrashRetry(t *testing.T) {
 			cfg.Faults.HangRate = rapid.Float64Range(0.01, 0.3).Draw(t, "hang_rate_all")
 			cfg.Faults.BatchErrorRate = min(cfg.Faults.BatchErrorRate, 1-cfg.Faults.CrashRate-cfg.Faults.HangRate)
 			p := runProp(t, cfg)
-			p.requireKinds(t, ViolationLost, ViolationDuplicate, ViolationAttempts, ViolationDrain)
-			p.requireNone(t, ViolationLost, ViolationDuplicate, ViolationAttempts)
+			p.requireKinds(t, ledger.ViolationLost, ledger.ViolationDuplicate, ledger.ViolationAttempts, ledger.ViolationDrain)
+			p.requireNone(t, ledger.ViolationLost, ledger.ViolationDuplicate, ledger.ViolationAttempts)
 			return
 		}
 		o := defaultGen()
@@ -716,8 +717,8 @@ func TestPropertyCrashRetry(t *testing.T) {
 			cfg.Faults.SlowFactor = rapid.Float64Range(1, 5).Draw(t, "faulty_slow_factor")
 		}
 		p := runProp(t, cfg)
-		p.requireKinds(t, ViolationLost, ViolationDuplicate, ViolationAttempts, ViolationDrain)
-		p.requireNone(t, ViolationLost, ViolationDuplicate, ViolationAttempts)
+		p.requireKinds(t, ledger.ViolationLost, ledger.ViolationDuplicate, ledger.ViolationAttempts, ledger.ViolationDrain)
+		p.requireNone(t, ledger.ViolationLost, ledger.ViolationDuplicate, ledger.ViolationAttempts)
 		healthy := actors.Address{ID: DeviceAddrBase + uint64(cfg.Devices-1)}
 		amax := cfg.Batcher.AttemptMax
 		for id := range p.rec.reqs {
@@ -784,7 +785,7 @@ func TestPropertyQueueBounds(t *testing.T) {
 		b.QueueMax = rapid.IntRange(1, 50).Draw(t, "queue_max")
 		b.QueueTotalMax = rapid.IntRange(b.QueueMax, 3*b.QueueMax).Draw(t, "queue_total_max")
 		p := runProp(t, cfg)
-		p.requireKinds(t, ViolationQueue)
+		p.requireKinds(t, ledger.ViolationQueue)
 		if n, first := p.flush.Inconsistencies(); n > 0 {
 			t.Fatalf("flush check: %d inconsistencies\n%s\nfirst: %s", n, describe(p.cfg), strings.Join(first, "\n  "))
 		}

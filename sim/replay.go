@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // ReplayRequest is one recorded request to offer again: its arrival and
@@ -38,7 +39,7 @@ type ReplayRequest struct {
 
 // ReplayLimit bounds the requests of one replay: what the ledger tracks
 // with room for IDs.
-const ReplayLimit = LedgerRequestsLimit / 2
+const ReplayLimit = ledger.RequestsLimit / 2
 
 // replayLineMax bounds one line of a recording (a recorded input of up to
 // InputLenLimit bytes, escaped, fits).

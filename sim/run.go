@@ -1,13 +1,13 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // The fixed addresses of a Run's actors. Devices take DeviceAddrBase+i.
@@ -217,9 +217,9 @@ func (c Config) resolved() Config {
 			if s.IDFirst == 0 && s.IDStep == 0 {
 				s.IDFirst, s.IDStep = uint64(k+1), uint64(len(srcs))
 			}
-			if first, step := max(s.IDFirst, 1), max(s.IDStep, 1); s.RequestsMax == 0 && first < LedgerRequestsLimit {
+			if first, step := max(s.IDFirst, 1), max(s.IDStep, 1); s.RequestsMax == 0 && first < ledger.RequestsLimit {
 				// The last ID, first+(max-1)*step, stays below the limit.
-				s.RequestsMax = int64((LedgerRequestsLimit-1-first)/step + 1)
+				s.RequestsMax = int64((ledger.RequestsLimit-1-first)/step + 1)
 			}
 			c.Rate += s.Rate
 		}
@@ -232,7 +232,7 @@ func (c Config) resolved() Config {
 		c.Traffic.Stop = c.Duration
 	}
 	if c.Traffic.RequestsMax == 0 {
-		c.Traffic.RequestsMax = LedgerRequestsLimit - 1
+		c.Traffic.RequestsMax = ledger.RequestsLimit - 1
 	}
 	return c
 }
@@ -269,8 +269,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: Duration %v: need more than 0 and at most %v", c.Duration, DurationLimit)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("sim config: Rate %v: must be a finite number >= 0", c.Rate)
-	case len(c.Sources) == 0 && len(c.Replay) == 0 && c.Rate*c.Duration.Seconds() > LedgerRequestsLimit/2:
-		return fmt.Errorf("sim config: Rate %v over %v offers more than %d requests", c.Rate, c.Duration, LedgerRequestsLimit/2)
+	case len(c.Sources) == 0 && len(c.Replay) == 0 && c.Rate*c.Duration.Seconds() > ledger.RequestsLimit/2:
+		return fmt.Errorf("sim config: Rate %v over %v offers more than %d requests", c.Rate, c.Duration, ledger.RequestsLimit/2)
 	case len(c.Sources) > SourcesLimit:
 		return fmt.Errorf("sim config: %d Sources: at most %d", len(c.Sources), SourcesLimit)
 	case len(c.DeviceModels) > c.Devices:
@@ -287,8 +287,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: HealthyDevices %d: need 0 to Devices (%d)", c.HealthyDevices, c.Devices)
 	case !(c.LatencySpread >= 0 && c.LatencySpread <= LatencySpreadLimit):
 		return fmt.Errorf("sim config: LatencySpread %v: need 0 to %v", c.LatencySpread, float64(LatencySpreadLimit))
-	case c.TimelineEvery < 0 || (c.TimelineEvery > 0 && c.Duration/c.TimelineEvery > timelineStepsLimit):
-		return fmt.Errorf("sim config: TimelineEvery %v: need 0 (off) or at most %d steps over Duration", c.TimelineEvery, timelineStepsLimit)
+	case c.TimelineEvery < 0 || (c.TimelineEvery > 0 && c.Duration/c.TimelineEvery > ledger.TimelineStepsLimit):
+		return fmt.Errorf("sim config: TimelineEvery %v: need 0 (off) or at most %d steps over Duration", c.TimelineEvery, ledger.TimelineStepsLimit)
 	}
 	if err := validateSchedule(c.FaultSchedule, c.Devices, c.Duration); err != nil {
 		return fmt.Errorf("sim config: %w", err)
@@ -318,8 +318,8 @@ func (c Config) Validate() error {
 		total += n
 		lastID = max(lastID, last)
 	}
-	if total > LedgerRequestsLimit/2 || lastID > LedgerRequestsLimit/2 {
-		return fmt.Errorf("sim config: the sources offer %.0f requests, IDs up to %.0f: more than the ledger's %d", total, lastID, LedgerRequestsLimit/2)
+	if total > ledger.RequestsLimit/2 || lastID > ledger.RequestsLimit/2 {
+		return fmt.Errorf("sim config: the sources offer %.0f requests, IDs up to %.0f: more than the ledger's %d", total, lastID, ledger.RequestsLimit/2)
 	}
 	for i, ms := range c.DeviceModels {
 		if len(ms) > DeviceModelsLimit || slices.Contains(ms, "") {
@@ -389,7 +389,7 @@ func Run(cfg Config) (Report, error) {
 		replay = newReplaySource(cfg.Replay, BatcherAddr, LedgerAddr)
 		lastID = float64(len(cfg.Replay))
 	}
-	ledger, err := NewLedger(LedgerConfig{
+	led, err := ledger.New(ledger.Config{
 		Batcher:       BatcherAddr,
 		BatchMax:      cfg.Batcher.BatchMax,
 		AttemptMax:    cfg.Batcher.AttemptMax,
@@ -397,7 +397,7 @@ func Run(cfg Config) (Report, error) {
 		SLO:           cfg.Batcher.SLO,
 		Probe:         batcher.Stats,
 		SelfCheck:     batcher.Check,
-		RequestsMax:   LedgerRequestsLimit,
+		RequestsMax:   ledger.RequestsLimit,
 		RequestsHint:  int(lastID) + 1024,
 		Models:        cfg.Batcher.Models,
 		BucketMerge:   cfg.Batcher.BucketMerge,
@@ -406,16 +406,15 @@ func Run(cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
 
-	w.Observe(ledger)
-	var sampler *signalSampler
+	w.Observe(led)
 	if cfg.SignalsEvery > 0 {
-		sampler = newSignalSampler(batcher, ledger, cfg.SignalsEvery)
+		led.SampleSignals(batcher, cfg.SignalsEvery)
 	}
 	for _, o := range cfg.Observers {
 		w.Observe(o)
 	}
 	w.Spawn(BatcherAddr, batcher)
-	w.Spawn(LedgerAddr, ledger)
+	w.Spawn(LedgerAddr, led)
 	for k, t := range traffic {
 		w.Spawn(SourceAddr(k), t)
 	}
@@ -454,18 +453,15 @@ func Run(cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("sim: liveness phase: %w", err)
 	}
 	var extra []string
-	var extraKinds []ViolationKind
+	var extraKinds []ledger.ViolationKind
 	if n := w.Pending(); n > 0 {
 		extra = append(extra, fmt.Sprintf("not drained: %d events still pending %v after arrivals stopped", n, cfg.DrainMax))
-		extraKinds = append(extraKinds, ViolationDrain)
+		extraKinds = append(extraKinds, ledger.ViolationDrain)
 	}
 	// RunUntil leaves the clock at its limit; the run really ended at its
 	// last delivery.
-	end := max(ledger.last, cfg.Duration)
-	ledger.Finish(end)
-	if sampler != nil {
-		sampler.finish(end)
-	}
+	end := max(led.Last(), cfg.Duration)
+	led.Finish(end)
 	for _, o := range cfg.Observers {
 		if f, ok := o.(interface{ Finish(time.Duration) }); ok {
 			f.Finish(w.Now())
@@ -479,7 +475,7 @@ func Run(cfg Config) (Report, error) {
 		perDevice[i] = d.BusyTime()
 		if n := d.Overlaps(); n > 0 {
 			extra = append(extra, fmt.Sprintf("device %d started %d jobs while one was running", i, n))
-			extraKinds = append(extraKinds, ViolationBatch)
+			extraKinds = append(extraKinds, ledger.ViolationBatch)
 		}
 	}
 	var offered int64
@@ -494,14 +490,14 @@ func Run(cfg Config) (Report, error) {
 			inputLenMax = max(inputLenMax, r.InputLen)
 		}
 	}
-	if sub := ledger.Counts().Submitted; sub != offered {
+	if sub := led.Counts().Submitted; sub != offered {
 		extra = append(extra, fmt.Sprintf("traffic sent %d requests, the batcher received %d", offered, sub))
-		extraKinds = append(extraKinds, ViolationOther)
+		extraKinds = append(extraKinds, ledger.ViolationOther)
 	}
-	rep := newReport(reportInput{
-		seed:      cfg.Seed,
-		traceHash: w.TraceHash(),
-		workload: Workload{
+	rep := led.Report(ledger.ReportInput{
+		Seed:      cfg.Seed,
+		TraceHash: w.TraceHash(),
+		Workload: ledger.Workload{
 			RateRPS:   cfg.Rate,
 			Devices:   cfg.Devices,
 			BatchMax:  cfg.Batcher.BatchMax,
@@ -510,22 +506,20 @@ func Run(cfg Config) (Report, error) {
 			DurationS: cfg.Duration.Seconds(),
 			Faults:    cfg.Faults.Any() || len(cfg.FaultSchedule) > 0,
 		},
-		timelineEvery: cfg.TimelineEvery,
-		offered:       offered,
-		ledger:        ledger,
-		weight:        tenantWeights(cfg.Batcher),
-		sampler:       sampler,
-		windows:       cfg.Windows,
-		busy:          busy,
-		perDevice:     perDevice,
-		devices:       cfg.Devices,
-		safety:        cfg.Duration,
-		simulated:     end,
-		wall:          time.Since(wall),
-		events:        w.Events(),
-		batchMax:      cfg.Batcher.BatchMax,
-		extra:         extra,
-		extraKinds:    extraKinds,
+		TimelineEvery: cfg.TimelineEvery,
+		Offered:       offered,
+		Weight:        tenantWeights(cfg.Batcher),
+		Windows:       cfg.Windows,
+		Busy:          busy,
+		PerDevice:     perDevice,
+		Devices:       cfg.Devices,
+		Safety:        cfg.Duration,
+		Simulated:     end,
+		Wall:          time.Since(wall),
+		Events:        w.Events(),
+		BatchMax:      cfg.Batcher.BatchMax,
+		Extra:         extra,
+		ExtraKinds:    extraKinds,
 	})
 	return rep, nil
 }
@@ -544,17 +538,4 @@ func tenantWeights(b actors.BatcherConfig) func(name string) float64 {
 		}
 		return float64(max(w, 1))
 	}
-}
-
-// ErrViolations is returned by Check for a report that broke an invariant.
-var ErrViolations = errors.New("sim: invariants violated")
-
-// Check returns nil for a report whose run kept every checked invariant,
-// else ErrViolations wrapped with the counts.
-func (r Report) Check() error {
-	if r.OK() {
-		return nil
-	}
-	return fmt.Errorf("%w: %d violations, %d lost, %d duplicated",
-		ErrViolations, r.Violations.Count, r.Requests.Lost, r.Requests.Duplicated)
 }

@@ -3,9 +3,7 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,74 +191,11 @@ func TestReportBreakdown(t *testing.T) {
 	}
 }
 
-// TestJainAndShares checks the fairness arithmetic on known values.
-func TestJainAndShares(t *testing.T) {
-	if j := jain([]float64{1, 1, 1}); j != 1 {
-		t.Errorf("jain equal = %v", j)
-	}
-	if j := jain([]float64{1, 0, 0, 0}); j != 0.25 {
-		t.Errorf("jain one of four = %v", j)
-	}
-	if j := jain(nil); j != 1 {
-		t.Errorf("jain of nothing = %v", j)
-	}
+// TestShares checks the max-min share arithmetic on known values.
+func TestShares(t *testing.T) {
 	got := maxMinShares(100, []float64{1, 1, 2}, []float64{10, 100, 100})
 	if want := []float64{10, 30, 60}; !reflect.DeepEqual(got, want) {
 		t.Errorf("max-min shares %v, want %v", got, want)
-	}
-	p := exactPercentiles([]time.Duration{4 * ms1, 1 * ms1, 3 * ms1, 2 * ms1})
-	if p.P50 != 2 || p.P95 != 4 || p.Max != 4 {
-		t.Errorf("percentiles %+v", p)
-	}
-}
-
-// TestLedgerDetectsPlacement: batches that mix parameters or buckets, merge
-// the wrong way, or go to a device without their model are violations;
-// merging shorter buckets under BucketMerge is not.
-func TestLedgerDetectsPlacement(t *testing.T) {
-	models := []actors.ModelConfig{{Name: "m", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}, BucketEdges: []int{8, 16}}}
-	short, long := testReq(1, ms1), testReq(2, ms1)
-	short.Input, long.Input = "abc", "abcdefghijklmnopq" // buckets 0 and 2
-	other := testReq(3, ms1)
-	other.Params = "temp=1"
-	long2 := testReq(4, ms1)
-	long2.Input = long.Input + "r"
-	for _, c := range []struct {
-		name  string
-		merge bool
-		key   actors.Key
-		items []actors.Request
-		ready []string
-		kind  ViolationKind
-		want  string // "" for clean
-	}{
-		{"merge shorter", true, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, short}, nil, 0, ""},
-		{"mixed buckets", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, short}, nil, ViolationBatch, "is in bucket 0"},
-		{"merge longer", true, actors.Key{Model: "m", Version: "v1", Bucket: 0}, []actors.Request{short, long}, nil, ViolationBatch, "is in bucket 2"},
-		{"merge only", true, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{short}, nil, ViolationBatch, "no item in its key's bucket"},
-		{"mixed params", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, other}, nil, ViolationBatch, "temp=1"},
-		{"cold device", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, long2}, []string{"x"}, ViolationWarm, "which holds"},
-		{"warm device", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, long2}, []string{"x", "m"}, 0, ""},
-	} {
-		h := newLedgerHarness(t, func(cfg *LedgerConfig) { cfg.Models, cfg.BucketMerge = models, c.merge })
-		h.deliver(0, dev0, BatcherAddr, actors.DeviceReady{Device: dev0, Incarnation: 1, Models: c.ready})
-		for _, q := range c.items {
-			h.submit(q)
-		}
-		h.runBatch(2*ms1, dev0, 1, c.key, 1, c.items...)
-		for _, q := range c.items {
-			h.reply(100*ms1, completed(q, 2*ms1, 100*ms1))
-		}
-		n, first := h.finish()
-		if c.want == "" {
-			if n != 0 {
-				t.Errorf("%s: %d violations: %q", c.name, n, first)
-			}
-			continue
-		}
-		if h.l.ViolationsByKind()[c.kind] == 0 || !strings.Contains(strings.Join(first, "\n"), c.want) {
-			t.Errorf("%s: want a %v violation with %q; got %q", c.name, c.kind, c.want, first)
-		}
 	}
 }
 
@@ -286,35 +221,5 @@ func TestSourcesConfigValidate(t *testing.T) {
 	cfg.Sources = []TrafficConfig{DefaultTrafficConfig()}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("one default source: %v", err)
-	}
-}
-
-// TestExactPercentilesSelect checks the selection against a sort, on
-// shapes that trouble quickselect: sorted, reversed, constant, few values.
-func TestExactPercentilesSelect(t *testing.T) {
-	shapes := map[string]func(i int) time.Duration{
-		"sorted":   func(i int) time.Duration { return time.Duration(i) },
-		"reversed": func(i int) time.Duration { return time.Duration(-i) },
-		"constant": func(i int) time.Duration { return 7 },
-		"few":      func(i int) time.Duration { return time.Duration(i % 3) },
-		"mixed":    func(i int) time.Duration { return time.Duration((i * 7919) % 1009) },
-	}
-	for name, f := range shapes {
-		for _, n := range []int{1, 2, 3, 10, 101, 1000} {
-			ds := make([]time.Duration, n)
-			for i := range ds {
-				ds[i] = f(i) * time.Millisecond
-			}
-			sorted := slices.Clone(ds)
-			slices.Sort(sorted)
-			at := func(q float64) float64 {
-				i := min(max(int(math.Ceil(q*float64(n)))-1, 0), n-1)
-				return float64(sorted[i]/time.Microsecond) / 1e3
-			}
-			want := Percentiles{P50: at(0.5), P95: at(0.95), P99: at(0.99), Max: at(1)}
-			if got := exactPercentiles(ds); got != want {
-				t.Errorf("%s, n=%d: %+v, want %+v", name, n, got, want)
-			}
-		}
 	}
 }

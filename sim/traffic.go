@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 )
 
 // ArrivalProcess is how a traffic source spaces its requests.
@@ -182,8 +183,8 @@ func (c TrafficConfig) Validate() error {
 		return errors.New("traffic config: Target and ReplyTo must be set")
 	case c.Priority < actors.PriorityLow || c.Priority > actors.PriorityHigh:
 		return fmt.Errorf("traffic config: Priority %d: need %d to %d", c.Priority, actors.PriorityLow, actors.PriorityHigh)
-	case c.IDStep > idStepLimit || c.IDFirst > LedgerRequestsLimit:
-		return fmt.Errorf("traffic config: IDFirst %d, IDStep %d: need at most %d and %d", c.IDFirst, c.IDStep, LedgerRequestsLimit, idStepLimit)
+	case c.IDStep > idStepLimit || c.IDFirst > ledger.RequestsLimit:
+		return fmt.Errorf("traffic config: IDFirst %d, IDStep %d: need at most %d and %d", c.IDFirst, c.IDStep, ledger.RequestsLimit, idStepLimit)
 	}
 	if err := c.validatePoison(); err != nil {
 		return err

@@ -1,8 +1,10 @@
-package sim
+package ledger
 
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,53 @@ func TestReportTable(t *testing.T) {
 	}
 	if r.OK() || r.Check() == nil {
 		t.Error("a report with a violation passed its check")
+	}
+}
+
+// TestJainAndPercentiles checks the fairness and percentile arithmetic on
+// known values.
+func TestJainAndPercentiles(t *testing.T) {
+	if j := Jain([]float64{1, 1, 1}); j != 1 {
+		t.Errorf("jain equal = %v", j)
+	}
+	if j := Jain([]float64{1, 0, 0, 0}); j != 0.25 {
+		t.Errorf("jain one of four = %v", j)
+	}
+	if j := Jain(nil); j != 1 {
+		t.Errorf("jain of nothing = %v", j)
+	}
+	p := exactPercentiles([]time.Duration{4 * ms1, 1 * ms1, 3 * ms1, 2 * ms1})
+	if p.P50 != 2 || p.P95 != 4 || p.Max != 4 {
+		t.Errorf("percentiles %+v", p)
+	}
+}
+
+// TestExactPercentilesSelect checks the selection against a sort, on
+// shapes that trouble quickselect: sorted, reversed, constant, few values.
+func TestExactPercentilesSelect(t *testing.T) {
+	shapes := map[string]func(i int) time.Duration{
+		"sorted":   func(i int) time.Duration { return time.Duration(i) },
+		"reversed": func(i int) time.Duration { return time.Duration(-i) },
+		"constant": func(i int) time.Duration { return 7 },
+		"few":      func(i int) time.Duration { return time.Duration(i % 3) },
+		"mixed":    func(i int) time.Duration { return time.Duration((i * 7919) % 1009) },
+	}
+	for name, f := range shapes {
+		for _, n := range []int{1, 2, 3, 10, 101, 1000} {
+			ds := make([]time.Duration, n)
+			for i := range ds {
+				ds[i] = f(i) * time.Millisecond
+			}
+			sorted := slices.Clone(ds)
+			slices.Sort(sorted)
+			at := func(q float64) float64 {
+				i := min(max(int(math.Ceil(q*float64(n)))-1, 0), n-1)
+				return float64(sorted[i]/time.Microsecond) / 1e3
+			}
+			want := Percentiles{P50: at(0.5), P95: at(0.95), P99: at(0.99), Max: at(1)}
+			if got := exactPercentiles(ds); got != want {
+				t.Errorf("%s, n=%d: %+v, want %+v", name, n, got, want)
+			}
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package sim
+package ledger
 
 import (
 	"time"
@@ -22,8 +22,8 @@ type TimelineStep struct {
 	LatencyMs     Percentiles `json:"latency_ms"`
 }
 
-// timelineStepsLimit bounds Report.Timeline: a day at one step a second.
-const timelineStepsLimit = 86_400
+// TimelineStepsLimit bounds Report.Timeline: a day at one step a second.
+const TimelineStepsLimit = 86_400
 
 // timeline groups the requests that arrived in [0, safety) into steps of
 // every, in two passes over the ledger: one to count each step's
@@ -31,7 +31,7 @@ const timelineStepsLimit = 86_400
 // step, so the percentiles of all steps cost one allocation.
 func (l *Ledger) timeline(every, safety time.Duration) []TimelineStep {
 	n := int((safety + every - 1) / every)
-	if n < 1 || n > timelineStepsLimit {
+	if n < 1 || n > TimelineStepsLimit {
 		return nil
 	}
 	steps := make([]TimelineStep, n)
@@ -174,3 +174,5 @@ func (l *Ledger) splitOf(ofKey []int, g int) splitSums {
 	}
 	return out
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

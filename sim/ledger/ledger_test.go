@@ -1,4 +1,4 @@
-package sim
+package ledger
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // reads Now; the rest panics so that a change that makes it use more shows.
 type ledgerCtx struct{ now time.Duration }
 
-func (c *ledgerCtx) Self() actors.Address                               { return LedgerAddr }
+func (c *ledgerCtx) Self() actors.Address                               { return ledgerAddr }
 func (c *ledgerCtx) Now() time.Duration                                 { return c.now }
 func (c *ledgerCtx) Send(actors.Address, actors.Message)                { panic("ledger sent a message") }
 func (c *ledgerCtx) After(time.Duration, actors.Message) actors.TimerID { panic("ledger set a timer") }
@@ -31,18 +31,22 @@ type ledgerHarness struct {
 	queued int // what the probe reports
 }
 
+// The addresses of the actors around the ledger, as sim.Run places them.
 var (
-	dev0   = actors.Address{ID: DeviceAddrBase}
-	dev1   = actors.Address{ID: DeviceAddrBase + 1}
-	mKey   = actors.Key{Model: "m", Version: "v1"}
-	mKeyV2 = actors.Key{Model: "m", Version: "v2"}
+	batcherAddr = actors.Address{ID: 1}
+	ledgerAddr  = actors.Address{ID: 2}
+	trafficAddr = actors.Address{ID: 3}
+	dev0        = actors.Address{ID: 100}
+	dev1        = actors.Address{ID: 101}
+	mKey        = actors.Key{Model: "m", Version: "v1"}
+	mKeyV2      = actors.Key{Model: "m", Version: "v2"}
 )
 
-func newLedgerHarness(t *testing.T, mutate func(*LedgerConfig)) *ledgerHarness {
+func newLedgerHarness(t *testing.T, mutate func(*Config)) *ledgerHarness {
 	t.Helper()
 	h := &ledgerHarness{t: t}
-	cfg := LedgerConfig{
-		Batcher:       BatcherAddr,
+	cfg := Config{
+		Batcher:       batcherAddr,
 		BatchMax:      3,
 		AttemptMax:    2,
 		QueueTotalMax: 10,
@@ -52,7 +56,7 @@ func newLedgerHarness(t *testing.T, mutate func(*LedgerConfig)) *ledgerHarness {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	l, err := NewLedger(cfg)
+	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +66,7 @@ func newLedgerHarness(t *testing.T, mutate func(*LedgerConfig)) *ledgerHarness {
 
 func (h *ledgerHarness) deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
 	h.l.Deliver(at, from, to, msg)
-	if to == LedgerAddr {
+	if to == ledgerAddr {
 		h.ctx.now = at
 		h.l.Receive(&h.ctx, msg)
 	}
@@ -71,12 +75,12 @@ func (h *ledgerHarness) deliver(at time.Duration, from, to actors.Address, msg a
 func testReq(id uint64, arrival time.Duration) actors.Request {
 	return actors.Request{
 		ID: id, Tenant: "t", Model: "m", Version: "v1",
-		Input: fmt.Sprintf("input-%d", id), Arrival: arrival, ReplyTo: LedgerAddr,
+		Input: fmt.Sprintf("input-%d", id), Arrival: arrival, ReplyTo: ledgerAddr,
 	}
 }
 
 func (h *ledgerHarness) submit(q actors.Request) {
-	h.deliver(q.Arrival, TrafficAddr, BatcherAddr, actors.Submit{Req: q})
+	h.deliver(q.Arrival, trafficAddr, batcherAddr, actors.Submit{Req: q})
 }
 
 func (h *ledgerHarness) runBatch(at time.Duration, dev actors.Address, id uint64, key actors.Key, attempt int, qs ...actors.Request) {
@@ -84,11 +88,11 @@ func (h *ledgerHarness) runBatch(at time.Duration, dev actors.Address, id uint64
 	for _, q := range qs {
 		b.Items = append(b.Items, actors.Item{Req: q, Enqueue: q.Arrival, Attempt: attempt})
 	}
-	h.deliver(at, BatcherAddr, dev, actors.RunBatch{Batch: b})
+	h.deliver(at, batcherAddr, dev, actors.RunBatch{Batch: b})
 }
 
 func (h *ledgerHarness) batchDone(at time.Duration, dev actors.Address, id uint64) {
-	h.deliver(at, dev, BatcherAddr, actors.BatchDone{Device: dev, BatchID: id})
+	h.deliver(at, dev, batcherAddr, actors.BatchDone{Device: dev, BatchID: id})
 }
 
 // completed is the reply a correct device sends for q run at dispatch and
@@ -101,7 +105,7 @@ func completed(q actors.Request, dispatch, done time.Duration) actors.Reply {
 }
 
 func (h *ledgerHarness) reply(at time.Duration, r actors.Reply) {
-	h.deliver(at, dev0, LedgerAddr, r)
+	h.deliver(at, dev0, ledgerAddr, r)
 }
 
 // clean runs two requests through one batch, correctly.
@@ -118,6 +122,10 @@ func (h *ledgerHarness) clean() (actors.Request, actors.Request) {
 
 const ms1 = time.Millisecond
 
+// tick is a message the ledger only times, as it does a traffic source's
+// timer.
+type tick struct{}
+
 func (h *ledgerHarness) finish() (int64, []string) {
 	h.l.Finish(h.ctx.now + time.Second)
 	return h.l.Violations()
@@ -130,8 +138,8 @@ func TestLedgerCleanSequence(t *testing.T) {
 	c := testReq(3, 200*ms1)
 	h.submit(c)
 	h.runBatch(201*ms1, dev1, 2, mKey, 1, c)
-	h.deliver(250*ms1, dev1, BatcherAddr, actors.BatchAborted{Device: dev1, BatchID: 2, Pending: []uint64{3}})
-	h.deliver(260*ms1, dev1, BatcherAddr, actors.DeviceReady{Device: dev1, Incarnation: 2})
+	h.deliver(250*ms1, dev1, batcherAddr, actors.BatchAborted{Device: dev1, BatchID: 2, Pending: []uint64{3}})
+	h.deliver(260*ms1, dev1, batcherAddr, actors.DeviceReady{Device: dev1, Incarnation: 2})
 	h.runBatch(260*ms1, dev1, 3, mKey, 2, c)
 	r := completed(c, 260*ms1, 360*ms1)
 	r.Attempts = 2
@@ -141,14 +149,14 @@ func TestLedgerCleanSequence(t *testing.T) {
 	h.submit(d)
 	h.submit(e)
 	h.reply(400*ms1, actors.Reply{ID: 4, Outcome: actors.Rejected, RetryAfter: time.Second})
-	h.deliver(410*ms1, TrafficAddr, BatcherAddr, actors.Cancel{ID: 5})
+	h.deliver(410*ms1, trafficAddr, batcherAddr, actors.Cancel{ID: 5})
 	h.reply(410*ms1, actors.Reply{ID: 5, Outcome: actors.Cancelled})
 
 	if n, v := h.finish(); n != 0 {
 		t.Fatalf("clean sequence: %d violations: %q", n, v)
 	}
 	c2 := h.l.Counts()
-	want := LedgerCounts{Submitted: 5, Replied: 5, SLOMet: 3, Batches: 3, BatchItems: 4}
+	want := Counts{Submitted: 5, Replied: 5, SLOMet: 3, Batches: 3, BatchItems: 4}
 	want.Outcomes[actors.Completed], want.Outcomes[actors.Rejected], want.Outcomes[actors.Cancelled] = 3, 1, 1
 	if c2 != want {
 		t.Errorf("counts = %+v, want %+v", c2, want)
@@ -224,12 +232,12 @@ func TestLedgerDetects(t *testing.T) {
 			h.runBatch(3*ms1, dev0, 2, mKey, 1, b)
 		}},
 		{"same incarnation does not free a device", "while batch 1", func(h *ledgerHarness) {
-			h.deliver(0, dev0, BatcherAddr, actors.DeviceReady{Device: dev0, Incarnation: 1})
+			h.deliver(0, dev0, batcherAddr, actors.DeviceReady{Device: dev0, Incarnation: 1})
 			a, b := testReq(1, ms1), testReq(2, ms1)
 			h.submit(a)
 			h.submit(b)
 			h.runBatch(2*ms1, dev0, 1, mKey, 1, a)
-			h.deliver(3*ms1, dev0, BatcherAddr, actors.DeviceReady{Device: dev0, Incarnation: 1})
+			h.deliver(3*ms1, dev0, batcherAddr, actors.DeviceReady{Device: dev0, Incarnation: 1})
 			h.runBatch(3*ms1, dev0, 2, mKey, 1, b)
 		}},
 		{"done after reply", "out of order", func(h *ledgerHarness) {
@@ -248,11 +256,11 @@ func TestLedgerDetects(t *testing.T) {
 			a := testReq(1, 10*ms1)
 			h.submit(a)
 			b := actors.Batch{ID: 1, Key: mKey, Dispatch: 11 * ms1, Items: []actors.Item{{Req: a, Enqueue: 9 * ms1, Attempt: 1}}}
-			h.deliver(11*ms1, BatcherAddr, dev0, actors.RunBatch{Batch: b})
+			h.deliver(11*ms1, batcherAddr, dev0, actors.RunBatch{Batch: b})
 		}},
 		{"clock goes back", "clock went back", func(h *ledgerHarness) {
-			h.deliver(5*ms1, TrafficAddr, TrafficAddr, arrive{})
-			h.deliver(4*ms1, TrafficAddr, TrafficAddr, arrive{})
+			h.deliver(5*ms1, trafficAddr, trafficAddr, tick{})
+			h.deliver(4*ms1, trafficAddr, trafficAddr, tick{})
 		}},
 		{"attempt past the limit", "attempt 3 > AttemptMax 2", func(h *ledgerHarness) {
 			a := testReq(1, ms1)
@@ -265,7 +273,7 @@ func TestLedgerDetects(t *testing.T) {
 			for i := uint64(1); i <= 3; i++ {
 				at := time.Duration(i) * 10 * ms1
 				h.runBatch(at, dev0, i, mKey, 1, a)
-				h.deliver(at+ms1, dev0, BatcherAddr, actors.BatchAborted{Device: dev0, BatchID: i, Pending: []uint64{1}})
+				h.deliver(at+ms1, dev0, batcherAddr, actors.BatchAborted{Device: dev0, BatchID: i, Pending: []uint64{1}})
 			}
 		}},
 		{"reply after too many attempts", "reply after 3 attempts", func(h *ledgerHarness) {
@@ -327,7 +335,7 @@ func TestLedgerCountsLostAndDuplicated(t *testing.T) {
 }
 
 func TestLedgerKeepsFirstViolations(t *testing.T) {
-	h := newLedgerHarness(t, func(c *LedgerConfig) { c.ViolationsMax = 3 })
+	h := newLedgerHarness(t, func(c *Config) { c.ViolationsMax = 3 })
 	for id := uint64(1); id <= 10; id++ {
 		h.submit(testReq(id, ms1))
 	}
@@ -343,7 +351,7 @@ func TestLedgerResolvesDefaultVersion(t *testing.T) {
 	a.Version = "" // the batcher's default, resolved to v2
 	h.submit(a)
 	h.runBatch(2*ms1, dev0, 1, mKeyV2, 1, a)
-	h.deliver(50*ms1, dev0, BatcherAddr, actors.BatchAborted{Device: dev0, BatchID: 1, Pending: []uint64{1}})
+	h.deliver(50*ms1, dev0, batcherAddr, actors.BatchAborted{Device: dev0, BatchID: 1, Pending: []uint64{1}})
 	h.runBatch(60*ms1, dev0, 2, mKeyV2, 2, a)
 	r := completed(a, 60*ms1, 160*ms1)
 	r.Output = actors.EmulatedOutput("m", "v2", a.Input)
@@ -354,16 +362,16 @@ func TestLedgerResolvesDefaultVersion(t *testing.T) {
 }
 
 func TestLedgerRejectsBadConfig(t *testing.T) {
-	for _, mut := range []func(*LedgerConfig){
-		func(c *LedgerConfig) { c.BatchMax = 0 },
-		func(c *LedgerConfig) { c.AttemptMax = 0 },
-		func(c *LedgerConfig) { c.Batcher = actors.Address{} },
-		func(c *LedgerConfig) { c.ViolationsMax = -1 },
+	for _, mut := range []func(*Config){
+		func(c *Config) { c.BatchMax = 0 },
+		func(c *Config) { c.AttemptMax = 0 },
+		func(c *Config) { c.Batcher = actors.Address{} },
+		func(c *Config) { c.ViolationsMax = -1 },
 	} {
-		cfg := LedgerConfig{Batcher: BatcherAddr, BatchMax: 1, AttemptMax: 1, QueueTotalMax: 1}
+		cfg := Config{Batcher: batcherAddr, BatchMax: 1, AttemptMax: 1, QueueTotalMax: 1}
 		mut(&cfg)
-		if _, err := NewLedger(cfg); err == nil {
-			t.Errorf("NewLedger(%+v) accepted a bad config", cfg)
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted a bad config", cfg)
 		}
 	}
 }
@@ -371,7 +379,7 @@ func TestLedgerRejectsBadConfig(t *testing.T) {
 // BenchmarkLedgerRequest is the checker's cost per request: a submit, a
 // share of a 20-item batch, a reply.
 func BenchmarkLedgerRequest(b *testing.B) {
-	l, err := NewLedger(LedgerConfig{Batcher: BatcherAddr, BatchMax: 100, AttemptMax: 3, QueueTotalMax: 1 << 20,
+	l, err := New(Config{Batcher: batcherAddr, BatchMax: 100, AttemptMax: 3, QueueTotalMax: 1 << 20,
 		SLO: 200 * ms1, RequestsHint: b.N + 1})
 	if err != nil {
 		b.Fatal(err)
@@ -382,27 +390,77 @@ func BenchmarkLedgerRequest(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		at := time.Duration(i) * time.Microsecond
-		q := actors.Request{ID: uint64(i + 1), Tenant: "t", Model: "m", Version: "v1", Input: "abcdefghijklmnop", Arrival: at, ReplyTo: LedgerAddr}
-		l.Deliver(at, TrafficAddr, BatcherAddr, actors.Submit{Req: q})
+		q := actors.Request{ID: uint64(i + 1), Tenant: "t", Model: "m", Version: "v1", Input: "abcdefghijklmnop", Arrival: at, ReplyTo: ledgerAddr}
+		l.Deliver(at, trafficAddr, batcherAddr, actors.Submit{Req: q})
 		pending = append(pending, actors.Item{Req: q, Enqueue: at, Attempt: 1})
 		if len(pending) < size {
 			continue
 		}
 		batch := actors.Batch{ID: uint64(i), Key: mKey, Items: pending, Dispatch: at}
-		l.Deliver(at, BatcherAddr, dev0, actors.RunBatch{Batch: batch})
+		l.Deliver(at, batcherAddr, dev0, actors.RunBatch{Batch: batch})
 		// Done at dispatch keeps the clock monotonic across iterations.
 		done := at
 		for _, it := range pending {
 			r := actors.Reply{ID: it.Req.ID, Outcome: actors.Completed, Output: actors.EmulatedOutput("m", "v1", it.Req.Input),
 				Enqueue: it.Enqueue, Dispatch: at, Done: done, BatchSize: size, Attempts: 1}
-			l.Deliver(done, dev0, LedgerAddr, r)
+			l.Deliver(done, dev0, ledgerAddr, r)
 			ctx.now = done
 			l.Receive(ctx, r)
 		}
-		l.Deliver(done, dev0, BatcherAddr, actors.BatchDone{Device: dev0, BatchID: uint64(i)})
+		l.Deliver(done, dev0, batcherAddr, actors.BatchDone{Device: dev0, BatchID: uint64(i)})
 		pending = pending[:0]
 	}
 }
 
 // TestOutputOK holds the ledger's allocation-free output check equal to
 // actors.EmulatedOutput, the one definition of the emulated backend.
+
+// TestLedgerDetectsPlacement: batches that mix parameters or buckets, merge
+// the wrong way, or go to a device without their model are violations;
+// merging shorter buckets under BucketMerge is not.
+func TestLedgerDetectsPlacement(t *testing.T) {
+	models := []actors.ModelConfig{{Name: "m", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}, BucketEdges: []int{8, 16}}}
+	short, long := testReq(1, ms1), testReq(2, ms1)
+	short.Input, long.Input = "abc", "abcdefghijklmnopq" // buckets 0 and 2
+	other := testReq(3, ms1)
+	other.Params = "temp=1"
+	long2 := testReq(4, ms1)
+	long2.Input = long.Input + "r"
+	for _, c := range []struct {
+		name  string
+		merge bool
+		key   actors.Key
+		items []actors.Request
+		ready []string
+		kind  ViolationKind
+		want  string // "" for clean
+	}{
+		{"merge shorter", true, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, short}, nil, 0, ""},
+		{"mixed buckets", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, short}, nil, ViolationBatch, "is in bucket 0"},
+		{"merge longer", true, actors.Key{Model: "m", Version: "v1", Bucket: 0}, []actors.Request{short, long}, nil, ViolationBatch, "is in bucket 2"},
+		{"merge only", true, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{short}, nil, ViolationBatch, "no item in its key's bucket"},
+		{"mixed params", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, other}, nil, ViolationBatch, "temp=1"},
+		{"cold device", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, long2}, []string{"x"}, ViolationWarm, "which holds"},
+		{"warm device", false, actors.Key{Model: "m", Version: "v1", Bucket: 2}, []actors.Request{long, long2}, []string{"x", "m"}, 0, ""},
+	} {
+		h := newLedgerHarness(t, func(cfg *Config) { cfg.Models, cfg.BucketMerge = models, c.merge })
+		h.deliver(0, dev0, batcherAddr, actors.DeviceReady{Device: dev0, Incarnation: 1, Models: c.ready})
+		for _, q := range c.items {
+			h.submit(q)
+		}
+		h.runBatch(2*ms1, dev0, 1, c.key, 1, c.items...)
+		for _, q := range c.items {
+			h.reply(100*ms1, completed(q, 2*ms1, 100*ms1))
+		}
+		n, first := h.finish()
+		if c.want == "" {
+			if n != 0 {
+				t.Errorf("%s: %d violations: %q", c.name, n, first)
+			}
+			continue
+		}
+		if h.l.ViolationsByKind()[c.kind] == 0 || !strings.Contains(strings.Join(first, "\n"), c.want) {
+			t.Errorf("%s: want a %v violation with %q; got %q", c.name, c.kind, c.want, first)
+		}
+	}
+}

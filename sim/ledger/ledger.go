@@ -1,4 +1,4 @@
-package sim
+package ledger
 
 import (
 	"errors"
@@ -12,14 +12,14 @@ import (
 	"github.com/batchd/batchd/actors"
 )
 
-// LedgerRequestsLimit bounds the requests one ledger tracks (80 bytes each,
+// RequestsLimit bounds the requests one ledger tracks (80 bytes each,
 // so 20 M is 1.6 GB at most). A run that needs more is too big for
 // one process anyway.
-const LedgerRequestsLimit = 20_000_000
+const RequestsLimit = 20_000_000
 
-// LedgerConfig configures a Ledger: where the batcher is and the bounds its
+// Config configures a Ledger: where the batcher is and the bounds its
 // messages must respect.
-type LedgerConfig struct {
+type Config struct {
 	// Batcher is the address Submit, Cancel and the device reports go to;
 	// the queue bound is checked after every delivery to it.
 	Batcher actors.Address
@@ -46,7 +46,7 @@ type LedgerConfig struct {
 	ViolationsMax int
 	// RequestsMax bounds the request IDs tracked; IDs are expected to be
 	// dense from 1, as Traffic makes them. Default and ceiling
-	// LedgerRequestsLimit.
+	// RequestsLimit.
 	RequestsMax int
 	// RequestsHint presizes the ledger, to avoid regrowing it on the hot
 	// path. Optional.
@@ -65,12 +65,12 @@ type LedgerConfig struct {
 }
 
 // NamesLimit is the most tenants a ledger tells apart (see
-// LedgerConfig.NamesMax): the per-tenant report is read by people, and a
+// Config.NamesMax): the per-tenant report is read by people, and a
 // run with more tenants than this is a load test of the tenant table.
 const NamesLimit = 1024
 
 // OtherName is the name the per-tenant and per-model figures use for the
-// tenants past LedgerConfig.NamesMax.
+// tenants past Config.NamesMax.
 const OtherName = "(other)"
 
 // record is the ledger's line for one request. It holds string headers that
@@ -121,7 +121,7 @@ type devState struct {
 // output" are checked per request (architecture invariants 1–4, 8, 10), and
 // it records the latency signals for the report.
 type Ledger struct {
-	cfg  LedgerConfig
+	cfg  Config
 	recs []record     // indexed by request ID; recs[0] is unused
 	keys []actors.Key // interned (model, version) of the records
 	// tenants are the interned tenant names of the records (tenantIndex
@@ -167,13 +167,13 @@ type Ledger struct {
 	byKind      [ViolationKinds]int64
 }
 
-// NewLedger returns a ledger for a valid configuration.
-func NewLedger(cfg LedgerConfig) (*Ledger, error) {
+// New returns a ledger for a valid configuration.
+func New(cfg Config) (*Ledger, error) {
 	if cfg.ViolationsMax == 0 {
 		cfg.ViolationsMax = 20
 	}
-	if cfg.RequestsMax == 0 || cfg.RequestsMax > LedgerRequestsLimit {
-		cfg.RequestsMax = LedgerRequestsLimit
+	if cfg.RequestsMax == 0 || cfg.RequestsMax > RequestsLimit {
+		cfg.RequestsMax = RequestsLimit
 	}
 	if cfg.NamesMax <= 0 || cfg.NamesMax > NamesLimit {
 		cfg.NamesMax = NamesLimit
@@ -558,7 +558,8 @@ func (l *Ledger) reply(at time.Duration, m *actors.Reply) {
 }
 
 // Finish closes the ledger at the end of a run: every submitted request
-// without a reply is lost (invariant 1). It is idempotent.
+// without a reply is lost (invariant 1), and the signal readings due up
+// to at are taken (SampleSignals). It is idempotent.
 func (l *Ledger) Finish(at time.Duration) {
 	if l.finished {
 		return
@@ -575,10 +576,16 @@ func (l *Ledger) Finish(at time.Duration) {
 			l.violate(ViolationLost, "request %d (arrival %v, %d runs): no reply by %v", id, r.arrival, r.runs, at)
 		}
 	}
+	if l.sampler != nil {
+		l.sampler.finish(at)
+	}
 }
 
-// LedgerCounts are the ledger's request counts.
-type LedgerCounts struct {
+// Last is the time of the last delivery the ledger saw.
+func (l *Ledger) Last() time.Duration { return l.last }
+
+// Counts are the ledger's request counts.
+type Counts struct {
 	Submitted, Replied, Duplicated, Lost int64
 	// Outcomes is indexed by actors.Outcome.
 	Outcomes [actors.Cancelled + 1]int64
@@ -592,8 +599,8 @@ type LedgerCounts struct {
 }
 
 // Counts returns the ledger's counts so far; Lost is set by Finish.
-func (l *Ledger) Counts() LedgerCounts {
-	return LedgerCounts{
+func (l *Ledger) Counts() Counts {
+	return Counts{
 		Submitted: l.submitted, Replied: l.replied, Duplicated: l.duplicated, Lost: l.lost,
 		Outcomes: l.outcomes, SLOMet: l.sloMet,
 		Batches: l.batches, BatchItems: l.batchItems, QueuedHigh: l.queuedHigh,
