@@ -14,9 +14,9 @@
 // Every runtime package may import actors; actors imports none of them (nor
 // anything else of batchd).
 //
-// Imported by: actors/actorstest, actors/schema, cmd/batchd, engine,
-// engine/config, engine/enginetest, engine/fidelity, engine/httpapi,
-// engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
-// engine/server, scenarios, sim, sim/charts, sim/flushcheck, sim/ledger
-// (and tests).
+// Imported by: actors/actorstest, actors/devicemodel, actors/schema,
+// cmd/batchd, engine, engine/config, engine/enginetest, engine/fidelity,
+// engine/httpapi, engine/httpapi/metrics, engine/jobs, engine/loadgen,
+// engine/record, engine/server, scenarios, sim, sim/charts, sim/flushcheck,
+// sim/ledger (and tests).
 package actors

@@ -12,37 +12,45 @@ import (
 	"testing"
 )
 
-// TestPurity fails the build if a non-test file of this package reaches for
-// what the runtime owns: the wall clock, goroutines, channels, select,
-// locks, the global math/rand, or a map iteration (whose order would make a
-// decision nondeterministic).
+// pureDirs are the pure packages, relative to this one: actors and the
+// device model both the simulator and the live backend draw from.
+var pureDirs = map[string]string{".": "actors", "devicemodel": "devicemodel"}
+
+// TestPurity fails the build if a non-test file of a pure package
+// (pureDirs) reaches for what the runtime owns: the wall clock,
+// goroutines, channels, select, locks, the global math/rand, or a map
+// iteration (whose order would make a decision nondeterministic).
 func TestPurity(t *testing.T) {
-	fset := token.NewFileSet()
-	paths, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, p := range paths {
-		if strings.HasSuffix(p, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	if len(files) == 0 {
-		t.Fatal("no source files found")
-	}
-	info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}, Uses: map[*ast.Ident]types.Object{}}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	if _, err := conf.Check("actors", fset, files, info); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range checkPurity(fset, files, info) {
-		t.Error(v)
+	for dir, name := range pureDirs {
+		t.Run(name, func(t *testing.T) {
+			fset := token.NewFileSet()
+			paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var files []*ast.File
+			for _, p := range paths {
+				if strings.HasSuffix(p, "_test.go") {
+					continue
+				}
+				f, err := parser.ParseFile(fset, p, nil, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, f)
+			}
+			if len(files) == 0 {
+				t.Fatal("no source files found")
+			}
+			info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}, Uses: map[*ast.Ident]types.Object{}}
+			conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+			if _, err := conf.Check(name, fset, files, info); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range checkPurity(fset, files, info) {
+				t.Error(v)
+			}
+		})
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/devicemodel"
 )
 
 // Backend runs one batch on one device. It is what a device actor's jobs
@@ -54,20 +55,20 @@ type EmulatedConfig struct {
 	// (ErrBatchSize). Default 100, the seeds' batchstring.
 	BatchMax int
 	// FaultPlan is the faults at rates, the simulator's own model (see
-	// actors.FaultPlan): a hang blocks Run until its ctx is done, a crash
+	// devicemodel.FaultPlan): a hang blocks Run until its ctx is done, a crash
 	// returns an error wrapping ErrDeviceFault part way through the batch,
 	// a batch error or a poison input fails the batch with ErrBatch at its
 	// full latency, an item error fails one item with ErrItem, a slow batch
 	// takes SlowFactor times its latency; HealAt, from NewEmulated, ends
 	// all but poison.
-	actors.FaultPlan
+	devicemodel.FaultPlan
 	// Schedule is the run's scheduled faults (crash, hang, slow at given
 	// times from NewEmulated); this device takes those for its Index.
-	Schedule []actors.ScheduledFault
+	Schedule []devicemodel.ScheduledFault
 	// Index is the device's index in the engine, from 0, for Schedule.
 	Index int
 	// LatencySpread is the σ of a log-normal factor on each batch's
-	// latency (mean 1; see actors.DeviceModel.SetLatencySpread); 0: none.
+	// latency (mean 1; see devicemodel.Model.SetLatencySpread); 0: none.
 	LatencySpread float64
 	// Seed seeds the backend's own random stream, from which its faults are
 	// drawn.
@@ -90,18 +91,18 @@ func (c EmulatedConfig) Validate() error {
 }
 
 // model is the device model the configuration describes.
-func (c EmulatedConfig) model() (*actors.DeviceModel, error) {
+func (c EmulatedConfig) model() (*devicemodel.Model, error) {
 	if c.BatchMax < 1 {
 		return nil, fmt.Errorf("emulated config: BatchMax %d: must be at least 1", c.BatchMax)
 	}
-	m, err := actors.NewDeviceModel(c.Latency, c.FaultPlan)
+	m, err := devicemodel.New(c.Latency, c.FaultPlan)
 	if err != nil {
 		return nil, fmt.Errorf("emulated config: %w", err)
 	}
 	if err := m.SetLatencySpread(c.LatencySpread); err != nil {
 		return nil, fmt.Errorf("emulated config: %w", err)
 	}
-	if err := actors.ValidateSchedule(c.Schedule, math.MaxInt, 0); err != nil {
+	if err := devicemodel.ValidateSchedule(c.Schedule, math.MaxInt, 0); err != nil {
 		return nil, fmt.Errorf("emulated config: %w", err)
 	}
 	m.SetSchedule(c.Index, c.Schedule)
@@ -110,7 +111,7 @@ func (c EmulatedConfig) model() (*actors.DeviceModel, error) {
 
 // Emulated is the seeds' batchstring on one emulated GPU: a batch of 1 to
 // BatchMax inputs costs the configured latency, its faults are drawn from
-// the simulator's device model (actors.DeviceModel) on the wall clock since
+// the simulator's device model (devicemodel.Model) on the wall clock since
 // NewEmulated, and each output is
 // actors.EmulatedOutput(model, version, input), so a reply carrying another
 // request's output, or the right input run on the wrong version, is
@@ -125,7 +126,7 @@ type Emulated struct {
 	// The device goroutine that calls Run changes when a worker is replaced,
 	// so the model and its random stream are guarded.
 	mu    sync.Mutex
-	model *actors.DeviceModel
+	model *devicemodel.Model
 	rng   *rand.Rand
 
 	batches atomic.Int64
@@ -163,20 +164,20 @@ func (e *Emulated) Run(ctx context.Context, model, version string, inputs []stri
 	fate := e.model.Draw(time.Since(e.start), e.rng, inputs)
 	e.mu.Unlock()
 	switch fate.Kind {
-	case actors.FateHang:
+	case devicemodel.FateHang:
 		<-ctx.Done()
 		return nil, nil, fmt.Errorf("emulated backend: hung: %w", ctx.Err())
-	case actors.FateCrash:
+	case devicemodel.FateCrash:
 		if err := sleep(ctx, fate.Took); err != nil {
 			return nil, nil, err
 		}
 		return nil, nil, fmt.Errorf("emulated backend: injected crash: %w", ErrDeviceFault)
-	case actors.FatePoison:
+	case devicemodel.FatePoison:
 		if err := sleep(ctx, fate.Took); err != nil {
 			return nil, nil, err
 		}
 		return nil, nil, fmt.Errorf("emulated backend: poison input: %w", ErrBatch)
-	case actors.FateBatchError:
+	case devicemodel.FateBatchError:
 		if err := sleep(ctx, fate.Took); err != nil {
 			return nil, nil, err
 		}

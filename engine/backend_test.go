@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/devicemodel"
 )
 
 func emulated(t *testing.T, mod func(*EmulatedConfig)) *Emulated {
@@ -230,7 +231,7 @@ func TestEmulatedRunsTheDeviceModel(t *testing.T) {
 		}
 	})
 	t.Run("scheduled crash strikes once, on its device", func(t *testing.T) {
-		sched := []actors.ScheduledFault{{At: 0, Device: 1, Kind: actors.FaultCrash}}
+		sched := []devicemodel.ScheduledFault{{At: 0, Device: 1, Kind: devicemodel.FaultCrash}}
 		other := emulated(t, func(c *EmulatedConfig) { c.Schedule, c.Index = sched, 0 })
 		if err := run(other); err != nil {
 			t.Fatalf("device 0 under device 1's crash: %v", err)
@@ -244,7 +245,7 @@ func TestEmulatedRunsTheDeviceModel(t *testing.T) {
 		}
 	})
 	t.Run("scheduled hang", func(t *testing.T) {
-		sched := []actors.ScheduledFault{{At: 0, Device: 0, Kind: actors.FaultHang}}
+		sched := []devicemodel.ScheduledFault{{At: 0, Device: 0, Kind: devicemodel.FaultHang}}
 		e := emulated(t, func(c *EmulatedConfig) { c.Schedule = sched })
 		if err := run(e); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("hung batch: %v, want it to block until its ctx ends", err)
@@ -256,7 +257,7 @@ func TestEmulatedRunsTheDeviceModel(t *testing.T) {
 			func(c *EmulatedConfig) { c.HealAt = -time.Second },
 			func(c *EmulatedConfig) { c.LatencySpread = 3 },
 			func(c *EmulatedConfig) {
-				c.Schedule = []actors.ScheduledFault{{Kind: actors.FaultSlow, Factor: 2}} // no For
+				c.Schedule = []devicemodel.ScheduledFault{{Kind: devicemodel.FaultSlow, Factor: 2}} // no For
 			},
 		} {
 			c := DefaultEmulatedConfig()

@@ -31,7 +31,8 @@
 //     inputs in; per-item outputs and errors, or a batch error, out, with
 //     ErrDeviceFault for a device that must restart. Emulated is the seeds'
 //     batchstring (1 to 100 inputs at a fixed or modelled latency, outputs
-//     from actors.EmulatedOutput, one batch at a time, with fault knobs).
+//     from actors.EmulatedOutput, one batch at a time, with the faults of
+//     the one device model, package actors/devicemodel).
 //     The engine bounds every call at JobTimeoutMultiple times its
 //     predicted latency, so a worker stuck in a hung call is freed even if
 //     its device actor never starts another job.
@@ -42,5 +43,5 @@
 //
 // Imported by: cmd/batchd, engine/config, engine/enginetest,
 // engine/httpapi, engine/jobs, engine/record, engine/server (and tests).
-// It imports actors and nothing else of batchd.
+// It imports actors and actors/devicemodel and nothing else of batchd.
 package engine

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/devicemodel"
 )
 
 // FaultPlan says which device faults are switched on for a run, as
-// probabilities per batch: the one device model's (actors.FaultPlan), which
+// probabilities per batch: the one device model's (devicemodel.FaultPlan), which
 // the live emulated backend runs too. Each seed can switch on a different
 // subset, so a sweep of seeds explores different failure mixes.
-type FaultPlan = actors.FaultPlan
+type FaultPlan = devicemodel.FaultPlan
 
 // Error texts of injected failures, so a reader of a reply can tell an
 // injected failure from a bug.
@@ -23,12 +24,12 @@ const (
 )
 
 // Device is an Executor that emulates the seeds' GPU: one batch at a time,
-// each batch's fate drawn from an actors.DeviceModel (its cost model, the
+// each batch's fate drawn from an devicemodel.Model (its cost model, the
 // faults of a FaultPlan, scheduled faults, latency spread), answering with
 // actors.EmulatedOutput. It also watches invariant 3 from below: it counts
 // jobs started while its previous job was still running (Overlaps).
 type Device struct {
-	model *actors.DeviceModel
+	model *devicemodel.Model
 	rng   *rand.Rand
 
 	jobs     int
@@ -50,7 +51,7 @@ func NewDevice(latency actors.LatencyModel, faults FaultPlan, rng *rand.Rand) *D
 	if err := latency.Validate(); err != nil {
 		panic("sim: NewDevice: " + err.Error())
 	}
-	m, err := actors.NewDeviceModel(latency, faults)
+	m, err := devicemodel.New(latency, faults)
 	if err != nil {
 		panic("sim: NewDevice: " + err.Error())
 	}
@@ -61,11 +62,11 @@ func NewDevice(latency actors.LatencyModel, faults FaultPlan, rng *rand.Rand) *D
 }
 
 // SetSchedule gives the device the scheduled faults of its own (see
-// actors.DeviceModel.SetSchedule).
+// devicemodel.Model.SetSchedule).
 func (d *Device) SetSchedule(index int, all []ScheduledFault) { d.model.SetSchedule(index, all) }
 
 // SetLatencySpread makes the device's batch latency vary (see
-// actors.DeviceModel.SetLatencySpread); it panics on a σ out of range,
+// devicemodel.Model.SetLatencySpread); it panics on a σ out of range,
 // which is validated where it is read.
 func (d *Device) SetLatencySpread(sigma float64) {
 	if err := d.model.SetLatencySpread(sigma); err != nil {
@@ -74,7 +75,7 @@ func (d *Device) SetLatencySpread(sigma float64) {
 }
 
 // Run runs job at now and returns when it ends and how; its fate is the
-// device model's draw (actors.DeviceModel.Draw).
+// device model's draw (devicemodel.Model.Draw).
 func (d *Device) Run(now time.Duration, job actors.Job) (time.Duration, actors.JobDone, bool) {
 	n := len(job.Inputs)
 	if n < 1 {
@@ -87,16 +88,16 @@ func (d *Device) Run(now time.Duration, job actors.Job) (time.Duration, actors.J
 	fate := d.model.Draw(now, d.rng, job.Inputs)
 	res := actors.JobDone{ID: job.ID}
 	switch fate.Kind {
-	case actors.FateHang:
+	case devicemodel.FateHang:
 		// The device is stuck until its actor restarts it; any later job
 		// runs on a restarted device.
 		d.busyUntil = 0
 		return 0, actors.JobDone{}, true
-	case actors.FateCrash:
+	case devicemodel.FateCrash:
 		res.Fault = true
-	case actors.FatePoison:
+	case devicemodel.FatePoison:
 		res.Err = ErrTextPoison
-	case actors.FateBatchError:
+	case devicemodel.FateBatchError:
 		res.Err = ErrTextBatchFault
 	default:
 		res.Outputs = make([]string, n)

@@ -20,8 +20,10 @@
 //     with an actors.LatencyModel, answers with actors.EmulatedOutput, and
 //     injects faults (crashes, hangs, slow runs, batch and item errors,
 //     poison inputs) from a FaultPlan, switched on per run, and faults at
-//     given times on given devices (Config.FaultSchedule, schedule.go);
-//     Config.LatencySpread makes its cost vary around the model.
+//     given times on given devices (Config.FaultSchedule, schedule.go):
+//     the one device model of package actors/devicemodel, which the live
+//     emulated backend draws from too. Config.LatencySpread makes its cost
+//     vary around the model.
 //   - Stream and NewStream derive independent random streams from the master
 //     seed and a name, so adding a consumer of randomness does not shift the
 //     numbers every other consumer sees.
@@ -51,6 +53,6 @@
 //
 // Imported by: cmd/batchd (the sim subcommand), engine/fidelity (the one
 // engine package that compares the live runtime with this one), scenarios,
-// sim/charts, sim/sweep (and tests). sim imports actors and sim/ledger and
-// nothing else of batchd.
+// sim/charts, sim/sweep (and tests). sim imports actors, actors/devicemodel
+// and sim/ledger and nothing else of batchd.
 package sim

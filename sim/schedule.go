@@ -3,34 +3,34 @@ package sim
 import (
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/devicemodel"
 )
 
-// The scheduled faults are the one device model's (actors/fault.go), which
+// The scheduled faults are the one device model's (actors/devicemodel), which
 // the live emulated backend runs too; these names keep the simulator's
 // configuration reading as it did.
 type (
 	// FaultKind is what a ScheduledFault does to its device.
-	FaultKind = actors.FaultKind
+	FaultKind = devicemodel.FaultKind
 	// ScheduledFault is a fault at a given virtual time on a given device.
-	ScheduledFault = actors.ScheduledFault
+	ScheduledFault = devicemodel.ScheduledFault
 )
 
-// The kinds of scheduled fault (see actors.FaultCrash and the others).
+// The kinds of scheduled fault (see devicemodel.FaultCrash and the others).
 const (
-	FaultCrash = actors.FaultCrash
-	FaultHang  = actors.FaultHang
-	FaultSlow  = actors.FaultSlow
+	FaultCrash = devicemodel.FaultCrash
+	FaultHang  = devicemodel.FaultHang
+	FaultSlow  = devicemodel.FaultSlow
 )
 
 // ScheduledFaultsLimit bounds Config.FaultSchedule.
-const ScheduledFaultsLimit = actors.ScheduledFaultsLimit
+const ScheduledFaultsLimit = devicemodel.ScheduledFaultsLimit
 
 // LatencySpreadLimit bounds Config.LatencySpread.
-const LatencySpreadLimit = actors.LatencySpreadLimit
+const LatencySpreadLimit = devicemodel.LatencySpreadLimit
 
 // validateSchedule checks a fault schedule against a run of the given
 // devices and safety phase.
 func validateSchedule(s []ScheduledFault, devices int, safety time.Duration) error {
-	return actors.ValidateSchedule(s, devices, safety)
+	return devicemodel.ValidateSchedule(s, devices, safety)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/devicemodel"
 )
 
 // Supervision is how the devices are watched and restarted
@@ -126,7 +127,7 @@ func (f FaultRates) Check(v *Validator, prefix string) {
 
 // Faults are a device fleet's injected faults: the rates, slow batches, a
 // heal time and faults at given times. The simulator and the live emulated
-// backend run them with the one device model (actors.DeviceModel), so a
+// backend run them with the one device model (devicemodel.Model), so a
 // serve config and a scenario say the same thing with the same keys.
 type Faults struct {
 	// Crash, hang, batch and item error rates and the poison prefix.
@@ -162,7 +163,7 @@ type Fault struct {
 func FaultsOf() Faults { return Faults{SlowFactor: 4} }
 
 // FaultKinds names the kinds of scheduled fault.
-var FaultKinds = map[string]actors.FaultKind{"crash": actors.FaultCrash, "hang": actors.FaultHang, "slow": actors.FaultSlow}
+var FaultKinds = map[string]devicemodel.FaultKind{"crash": devicemodel.FaultCrash, "hang": devicemodel.FaultHang, "slow": devicemodel.FaultSlow}
 
 // Check validates the faults under the path prefix for a fleet of devices
 // whose faults strike before end (zero: no end). index resolves a scheduled
@@ -173,8 +174,8 @@ func (f Faults) Check(v *Validator, prefix string, devices int, end time.Duratio
 	v.Finite(prefix+".slow_factor", f.SlowFactor, 1)
 	v.DurIn(prefix+".heal_at", f.HealAt, 0, 1<<62)
 	v.IntIn(prefix+".healthy_devices", f.HealthyDevices, 0, devices)
-	if len(f.Schedule) > actors.ScheduledFaultsLimit {
-		v.Bad(prefix+".schedule", "%d faults: at most %d", len(f.Schedule), actors.ScheduledFaultsLimit)
+	if len(f.Schedule) > devicemodel.ScheduledFaultsLimit {
+		v.Bad(prefix+".schedule", "%d faults: at most %d", len(f.Schedule), devicemodel.ScheduledFaultsLimit)
 	}
 	for i, x := range f.Schedule {
 		p := fmt.Sprintf("%s.schedule[%d]", prefix, i)
@@ -190,7 +191,7 @@ func (f Faults) Check(v *Validator, prefix string, devices int, end time.Duratio
 		if _, err := index(x); err != nil {
 			v.Bad(p+".device", "%v", err)
 		}
-		if kind == actors.FaultSlow {
+		if kind == devicemodel.FaultSlow {
 			v.DurIn(p+".for", x.For, time.Microsecond, 1<<62)
 			v.Finite(p+".factor", x.Factor, 1)
 		} else if x.For != 0 || x.Factor != 0 {
@@ -200,8 +201,8 @@ func (f Faults) Check(v *Validator, prefix string, devices int, end time.Duratio
 }
 
 // Plan is the faults at rates as the device model takes them.
-func (f Faults) Plan() actors.FaultPlan {
-	p := actors.FaultPlan{
+func (f Faults) Plan() devicemodel.FaultPlan {
+	p := devicemodel.FaultPlan{
 		CrashRate: f.CrashRate, HangRate: f.HangRate, SlowRate: f.SlowRate, BatchErrorRate: f.BatchErrorRate,
 		ItemErrorRate: f.ItemErrorRate, PoisonPrefix: f.PoisonPrefix, HealAt: f.HealAt,
 	}
@@ -213,14 +214,14 @@ func (f Faults) Plan() actors.FaultPlan {
 
 // Scheduled is the schedule as the device model takes it, each fault's
 // device resolved by index (validated by Check).
-func (f Faults) Scheduled(index func(Fault) (int, error)) ([]actors.ScheduledFault, error) {
-	var out []actors.ScheduledFault
+func (f Faults) Scheduled(index func(Fault) (int, error)) ([]devicemodel.ScheduledFault, error) {
+	var out []devicemodel.ScheduledFault
 	for _, x := range f.Schedule {
 		dev, err := index(x)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, actors.ScheduledFault{At: x.At, Device: dev, Kind: FaultKinds[x.Kind], For: x.For, Factor: x.Factor})
+		out = append(out, devicemodel.ScheduledFault{At: x.At, Device: dev, Kind: FaultKinds[x.Kind], For: x.For, Factor: x.Factor})
 	}
 	return out, nil
 }

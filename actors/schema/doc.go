@@ -18,6 +18,7 @@
 //
 // Imported by: cmd/batchd (the sim subcommand), engine/config,
 // engine/fidelity, scenarios.
-// It imports actors and the YAML library, nothing of the live engine or the
+// It imports actors, actors/devicemodel (the fault plan and schedule it
+// builds) and the YAML library, nothing of the live engine or the
 // simulator.
 package schema

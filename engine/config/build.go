@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/devicemodel"
 	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine"
 )
@@ -91,7 +92,7 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	// The last healthy_devices devices get no faults at rates (poison is
 	// in the input, not the device, and stays), as in the simulator.
 	healthy := ec
-	healthy.FaultPlan = actors.FaultPlan{PoisonPrefix: ec.PoisonPrefix}
+	healthy.FaultPlan = devicemodel.FaultPlan{PoisonPrefix: ec.PoisonPrefix}
 	seed, count := c.Seed, f.Devices.Count
 	c.Backend = func(i int) engine.Backend {
 		e := ec

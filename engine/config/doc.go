@@ -35,6 +35,6 @@
 // and a comment.
 //
 // Imported by: cmd/batchd, engine/fidelity, engine/server. It imports
-// actors, actors/schema (the schema it shares with scenarios), engine,
-// engine/httpapi and engine/jobs.
+// actors, actors/devicemodel (the fault plan), actors/schema (the schema it
+// shares with scenarios), engine, engine/httpapi and engine/jobs.
 package config

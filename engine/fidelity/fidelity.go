@@ -53,7 +53,7 @@ type Config struct {
 	TargetPct float64
 	// CrashRate is the probability that a batch crashes its device, live
 	// (the emulated backend) and simulated: the one device model
-	// (actors.DeviceModel) on both sides, so a fault scenario is compared
+	// (devicemodel.Model) on both sides, so a fault scenario is compared
 	// as a fault-free one is. Default 0.
 	CrashRate float64
 	// Server is the batchd binary the live side serves with. Required.

@@ -1,9 +1,11 @@
-package actors
+package devicemodel
 
 import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/actors"
 )
 
 // TestDeviceModelDrawsAFixedCount: a batch draws the same random numbers
@@ -15,11 +17,11 @@ func TestDeviceModelDrawsAFixedCount(t *testing.T) {
 	plan := FaultPlan{CrashRate: 0.2, HangRate: 0.1, SlowRate: 0.3, SlowFactor: 2, BatchErrorRate: 0.1, ItemErrorRate: 0.1}
 	healed := plan
 	healed.HealAt = time.Nanosecond
-	a, err := NewDeviceModel(FixedLatency(100*time.Millisecond), plan)
+	a, err := New(actors.FixedLatency(100*time.Millisecond), plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewDeviceModel(FixedLatency(100*time.Millisecond), healed)
+	b, err := New(actors.FixedLatency(100*time.Millisecond), healed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func TestDeviceModelDrawsAFixedCount(t *testing.T) {
 // TestDeviceModelPoisonOutlivesHeal: poison fails its batch whole, healed
 // or not, at the batch's full latency.
 func TestDeviceModelPoisonOutlivesHeal(t *testing.T) {
-	m, err := NewDeviceModel(FixedLatency(time.Second), FaultPlan{PoisonPrefix: "!", HealAt: time.Nanosecond})
+	m, err := New(actors.FixedLatency(time.Second), FaultPlan{PoisonPrefix: "!", HealAt: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package actors
+package devicemodel
 
 import (
 	"fmt"
@@ -7,13 +7,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// This file is the one model of an emulated device's cost and faults. The
-// simulator's devices (sim.Device, on virtual time) and the live emulated
-// backend (engine.Emulated, on the wall clock) both draw each batch's fate
-// from a DeviceModel, so every fault the simulator knows can run live, and
-// the two agree on what a rate or a schedule means.
+	"github.com/batchd/batchd/actors"
+)
 
 // FaultPlan says which device faults are switched on, as probabilities per
 // batch.
@@ -181,7 +177,7 @@ const (
 	FatePoison
 )
 
-// Fate is one batch's outcome on an emulated device, as DeviceModel.Draw
+// Fate is one batch's outcome on an emulated device, as Model.Draw
 // decides it.
 type Fate struct {
 	Kind FateKind
@@ -197,12 +193,12 @@ type Fate struct {
 	ItemFail []bool
 }
 
-// DeviceModel is one emulated device: its cost model, its faults at rates
+// Model is one emulated device: its cost model, its faults at rates
 // (FaultPlan), its scheduled faults and its latency spread. Draw is pure: it
 // takes the time and the device's random stream, so the simulator and the
 // live backend run the same model, each on its own clock.
-type DeviceModel struct {
-	latency LatencyModel
+type Model struct {
+	latency actors.LatencyModel
 	faults  FaultPlan
 	// schedule holds this device's scheduled faults sorted by time, and
 	// fired marks the crashes and hangs that have struck.
@@ -212,11 +208,11 @@ type DeviceModel struct {
 	spread float64
 }
 
-// NewDeviceModel returns a device with the given cost model and faults, or
-// an error naming what is invalid. A model that costs nothing is allowed
+// New returns a device with the given cost model and faults, or an error
+// naming what is invalid. A model that costs nothing is allowed
 // (benchmarks of a runtime's own overhead use it); a simulator, whose
-// virtual time must move, asks LatencyModel.Validate for more.
-func NewDeviceModel(latency LatencyModel, faults FaultPlan) (*DeviceModel, error) {
+// virtual time must move, asks actors.LatencyModel.Validate for more.
+func New(latency actors.LatencyModel, faults FaultPlan) (*Model, error) {
 	if latency.Base < 0 || latency.PerItem < 0 || latency.PerPaddedByte < 0 {
 		return nil, fmt.Errorf("latency model: negative cost")
 	}
@@ -228,7 +224,7 @@ func NewDeviceModel(latency LatencyModel, faults FaultPlan) (*DeviceModel, error
 	if err := faults.Validate(); err != nil {
 		return nil, err
 	}
-	return &DeviceModel{latency: latency, faults: faults}, nil
+	return &Model{latency: latency, faults: faults}, nil
 }
 
 // SetSchedule gives the device the scheduled faults of its own (those whose
@@ -236,7 +232,7 @@ func NewDeviceModel(latency LatencyModel, faults FaultPlan) (*DeviceModel, error
 // schedule with the device's index). They strike whatever the FaultPlan
 // says and whether or not it has healed, and they draw no random number, so
 // a run without them draws exactly as before.
-func (m *DeviceModel) SetSchedule(index int, all []ScheduledFault) {
+func (m *Model) SetSchedule(index int, all []ScheduledFault) {
 	m.schedule = m.schedule[:0]
 	for _, f := range all {
 		if f.Device == index {
@@ -253,7 +249,7 @@ func (m *DeviceModel) SetSchedule(index int, all []ScheduledFault) {
 // is multiplied by exp(σZ − σ²/2), Z standard normal, a log-normal factor
 // of mean 1 (the cost model stays right on average, wrong on each batch),
 // capped at 50. σ of zero, the default, switches it off and draws nothing.
-func (m *DeviceModel) SetLatencySpread(sigma float64) error {
+func (m *Model) SetLatencySpread(sigma float64) error {
 	if !(sigma >= 0 && sigma <= LatencySpreadLimit) {
 		return fmt.Errorf("latency spread %v: need 0 to %v", sigma, float64(LatencySpreadLimit))
 	}
@@ -268,7 +264,7 @@ func (m *DeviceModel) SetLatencySpread(sigma float64) error {
 // set, then the spread's when set), whatever the outcome and whether healed
 // or not, so a batch's fate depends only on the seed and how many batches
 // ran before it.
-func (m *DeviceModel) Draw(now time.Duration, rng *rand.Rand, inputs []string) Fate {
+func (m *Model) Draw(now time.Duration, rng *rand.Rand, inputs []string) Fate {
 	n := len(inputs)
 	uOutcome := rng.Float64()
 	uSlow := rng.Float64()
@@ -343,7 +339,7 @@ func (m *DeviceModel) Draw(now time.Duration, rng *rand.Rand, inputs []string) F
 
 // slowBy returns the product of the factors of the slow faults whose span
 // holds now.
-func (m *DeviceModel) slowBy(now time.Duration) float64 {
+func (m *Model) slowBy(now time.Duration) float64 {
 	x := 1.0
 	for _, s := range m.schedule {
 		if s.Kind == FaultSlow && s.At <= now && now < s.At+s.For {
@@ -356,7 +352,7 @@ func (m *DeviceModel) slowBy(now time.Duration) float64 {
 // strike returns the first crash or hang not yet fired that falls before
 // the end of a batch running [now, end), marking it fired: a fault whose
 // time has passed while the device was idle strikes the next batch.
-func (m *DeviceModel) strike(now, end time.Duration) (ScheduledFault, bool) {
+func (m *Model) strike(now, end time.Duration) (ScheduledFault, bool) {
 	for i, s := range m.schedule {
 		if m.fired[i] || s.Kind == FaultSlow {
 			continue
