@@ -280,6 +280,18 @@ func TestListDevicesFake(t *testing.T) {
 	}
 }
 
+func TestWriteDevices(t *testing.T) {
+	var b strings.Builder
+	if err := WriteDevices(&b, 12040, []DeviceInfo{{Ordinal: 0, Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CUDA driver 12.4, 1 GPU(s)", "0  NVIDIA H100 80GB HBM3", "80.0 GiB"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%q lacks %q", b.String(), want)
+		}
+	}
+}
+
 // TestDeviceCancelledBeforeStart: a batch whose ctx ended before anything
 // was queued fails with the ctx's error, not a device fault, and the
 // device is not reset for it.

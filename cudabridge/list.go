@@ -1,6 +1,10 @@
 package cudabridge
 
-import "fmt"
+import (
+	"fmt"
+	"io"
+	"strings"
+)
 
 // DeviceInfo describes one GPU as the driver reports it.
 type DeviceInfo struct {
@@ -24,6 +28,18 @@ func ListDevices() (DriverVersion, []DeviceInfo, error) {
 		return 0, nil, err
 	}
 	return listDevices(drv)
+}
+
+// WriteDevices writes the driver's version and one line per GPU (index,
+// name, memory), as `batchd devices` lists them.
+func WriteDevices(w io.Writer, v DriverVersion, devs []DeviceInfo) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CUDA driver %v, %d GPU(s):\n", v, len(devs))
+	for _, d := range devs {
+		fmt.Fprintf(&b, "  %d  %-40s %7.1f GiB\n", d.Ordinal, d.Name, float64(d.MemoryBytes)/(1<<30))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // DeviceCount returns how many GPUs the driver sees (an error wrapping

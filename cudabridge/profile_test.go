@@ -105,3 +105,21 @@ func TestProfileInputs(t *testing.T) {
 		t.Errorf("%d distinct inputs of 5", len(seen))
 	}
 }
+
+// TestTableLength: the table is made for the length closest to 128, the
+// larger on a tie.
+func TestTableLength(t *testing.T) {
+	for _, c := range []struct {
+		lengths []int
+		want    int
+	}{
+		{[]int{16, 128, 1024}, 128},
+		{[]int{16}, 16},
+		{[]int{1024, 8, 100}, 100},
+		{[]int{64, 192}, 192},
+	} {
+		if got := TableLength(c.lengths); got != c.want {
+			t.Errorf("TableLength(%v) = %d, want %d", c.lengths, got, c.want)
+		}
+	}
+}

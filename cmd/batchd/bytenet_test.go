@@ -35,18 +35,6 @@ func TestDevicesWithoutDriver(t *testing.T) {
 	}
 }
 
-func TestPrintDevices(t *testing.T) {
-	var b bytes.Buffer
-	if err := printDevices(&b, 12040, []cudabridge.DeviceInfo{{Ordinal: 0, Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"CUDA driver 12.4, 1 GPU(s)", "0  NVIDIA H100 80GB HBM3", "80.0 GiB"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("%q lacks %q", b.String(), want)
-		}
-	}
-}
-
 // TestProfileCPUWritesTable: `batchd profile --backend cpu` writes a table
 // that the simulator's latency table model reads, with one point per
 // size, and `batchd sim --latency-table` runs on it.
@@ -113,8 +101,8 @@ func TestProfileTableLength(t *testing.T) {
 		{[]string{"--lengths", "8,32", "--table-length", "8"}, 8},
 	} {
 		o, err := parseProfile(append([]string{"--backend", "cpu"}, c.args...), io.Discard)
-		if err != nil || o.tableLen != c.want {
-			t.Errorf("profile %v: table length %d, err %v; want %d", c.args, o.tableLen, err, c.want)
+		if err != nil || o.TableLen != c.want {
+			t.Errorf("profile %v: table length %d, err %v; want %d", c.args, o.TableLen, err, c.want)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/batchd/batchd/cudabridge"
 )
@@ -32,15 +31,5 @@ func runDevices(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printDevices(stdout, v, devs)
-}
-
-func printDevices(w io.Writer, v cudabridge.DriverVersion, devs []cudabridge.DeviceInfo) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "CUDA driver %v, %d GPU(s):\n", v, len(devs))
-	for _, d := range devs {
-		fmt.Fprintf(&b, "  %d  %-40s %7.1f GiB\n", d.Ordinal, d.Name, float64(d.MemoryBytes)/(1<<30))
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return cudabridge.WriteDevices(stdout, v, devs)
 }
