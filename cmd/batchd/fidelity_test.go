@@ -1,37 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/batchd/batchd/engine/config"
-	"github.com/batchd/batchd/engine/fidelity"
 )
-
-// TestParseServing: the URL is read from the very line `batchd serve`
-// prints, so a change to that line breaks this test, not `make fidelity`.
-func TestParseServing(t *testing.T) {
-	f, err := config.LoadEmbedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	printReady(&buf, f, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 41234})
-	first, _, _ := strings.Cut(buf.String(), "\n")
-	if u, ok := fidelity.ServingURL(first); !ok || u != "http://127.0.0.1:41234" {
-		t.Errorf("ServingURL(%q) = %q, %v", first, u, ok)
-	}
-	for _, l := range []string{"try:", "  curl -s http://127.0.0.1:1/v1/models/echo/infer", ""} {
-		if u, ok := fidelity.ServingURL(l); ok {
-			t.Errorf("ServingURL(%q) = %q: not a ready line", l, u)
-		}
-	}
-}
 
 func TestFidelityUsage(t *testing.T) {
 	for _, c := range []struct {

@@ -36,7 +36,7 @@ func TestRecordReplay(t *testing.T) {
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts := server.Options{Logger: log, Record: server.RecordOptions{Path: path, BytesMax: 1 << 20}}
-	go func() { done <- serve(ctx, f, opts, io.Discard, func(a net.Addr) { addr <- a }) }()
+	go func() { done <- server.Run(ctx, f, opts, io.Discard, func(a net.Addr) { addr <- a }) }()
 	var base string
 	select {
 	case a := <-addr:

@@ -7,16 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/batchd/batchd/actors"
-	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/server"
 )
@@ -42,30 +39,11 @@ type serveFlag struct {
 	bind func(fs *flag.FlagSet, name, usage string, f *config.File) (set func(f *config.File))
 }
 
-func intFlag(get func(*config.File) *int) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
+// fileFlag binds a flag that define (a FlagSet method: Int, Duration,
+// ...) registers, to the key of the file that get points at.
+func fileFlag[T any](define func(*flag.FlagSet, string, T, string) *T, get func(*config.File) *T) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
 	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
-		v := fs.Int(name, *get(d), usage)
-		return func(f *config.File) { *get(f) = *v }
-	}
-}
-
-func durFlag(get func(*config.File) *time.Duration) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
-	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
-		v := fs.Duration(name, *get(d), usage)
-		return func(f *config.File) { *get(f) = *v }
-	}
-}
-
-func floatFlag(get func(*config.File) *float64) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
-	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
-		v := fs.Float64(name, *get(d), usage)
-		return func(f *config.File) { *get(f) = *v }
-	}
-}
-
-func stringFlag(get func(*config.File) *string) func(*flag.FlagSet, string, string, *config.File) func(*config.File) {
-	return func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
-		v := fs.String(name, *get(d), usage)
+		v := define(fs, name, *get(d), usage)
 		return func(f *config.File) { *get(f) = *v }
 	}
 }
@@ -74,37 +52,34 @@ func stringFlag(get func(*config.File) *string) func(*flag.FlagSet, string, stri
 // Their defaults shown by --help are the embedded file's.
 var serveFlags = []serveFlag{
 	{"addr", "http.addr", "listen address (host:port; port 0 picks a free one)",
-		stringFlag(func(f *config.File) *string { return &f.HTTP.Addr })},
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.HTTP.Addr })},
 	{"backend", "devices.backend", "what runs the batches: emulated (batchstring), cpu or cuda (the bytenet model; cuda: every visible GPU)",
-		stringFlag(func(f *config.File) *string { return &f.Devices.Backend })},
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Devices.Backend })},
 	{"devices", "devices.count", "number of emulated GPUs",
-		intFlag(func(f *config.File) *int { return &f.Devices.Count })},
+		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",
 		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
 			v := fs.Duration(name, d.Devices.Latency, usage)
 			return func(f *config.File) { f.Devices.Latency, f.Devices.LatencyModel = *v, nil }
 		}},
 	{"batch-max", "policy.batch_max", "most items in one batch",
-		intFlag(func(f *config.File) *int { return &f.Policy.BatchMax })},
+		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Policy.BatchMax })},
 	{"slo", "policy.slo", "latency target of requests without their own timeout_ms",
-		durFlag(func(f *config.File) *time.Duration { return &f.Policy.SLO })},
+		fileFlag((*flag.FlagSet).Duration, func(f *config.File) *time.Duration { return &f.Policy.SLO })},
 	{"queue-max", "policy.queue_max", "items queued under one key (model, version, bucket)",
-		intFlag(func(f *config.File) *int { return &f.Policy.QueueMax })},
+		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Policy.QueueMax })},
 	{"key-policy", "policy.key_policy", "which due queue a free device serves: fair or slack",
-		stringFlag(func(f *config.File) *string { return &f.Policy.KeyPolicy })},
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Policy.KeyPolicy })},
 	{"crash-rate", "devices.faults.crash_rate", "probability that a batch crashes its device (demos)",
-		floatFlag(func(f *config.File) *float64 { return &f.Devices.Faults.CrashRate })},
+		fileFlag((*flag.FlagSet).Float64, func(f *config.File) *float64 { return &f.Devices.Faults.CrashRate })},
 	{"hang-rate", "devices.faults.hang_rate", "probability that a batch hangs its device (demos)",
-		floatFlag(func(f *config.File) *float64 { return &f.Devices.Faults.HangRate })},
+		fileFlag((*flag.FlagSet).Float64, func(f *config.File) *float64 { return &f.Devices.Faults.HangRate })},
 	{"shutdown-timeout", "http.shutdown_timeout", "bound on the graceful stop after SIGTERM or SIGINT",
-		durFlag(func(f *config.File) *time.Duration { return &f.HTTP.ShutdownTimeout })},
+		fileFlag((*flag.FlagSet).Duration, func(f *config.File) *time.Duration { return &f.HTTP.ShutdownTimeout })},
 	{"data-dir", "jobs.dir", "directory of the durable job store jobs.db (empty: $XDG_STATE_HOME/batchd, else ~/.local/state/batchd)",
-		stringFlag(func(f *config.File) *string { return &f.Jobs.Dir })},
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Jobs.Dir })},
 	{"seed", "engine.seed", "seed of the actors' and emulated backends' random streams",
-		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
-			v := fs.Uint64(name, d.Engine.Seed, usage)
-			return func(f *config.File) { f.Engine.Seed = *v }
-		}},
+		fileFlag((*flag.FlagSet).Uint64, func(f *config.File) *uint64 { return &f.Engine.Seed })},
 }
 
 // parseServe reads the command line: the file (--config, or the embedded
@@ -219,7 +194,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opts.logLevel}))
-	applyGC(opts.file.Process, os.Getenv, log)
+	server.ApplyGC(opts.file.Process, os.Getenv, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	// After the first signal the default action is back, so a second one
@@ -230,7 +205,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopProfile()
-	return serve(ctx, opts.file, server.Options{Logger: log, Record: opts.record}, stdout, nil)
+	return server.Run(ctx, opts.file, server.Options{Logger: log, Record: opts.record}, stdout, nil)
 }
 
 // startCPUProfile starts --cpuprofile's CPU profile into path, if path is
@@ -248,73 +223,4 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
-}
-
-// serve runs a node of f (engine/server) until ctx ends (SIGTERM or
-// SIGINT), then shuts it down gracefully within http.shutdown_timeout.
-// listening, when not nil, is told the bound address once requests can be
-// sent.
-func serve(ctx context.Context, f *config.File, opts server.Options, stdout io.Writer, listening func(net.Addr)) error {
-	srv, err := server.New(ctx, f, opts)
-	if err != nil {
-		return err
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(context.Background()) }()
-	printReady(stdout, f, srv.Addr())
-	if listening != nil {
-		listening(srv.Addr())
-	}
-	select {
-	case err := <-served:
-		return err // serving failed, and the server has stopped itself
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), f.HTTP.ShutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(sctx)
-	return errors.Join(<-served, err)
-}
-
-// printReady tells a person where the server is and how to call it.
-func printReady(w io.Writer, f *config.File, addr net.Addr) {
-	base := "http://" + dialable(addr)
-	model := "echo"
-	if len(f.Models) > 0 {
-		model = f.Models[0].Name
-	}
-	// With tenants, the hint sends the first one's key: from the variable
-	// the file names, else a placeholder (a key written in the file is not
-	// echoed to the terminal).
-	auth := ""
-	if len(f.Tenants) > 0 {
-		key := "YOUR_API_KEY"
-		if env := f.Tenants[0].APIKeyEnv; env != "" {
-			key = "$" + env
-		}
-		auth = ` -H "Authorization: Bearer ` + key + `"`
-	}
-	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d %s devices, batches of up to %d)\n",
-		base, engine.RuntimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)
-	fmt.Fprintf(w, "try:\n  curl -s%s %s/v1/models/%s/infer -d '{\"input\": \"hello\"}'\n", auth, base, model)
-}
-
-// dialable turns a listen address into one a client can dial: an
-// unspecified host (":8080", "0.0.0.0:8080") becomes loopback.
-func dialable(addr net.Addr) string {
-	host, port, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		if ip != nil && ip.To4() == nil {
-			host = "::1"
-		} else {
-			host = "127.0.0.1"
-		}
-	}
-	if strings.Contains(host, ":") {
-		return "[" + host + "]:" + port
-	}
-	return host + ":" + port
 }

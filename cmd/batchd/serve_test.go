@@ -149,7 +149,9 @@ func startServe(t *testing.T, yaml string, stdout io.Writer) (string, func() err
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { done <- serve(ctx, f, server.Options{Logger: log}, stdout, func(a net.Addr) { addr <- a }) }()
+	go func() {
+		done <- server.Run(ctx, f, server.Options{Logger: log}, stdout, func(a net.Addr) { addr <- a })
+	}()
 	var base string
 	select {
 	case a := <-addr:
@@ -335,35 +337,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func TestDialable(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:80": "127.0.0.1:80",
-		"0.0.0.0:80":   "127.0.0.1:80",
-		"[::]:80":      "[::1]:80",
-		"[::1]:80":     "[::1]:80",
-		"10.1.2.3:80":  "10.1.2.3:80",
-	} {
-		a, err := net.ResolveTCPAddr("tcp", in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := dialable(a); got != want {
-			t.Errorf("dialable(%s) = %s, want %s", in, got, want)
-		}
-	}
-}
-
-// TestReadyHintNamesTheTenantsKey: with tenants, the printed curl line
-// sends the first tenant's key from the variable its config names.
-func TestReadyHintNamesTheTenantsKey(t *testing.T) {
-	f := config.Default()
-	f.Tenants = []config.Tenant{{APIKeyEnv: "ALICE_KEY"}}
-	f.Tenants[0].Name = "alice"
-	var buf bytes.Buffer
-	printReady(&buf, f, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
-	if !strings.Contains(buf.String(), `-H "Authorization: Bearer $ALICE_KEY"`) {
-		t.Errorf("hint %q does not send $ALICE_KEY", buf.String())
-	}
 }

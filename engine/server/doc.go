@@ -4,8 +4,8 @@
 // the HTTP API and its metrics (engine/httpapi), the durable
 // jobs (engine/jobs: the store and the runner that feeds it to the
 // engine), the request recorder (engine/record), and the memory releaser.
-// `batchd serve` is flag parsing, New, Serve, and a signal that calls
-// Shutdown; everything between is here.
+// `batchd serve` is flag parsing, ApplyGC, and Run (New, Serve, and
+// Shutdown once a signal ends its ctx); everything between is here.
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
 // engine/config, engine/httpapi, engine/jobs, engine/record and

@@ -4,7 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"time"
+
+	"github.com/batchd/batchd/engine/config"
 )
 
 // fallDetector decides when load has fallen far enough that memory an
@@ -57,4 +60,28 @@ func releaseOnFall(ctx context.Context, requests func() int64, log *slog.Logger)
 		}
 		last = now
 	}
+}
+
+// gcFromFile says which of the file's memory settings apply. GOGC and
+// GOMEMLIMIT in the environment, which the runtime has applied already,
+// win, as an operator expects of any Go program; a limit of 0 is none.
+func gcFromFile(p config.Process, getenv func(string) string) (gcPercent, memoryLimit bool) {
+	return getenv("GOGC") == "", getenv("GOMEMLIMIT") == "" && p.MemoryLimitBytes > 0
+}
+
+// ApplyGC applies the file's memory settings (process.gc_percent,
+// process.memory_limit_bytes) to this process where the environment
+// (getenv) does not set them, and logs what the runtime now runs with.
+func ApplyGC(p config.Process, getenv func(string) string, log *slog.Logger) {
+	setGC, setLimit := gcFromFile(p, getenv)
+	gc := "GOGC=" + getenv("GOGC")
+	if setGC {
+		debug.SetGCPercent(p.GCPercent)
+		gc = strconv.Itoa(p.GCPercent)
+	}
+	if setLimit {
+		debug.SetMemoryLimit(p.MemoryLimitBytes)
+	}
+	// A negative limit only reads the current one.
+	log.Info("go runtime", "gc_percent", gc, "memory_limit_bytes", debug.SetMemoryLimit(-1), "gomemlimit_from_env", getenv("GOMEMLIMIT") != "")
 }

@@ -1,6 +1,10 @@
 package server
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/batchd/batchd/engine/config"
+)
 
 func TestFallDetector(t *testing.T) {
 	var f fallDetector
@@ -23,5 +27,28 @@ func TestFallDetector(t *testing.T) {
 		if got := f.step(s.n); got != s.want {
 			t.Fatalf("step %d (%d requests): release %v, want %v", i, s.n, got, s.want)
 		}
+	}
+}
+
+func TestGCFromFile(t *testing.T) {
+	file := config.Process{GCPercent: 400, MemoryLimitBytes: 1 << 30}
+	cases := []struct {
+		name          string
+		p             config.Process
+		env           map[string]string
+		gc, memoryMax bool
+	}{
+		{"the file's", file, nil, true, true},
+		{"GOGC wins", file, map[string]string{"GOGC": "100"}, false, true},
+		{"GOMEMLIMIT wins", file, map[string]string{"GOMEMLIMIT": "2GiB"}, true, false},
+		{"no limit in the file", config.Process{GCPercent: 400}, nil, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gc, limit := gcFromFile(c.p, func(k string) string { return c.env[k] })
+			if gc != c.gc || limit != c.memoryMax {
+				t.Errorf("file's GOGC applies %v, its limit %v; want %v, %v", gc, limit, c.gc, c.memoryMax)
+			}
+		})
 	}
 }
