@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/batchd/batchd/engine/loadgen"
 )
@@ -63,7 +59,10 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if *baseline != "" {
-		return serveBaseline(ctx, *baseline, *baselineWait, stdout)
+		if *baselineWait < 0 {
+			return usagef("--baseline-wait %v: must not be negative", *baselineWait)
+		}
+		return loadgen.ServeBaseline(ctx, *baseline, *baselineWait, stdout)
 	}
 	a, err := loadgen.ParseArrival(*arrival)
 	if err != nil {
@@ -89,9 +88,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
 		return nil
@@ -124,44 +121,4 @@ func printVisible(w io.Writer, fs *flag.FlagSet) {
 	})
 	vis.SetOutput(w)
 	vis.PrintDefaults()
-}
-
-// serveBaseline serves loadgen.Baseline on addr until ctx ends: the plain
-// net/http handler that batchd's throughput is compared with; with a wait,
-// loadgen.WaitingBaseline.
-func serveBaseline(ctx context.Context, addr string, wait time.Duration, stdout io.Writer) error {
-	if wait < 0 {
-		return usagef("--baseline-wait %v: must not be negative", wait)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
-	}
-	h := loadgen.Baseline()
-	if wait > 0 {
-		hctx, cancel := context.WithCancel(ctx)
-		var waited func()
-		h, waited = loadgen.WaitingBaseline(hctx, wait)
-		defer waited()
-		defer cancel() // before waited: the ticker's goroutine returns once cancelled
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "baseline server on http://%s\n", ln.Addr())
-	select {
-	case err := <-served:
-		return fmt.Errorf("baseline: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = srv.Shutdown(sctx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
-	}
-	return nil
 }

@@ -2,13 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"net/http"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchd/batchd/engine/config"
 )
@@ -66,35 +62,5 @@ func TestLoadAgainstServe(t *testing.T) {
 	if rep.Requests.Sent < 200 || rep.Requests.OK == 0 || answered != rep.Requests.Sent || rep.Requests.WrongOutput != 0 ||
 		rep.LatencyMs["ok"].P50 < 100 {
 		t.Errorf("report %+v", rep)
-	}
-}
-
-// TestBaselineServer: the hidden yardstick serves until its ctx ends.
-func TestBaselineServer(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- serveBaseline(ctx, "127.0.0.1:0", 0, out) }()
-	deadline := time.Now().Add(10 * time.Second)
-	var base string
-	for base == "" && time.Now().Before(deadline) {
-		base = regexp.MustCompile(`http://[0-9.:]+`).FindString(out.String())
-		time.Sleep(5 * time.Millisecond)
-	}
-	if base == "" {
-		cancel()
-		t.Fatal("no baseline address")
-	}
-	resp, err := http.Post(base+"/v1/models/echo/infer", "application/json", strings.NewReader(`{"input":"a"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("baseline: %d", resp.StatusCode)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("baseline stop: %v", err)
 	}
 }

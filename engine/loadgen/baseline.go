@@ -3,7 +3,10 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -123,4 +126,42 @@ func baseline(hold func(context.Context) bool) http.Handler {
 		}{actors.EmulatedOutput(model, BaselineVersion, in.Input), model, BaselineVersion})
 	})
 	return mux
+}
+
+// ServeBaseline serves Baseline on addr until ctx ends, saying where on
+// stdout: the plain net/http server that batchd's throughput is compared
+// with (`batchd load --baseline-server`); with a wait (not negative),
+// WaitingBaseline.
+func ServeBaseline(ctx context.Context, addr string, wait time.Duration, stdout io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	h := Baseline()
+	if wait > 0 {
+		hctx, cancel := context.WithCancel(ctx)
+		var waited func()
+		h, waited = WaitingBaseline(hctx, wait)
+		defer waited()
+		defer cancel() // before waited: the ticker's goroutine returns once cancelled
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "baseline server on http://%s\n", ln.Addr())
+	select {
+	case err := <-served:
+		return fmt.Errorf("baseline: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	return nil
 }
