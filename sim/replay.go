@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"time"
 
@@ -277,4 +278,23 @@ func (s *replaySource) send(ctx actors.Context, r ReplayRequest, now time.Durati
 		req.Deadline = now + r.Timeout
 	}
 	ctx.Send(s.target, actors.Submit{Req: req})
+}
+
+// LoadReplay makes cfg offer exactly the requests recorded at path (a
+// `batchd serve --record` file) instead of its sources: its safety phase
+// becomes just long enough to hold them (ReplayDuration).
+func LoadReplay(path string, cfg *Config) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	reqs, err := ReadReplay(f, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	cfg.Replay = reqs
+	cfg.Sources = nil
+	cfg.Duration = ReplayDuration(reqs)
+	return nil
 }

@@ -3,6 +3,8 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +163,26 @@ func TestReplayInputs(t *testing.T) {
 	}
 	if q := rep.Requests; q.Failed != 1 || q.Completed != 1 {
 		t.Errorf("requests %+v, want the poison one failed and the other completed", q)
+	}
+}
+
+// TestLoadReplay: a recording replaces the sources and sets the safety
+// phase; a missing or malformed file is an error that names it.
+func TestLoadReplay(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.jsonl"), filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(good, []byte(`{"arrival_s": 0, "model": "m", "input_len": 3}`+"\n"+`{"arrival_s": 2, "model": "m", "input_len": 3}`+"\n"), 0o600)
+	os.WriteFile(bad, []byte(`{"arrival_s": 0, "input_len": 3}`+"\n"), 0o600)
+	cfg := DefaultConfig()
+	if err := LoadReplay(good, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Replay) != 2 || cfg.Sources != nil || cfg.Duration != 2*time.Second+time.Millisecond {
+		t.Errorf("replay %d requests, sources %v, duration %v", len(cfg.Replay), cfg.Sources, cfg.Duration)
+	}
+	for _, path := range []string{bad, filepath.Join(dir, "none")} {
+		if err := LoadReplay(path, &cfg); err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("LoadReplay(%s): %v, want an error naming the file", path, err)
+		}
 	}
 }

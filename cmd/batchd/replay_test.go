@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/server"
@@ -134,18 +133,6 @@ func TestSimReplayAndFleetUsage(t *testing.T) {
 	}
 	if got := run([]string{"serve", "--record", "x", "--record-max-bytes", "0"}, &stdout, &stderr); got != exitUsage {
 		t.Errorf("--record-max-bytes 0: %d", got)
-	}
-}
-
-// TestParseFleet: each key lands in the configuration; latency keeps a
-// per-item cost given before or after it.
-func TestParseFleet(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	if err := parseFleet("latency-per-item=1ms, devices=9,latency=80ms,batch-max=32", &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Devices != 9 || cfg.Batcher.BatchMax != 32 || cfg.Latency.Base != 80*time.Millisecond || cfg.Latency.PerItem != time.Millisecond {
-		t.Errorf("fleet: devices %d, batch max %d, latency %+v", cfg.Devices, cfg.Batcher.BatchMax, cfg.Latency)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/record"
 	"github.com/batchd/batchd/engine/server"
 )
 
@@ -24,7 +25,7 @@ type serveOptions struct {
 	file        *config.File
 	printConfig bool
 	logLevel    slog.Level
-	// record is --record and its companions (see replay.go).
+	// record is --record and its companions (bindRecord).
 	record server.RecordOptions
 	// cpuProfile is --cpuprofile: a file to write a CPU profile of the
 	// whole run to (go tool pprof), for finding where a request's CPU goes.
@@ -223,4 +224,24 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
+}
+
+// bindRecord registers `batchd serve --record FILE` and its companions
+// on fs, into o.
+func bindRecord(fs *flag.FlagSet, o *server.RecordOptions) {
+	fs.StringVar(&o.Path, "record", "", "write one JSON line per request to this file (arrival, tenant, model, version, input length, outcome) for 'batchd sim --replay'")
+	fs.BoolVar(&o.Inputs, "record-inputs", false, "with --record, also write each request's input text (the clients' data: off by default)")
+	fs.Int64Var(&o.BytesMax, "record-max-bytes", record.BytesMaxDefault, "with --record, stop recording (with a warning) before the file passes this size")
+}
+
+// checkRecord refuses the combinations of the --record flags that make no
+// sense.
+func checkRecord(o server.RecordOptions) error {
+	if o.BytesMax < 1 {
+		return usagef("--record-max-bytes %d: must be positive", o.BytesMax)
+	}
+	if o.Path == "" && o.Inputs {
+		return usagef("--record-inputs: needs --record FILE")
+	}
+	return nil
 }

@@ -77,8 +77,8 @@ func (x *simExtras) apply(cfg *sim.Config, set map[string]bool) error {
 				return usagef("--%s: a replay's arrivals and length are the recording's", f)
 			}
 		}
-		if err := loadReplay(x.replay, cfg); err != nil {
-			return usageError{err}
+		if err := sim.LoadReplay(x.replay, cfg); err != nil {
+			return usagef("--replay: %w", err)
 		}
 	}
 	if x.fleet != "" {
@@ -87,8 +87,8 @@ func (x *simExtras) apply(cfg *sim.Config, set map[string]bool) error {
 				return usagef("--%s and --fleet: give the fleet one way", f)
 			}
 		}
-		if err := parseFleet(x.fleet, cfg); err != nil {
-			return usageError{err}
+		if err := sweep.ParseFleet(x.fleet, cfg); err != nil {
+			return usagef("--fleet %q: %w", x.fleet, err)
 		}
 	}
 	if x.out != "" && x.sweep == "" {

@@ -3,7 +3,6 @@ package fidelity
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"time"
 
@@ -28,31 +27,13 @@ func replayFidelity(c Config, netDelay time.Duration, recording string) (Figures
 	if err != nil {
 		return Figures{}, err
 	}
-	if err := loadReplay(recording, &cfg); err != nil {
+	if err := sim.LoadReplay(recording, &cfg); err != nil {
 		return Figures{}, fmt.Errorf("replay the live arrivals: %w", err)
 	}
 	// The recording starts at the first request, with the generator;
 	// arrivals past the sending (none, normally) still fit.
 	cfg.Duration = max(cfg.Duration, c.Duration)
 	return simFigures(cfg, c)
-}
-
-// loadReplay makes cfg offer exactly the requests recorded at path (a
-// `batchd serve --record` file) instead of its sources.
-func loadReplay(path string, cfg *sim.Config) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open recording: %w", err)
-	}
-	defer f.Close()
-	reqs, err := sim.ReadReplay(f, 0)
-	if err != nil {
-		return fmt.Errorf("recording %s: %w", path, err)
-	}
-	cfg.Replay = reqs
-	cfg.Sources = nil
-	cfg.Duration = sim.ReplayDuration(reqs)
-	return nil
 }
 
 // simConfig is the workload of c in the simulator: the server the live

@@ -8,6 +8,8 @@
 // come out in the same order and with the same figures whatever the
 // parallelism: a sweep is as deterministic as a run.
 //
+// ParseFleet reads the fleet a run is tried against (`batchd sim --fleet`).
+//
 // Imported by: cmd/batchd, sim/charts (and tests). It imports sim and
 // nothing else of batchd.
 package sweep
