@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -279,14 +277,15 @@ func runScenario(sc *scenarios.Scenario, cfg sim.Config, f *simFlags, stdout, st
 		if err := writeJSON(stdout, res); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
-	} else if err := writeScenarioTable(stdout, res); err != nil {
+	} else if err := res.WriteTable(stdout); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	if out := f.extras.out; out != "" {
-		if err := writeReportFile(out, res); err != nil {
-			return err
+		path, err := res.WriteFile(out)
+		if err != nil {
+			return fmt.Errorf("--out: %w", err)
 		}
-		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(out, "report.json"))
+		fmt.Fprintf(stderr, "wrote %s\n", path)
 		if err := f.extras.writeCharts(res.Report, stderr); err != nil {
 			return err
 		}
@@ -301,86 +300,10 @@ func runScenario(sc *scenarios.Scenario, cfg sim.Config, f *simFlags, stdout, st
 // errScenarioFailed is returned when a scenario's expectation fails.
 var errScenarioFailed = errors.New("expectations failed")
 
-// writeReportFile writes the result as DIR/report.json, creating DIR.
-func writeReportFile(dir string, res *scenarios.Result) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	file, err := os.Create(filepath.Join(dir, "report.json"))
-	if err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	if err := writeJSON(file, res); err != nil {
-		file.Close()
-		return fmt.Errorf("--out: %w", err)
-	}
-	if err := file.Close(); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	return nil
-}
-
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// writeScenarioTable prints the scenario's name and description, the
-// simulator's report, and one line per expectation.
-func writeScenarioTable(w io.Writer, res *scenarios.Result) error {
-	fmt.Fprintf(w, "scenario %s (%s, seed %d)\n", res.Scenario, res.File, res.Seed)
-	if d := strings.TrimSpace(res.Description); d != "" {
-		fmt.Fprintln(w, wrap(d, 80))
-	}
-	fmt.Fprintln(w)
-	if err := res.Report.WriteTable(w); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "expect\tobserved\t")
-	for _, c := range res.Checks {
-		obs := "no data"
-		if c.Observed != nil {
-			obs = fmt.Sprintf("%.6g", *c.Observed)
-		}
-		verdict := "ok"
-		if !c.Passed {
-			verdict = "FAILED"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Check, obs, verdict)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	verdict := "passed"
-	if !res.Passed {
-		verdict = "FAILED"
-	}
-	_, err := fmt.Fprintf(w, "\nscenario %s %s\n", res.Scenario, verdict)
-	return err
-}
-
-// wrap breaks text into lines of at most width bytes at spaces (a longer
-// word keeps a line of its own).
-func wrap(text string, width int) string {
-	var b strings.Builder
-	n := 0
-	for _, word := range strings.Fields(text) {
-		switch {
-		case n == 0:
-		case n+1+len(word) > width:
-			b.WriteByte('\n')
-			n = 0
-		default:
-			b.WriteByte(' ')
-			n++
-		}
-		b.WriteString(word)
-		n += len(word)
-	}
-	return b.String()
 }
 
 // flagArg returns the value of the flag --name in args, or "" (the flag
