@@ -17,6 +17,7 @@ import (
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/schema"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/fidelity"
 	"github.com/batchd/batchd/scenarios"
 	"github.com/batchd/batchd/sim"
 )
@@ -36,7 +37,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	var sc *scenarios.Scenario
 	var err error
 	if configArg != "" {
-		if serveFile, err = loadServeConfig(configArg); err != nil {
+		if serveFile, err = fidelity.LoadServeConfig(configArg); err != nil {
 			return usageError{fmt.Errorf("--config: %w", err)}
 		}
 	}
@@ -53,16 +54,17 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		} else if err != nil {
 			return usageError{err}
 		}
-		if serveFile != nil {
-			cfg, err = scenarioWithServer(sc, serveFile)
-		} else {
-			cfg, err = sc.SimConfig(sc.Seed)
+		cfg, err = sc.SimConfig(sc.Seed)
+		if err == nil && serveFile != nil {
+			// The scenario's traffic, timing, faults and expectations
+			// against the file's server.
+			err = fidelity.SimServer(&cfg, serveFile, false)
 		}
 		if err != nil {
 			return usageError{err}
 		}
 	case serveFile != nil:
-		if err := simServer(&cfg, serveFile, true); err != nil {
+		if err := fidelity.SimServer(&cfg, serveFile, true); err != nil {
 			return usageError{fmt.Errorf("--config %s: %w", configArg, err)}
 		}
 	case experiment != "":
@@ -132,7 +134,7 @@ func newSimFlags(cfg *sim.Config, experiment, serveConfig string) *simFlags {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	f := &simFlags{fs: fs}
 	fs.String("experiment", experiment, "start from a named experiment of the batching-policy study instead of the reference workload: "+strings.Join(sim.Experiments(), ", "))
-	fs.String("config", serveConfig, "simulate what 'batchd serve --config FILE' runs: its policy, models, tenants and devices (count, latency model, supervision, warm models, fault rates); '"+embeddedConfigArg+"' is the embedded default serve configuration, what 'batchd serve' runs without --config")
+	fs.String("config", serveConfig, "simulate what 'batchd serve --config FILE' runs: its policy, models, tenants and devices (count, latency model, supervision, warm models, fault rates); '"+fidelity.EmbeddedConfig+"' is the embedded default serve configuration, what 'batchd serve' runs without --config")
 	f.policy = fs.String("policy", schema.KeyPolicyName(cfg.Batcher.KeyPolicy), "which due key a free device serves: fair or slack")
 	fs.BoolVar(&cfg.Batcher.BucketMerge, "bucket-merge", cfg.Batcher.BucketMerge, "let a due batch take requests of shorter length buckets of its model version")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, requests per simulated second")
@@ -179,7 +181,7 @@ func (f *simFlags) usage(w io.Writer) {
 	fmt.Fprintln(w, "expectations fails. With --out DIR, report.json is written there too.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "--config FILE simulates the server 'batchd serve --config FILE' runs (the")
-	fmt.Fprintf(w, "same batcher configuration, devices, models and tenants; --config %s: the\n", embeddedConfigArg)
+	fmt.Fprintf(w, "same batcher configuration, devices, models and tenants; --config %s: the\n", fidelity.EmbeddedConfig)
 	fmt.Fprintln(w, "embedded default one). The traffic is the flags' (--rate, --arrival, ...), or")
 	fmt.Fprintln(w, "a SCENARIO's (its traffic, faults and expectations; the server is the file's).")
 	fmt.Fprintln(w, "Traffic for the stand-in model m goes to the file's models.")
@@ -193,10 +195,10 @@ func (f *simFlags) usage(w io.Writer) {
 func (f *simFlags) apply(cfg *sim.Config, based bool) error {
 	set := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if set["latency"] || set["latency-per-item"] || !based {
+	flagLatency := set["latency"] || set["latency-per-item"] || !based
+	if flagLatency {
 		cfg.Latency = actors.FixedLatency(*f.latency)
 		cfg.Latency.PerItem = *f.perItem
-		followLatency(cfg)
 	}
 	if *f.table != "" {
 		data, err := os.ReadFile(*f.table)
@@ -206,7 +208,11 @@ func (f *simFlags) apply(cfg *sim.Config, based bool) error {
 		if cfg.Latency, err = actors.ParseLatencyTable(data); err != nil {
 			return usageError{fmt.Errorf("--latency-table %s: %w", *f.table, err)}
 		}
-		followLatency(cfg)
+	}
+	if flagLatency || *f.table != "" {
+		// The flags replace the cost model: the batcher and the devices
+		// plan with and run cfg.Latency.
+		cfg.Batcher.Latency, cfg.Device.Latency = actors.LatencyModel{}, actors.LatencyModel{}
 	}
 	if set["rate"] && len(cfg.Sources) > 0 {
 		return usagef("--rate: the workload has traffic sources with rates of their own")

@@ -6,14 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/scenarios"
 	"github.com/batchd/batchd/sim"
 )
@@ -209,78 +207,15 @@ func TestSimProgress(t *testing.T) {
 	}
 }
 
-// serveYAML is a serve configuration with every part the simulator takes:
-// a registry with a canary, tenants, a cost model, warm models,
-// supervision and fault rates.
-const serveYAML = `
-devices:
-  count: 3
-  latency_model: {base: 20ms, per_item: 1ms, per_padded_byte: 10ns}
-  warm_models: [resnet]
-  watchdog_multiple: 5
-  faults: {item_error_rate: 0.01}
-policy: {batch_max: 32, slo: 300ms, key_policy: slack, learn_overrun: false}
-models:
-  - name: resnet
-    versions: [{name: v1, weight: 9}, {name: v2, weight: 1}]
-    bucket_edges: [32]
-tenants:
-  - {name: alice, api_key: alice-secret, weight: 3}
-  - {name: bob, api_key: bob-secret-key, rate: 500, burst: 50}
-default_tenant: {weight: 2}
-`
-
-// TestSimServerAgrees: the simulator's configuration built from a serve
-// configuration runs the same batcher and devices as the live engine
-// built from it (one mapping, f.BatcherConfig), and its traffic goes to
-// the file's models and tenants.
-func TestSimServerAgrees(t *testing.T) {
-	for name, load := range map[string]func() (*config.File, error){
-		"embedded": config.LoadEmbedded,
-		"file":     func() (*config.File, error) { return config.Load("serve.yaml", []byte(serveYAML)) },
-	} {
-		f, err := load()
-		if err != nil {
-			t.Fatal(err)
-		}
-		live, err := f.EngineConfig(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := sim.DefaultConfig()
-		if err := simServer(&cfg, f, true); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !reflect.DeepEqual(cfg.Batcher, live.Batcher) || !reflect.DeepEqual(cfg.Device, live.Device) || cfg.Devices != live.Devices {
-			t.Errorf("%s: the simulated server differs from the live one:\n sim  %+v %+v %d\n live %+v %+v %d",
-				name, cfg.Batcher, cfg.Device, cfg.Devices, live.Batcher, live.Device, live.Devices)
-		}
-		if !reflect.DeepEqual(cfg.Latency, live.Device.Latency) {
-			t.Errorf("%s: latency %+v, want the devices' %+v", name, cfg.Latency, live.Device.Latency)
-		}
-		if cfg.Faults.ItemErrorRate != f.Devices.Faults.ItemErrorRate {
-			t.Errorf("%s: fault plan %+v, want the file's rates %+v", name, cfg.Faults, f.Devices.Faults)
-		}
-		if len(cfg.Traffic.Mix) != len(f.Models) || cfg.Traffic.Mix[0].Model != f.Models[0].Name || cfg.Traffic.Mix[0].Version != "" {
-			t.Errorf("%s: traffic mix %+v, want the registry's models, versions routed", name, cfg.Traffic.Mix)
-		}
-		if len(f.Tenants) > 0 && !reflect.DeepEqual(cfg.Traffic.Tenants, []string{"alice", "bob"}) {
-			t.Errorf("%s: traffic tenants %v, want the listed ones", name, cfg.Traffic.Tenants)
-		}
-		if err := cfg.Validate(); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-	}
-}
+// serveYAML is a serve configuration with every part the simulator takes
+// (engine/fidelity's, which TestSimServerAgrees builds both sides from).
+var serveYAML = filepath.Join("..", "..", "engine", "fidelity", "testdata", "serve.yaml")
 
 // TestSimConfigRuns: `batchd sim --config FILE` and `--config default`
 // run the file's server and report; with a scenario, the scenario's
 // traffic and expectations run against it; mistakes are usage errors.
 func TestSimConfigRuns(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "serve.yaml")
-	if err := os.WriteFile(file, []byte(serveYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := serveYAML
 	type report struct {
 		Workload struct {
 			Devices  int `json:"devices"`
