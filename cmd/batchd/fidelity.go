@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -116,9 +115,7 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		if err := writeJSON(stdout, res); err != nil {
 			return fmt.Errorf("write fidelity: %w", err)
 		}
 	} else if err := res.WriteTable(stdout); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -305,12 +304,6 @@ func runScenario(sc *scenarios.Scenario, cfg sim.Config, f *simFlags, stdout, st
 
 // errScenarioFailed is returned when a scenario's expectation fails.
 var errScenarioFailed = errors.New("expectations failed")
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
 
 // flagArg returns the value of the flag --name in args, or "" (the flag
 // package then parses and checks it like the others): for the flags that

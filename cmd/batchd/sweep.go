@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -124,9 +123,7 @@ func runSweep(cfg sim.Config, x *simExtras, asJSON bool, stdout, stderr io.Write
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rs); err != nil {
+		if err := writeJSON(stdout, rs); err != nil {
 			return fmt.Errorf("write sweep: %w", err)
 		}
 	} else if err := sweep.WriteTable(stdout, rs); err != nil {
