@@ -282,7 +282,9 @@ func (s *replaySource) send(ctx actors.Context, r ReplayRequest, now time.Durati
 
 // LoadReplay makes cfg offer exactly the requests recorded at path (a
 // `batchd serve --record` file) instead of its sources: its safety phase
-// becomes just long enough to hold them (ReplayDuration).
+// becomes just long enough to hold them (ReplayDuration). A file that
+// cannot be opened gives os.Open's error; a bad record, ReadReplay's
+// error after the file's path.
 func LoadReplay(path string, cfg *Config) error {
 	f, err := os.Open(path)
 	if err != nil {

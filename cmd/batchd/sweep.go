@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -77,7 +78,10 @@ func (x *simExtras) apply(cfg *sim.Config, set map[string]bool) error {
 			}
 		}
 		if err := sim.LoadReplay(x.replay, cfg); err != nil {
-			return usagef("--replay: %w", err)
+			if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "open" {
+				return usagef("--replay: %w", err) // "open FILE: ..."
+			}
+			return usagef("--replay %w", err) // "FILE: replay: line N: ..."
 		}
 	}
 	if x.fleet != "" {
