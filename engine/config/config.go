@@ -246,6 +246,34 @@ func Load(name string, data []byte) (*File, error) {
 	return f, nil
 }
 
+// LoadFileKeyless is LoadFile for a file that is simulated, not served: a
+// key the file names an environment variable for (api_key_env) that is
+// unset is not an error but a stand-in key of its own, since the
+// simulator authenticates nobody. Every other check is Load's.
+func LoadFileKeyless(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	f, err := Decode(path, data)
+	if err != nil {
+		return nil, err
+	}
+	for i := range f.Tenants {
+		t := &f.Tenants[i]
+		if t.APIKeyEnv != "" && os.Getenv(t.APIKeyEnv) == "" {
+			t.APIKey, t.APIKeyEnv = fmt.Sprintf("unset $%s (tenant %d)", t.APIKeyEnv, i), ""
+		}
+	}
+	if m := &f.HTTP.Metrics; m.APIKeyEnv != "" && os.Getenv(m.APIKeyEnv) == "" {
+		m.APIKey, m.APIKeyEnv = "unset $"+m.APIKeyEnv+" (metrics)", ""
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
 // Decode is Load without the validation, for a caller that changes the
 // result (flags) before it validates.
 func Decode(name string, data []byte) (*File, error) {

@@ -434,3 +434,24 @@ devices:
 		}
 	}
 }
+
+// TestKeylessForTheSimulator: a file whose tenant key comes from an unset
+// variable cannot be served, but can be simulated: the simulator
+// authenticates nobody.
+func TestKeylessForTheSimulator(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "serve.yaml")
+	data := "tenants:\n  - {name: alice, api_key_env: BATCHD_TEST_UNSET_KEY}\n  - {name: bob, api_key_env: BATCHD_TEST_UNSET_KEY_2}\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err == nil {
+		t.Fatal("LoadFile: an unset key was accepted for serving")
+	}
+	f, err := LoadFileKeyless(path)
+	if err != nil {
+		t.Fatalf("LoadFileKeyless: %v", err)
+	}
+	if len(f.Tenants) != 2 || f.Tenants[0].Name != "alice" || f.Tenants[0].APIKey == f.Tenants[1].APIKey {
+		t.Errorf("tenants %+v: want both, with distinct stand-in keys", f.Tenants)
+	}
+}

@@ -23,7 +23,9 @@ func LoadServeConfig(arg string) (*config.File, error) {
 	if arg == "" || arg == EmbeddedConfig {
 		return config.LoadEmbedded()
 	}
-	return config.LoadFile(arg)
+	// The simulated side needs no secret: a tenant's unset api_key_env is
+	// a stand-in key (the live side's serve reads the real ones).
+	return config.LoadFileKeyless(arg)
 }
 
 // ErrNotEmulated is SimServer's error for a serve configuration whose
