@@ -149,9 +149,7 @@ func (v *validator) devices(readProfile func(string) ([]byte, error)) {
 		v.s.latency = actors.FixedLatency(100 * time.Millisecond)
 		v.s.latency.PerPaddedByte = l.PerPaddedByte
 	}
-	if !(d.LatencySpread >= 0 && d.LatencySpread <= sim.LatencySpreadLimit) {
-		v.Bad("devices.latency_spread", "%v: want 0 to %v", d.LatencySpread, float64(sim.LatencySpreadLimit))
-	}
+	schema.CheckLatencySpread(v.Validator, "devices.latency_spread", d.LatencySpread)
 	d.Supervision.Check(v.Validator, "devices")
 }
 

@@ -158,6 +158,15 @@ type Fault struct {
 	Factor float64       `yaml:"factor"`
 }
 
+// CheckLatencySpread validates a devices.latency_spread: the σ of a
+// log-normal factor of mean 1 on each batch's true cost
+// (devicemodel.Model.SetLatencySpread).
+func CheckLatencySpread(v *Validator, path string, sigma float64) {
+	if !(sigma >= 0 && sigma <= devicemodel.LatencySpreadLimit) {
+		v.Bad(path, "%v: want 0 to %v", sigma, float64(devicemodel.LatencySpreadLimit))
+	}
+}
+
 // FaultsOf is the faults a file's start from: none, and a slow batch at 4x
 // its latency (past a watchdog at 3x) once slow_rate is set.
 func FaultsOf() Faults { return Faults{SlowFactor: 4} }

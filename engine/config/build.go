@@ -78,6 +78,7 @@ func (f *File) engineConfig(rt engine.NewRuntime) (engine.Config, error) {
 	// plus the faults).
 	ec := engine.DefaultEmulatedConfig()
 	ec.Latency = lat
+	ec.LatencySpread = f.Devices.LatencySpread
 	ec.BatchMax = b.BatchMax
 	faults := f.Devices.Faults
 	ec.FaultPlan = faults.Plan()

@@ -161,6 +161,11 @@ type Devices struct {
 	WarmModels []string `yaml:"warm_models"`
 	// Supervision: watchdog, restart backoff, quarantine.
 	schema.Supervision `yaml:",inline"`
+	// LatencySpread is the σ of a log-normal factor of mean 1 on each
+	// emulated batch's true cost: a backend whose latency varies while the
+	// batcher plans with its mean, as a scenario's devices.latency_spread.
+	// 0: the cost model exactly.
+	LatencySpread float64 `yaml:"latency_spread"`
 	// Faults are injected by the emulated backends (demos and tests).
 	Faults Faults `yaml:"faults"`
 }

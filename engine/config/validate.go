@@ -108,6 +108,7 @@ func (v *validator) devices() {
 		v.Bad("devices.backend", "%q: want emulated, cpu or cuda", d.Backend)
 	}
 	v.IntIn("devices.count", d.Count, 1, min(v.f.Policy.DevicesMax, schema.DevicesCountMax))
+	schema.CheckLatencySpread(v.Validator, "devices.latency_spread", d.LatencySpread)
 	if d.LatencyModel == nil {
 		v.DurIn("devices.latency", d.Latency, time.Microsecond, time.Hour)
 	} else {

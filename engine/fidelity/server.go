@@ -51,6 +51,7 @@ func SimServer(cfg *sim.Config, f *config.File, faults bool) error {
 	}
 	cfg.Batcher, cfg.Device, cfg.Devices = ec.Batcher, ec.Device, ec.Devices
 	cfg.Latency = f.Latency()
+	cfg.LatencySpread = f.Devices.LatencySpread
 	cfg.DeviceModels = nil // every device holds devices.warm_models
 	if faults {
 		r := f.Devices.Faults
