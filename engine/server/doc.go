@@ -34,8 +34,8 @@
 // The order is written once, in Server.stop; every step skips what New
 // did not open. Within Shutdown's ctx:
 //
-//  1. the handler stops taking async work, turns not ready, and waits for
-//     the async requests;
+//  1. the handler turns not ready and stops taking new jobs (durable
+//     async requests and batches get 503 draining);
 //  2. the job runner stops feeding, and writes what it has in flight (or
 //     hands it back to the store queued);
 //  3. the engine stops admitting (new requests get 503 at once), flushes

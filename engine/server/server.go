@@ -257,7 +257,7 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	var errs []error
 	if s.h != nil {
 		if err := s.h.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("async requests: %w", err))
+			errs = append(errs, fmt.Errorf("http handler: %w", err))
 		}
 	}
 	if s.js != nil {
