@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +56,9 @@ type batchReq struct {
 type v2Req struct {
 	id     *string
 	inputs []string
+	// binaryOut: the reply's output goes as binary tensor data (the
+	// request's binary_data_output, or its output's binary_data).
+	binaryOut bool
 }
 
 type commonBody struct {
@@ -77,15 +82,37 @@ type batchBody struct {
 	} `json:"items"`
 }
 
+// v2Body is an OIP infer body (the JSON header, with the binary tensor
+// data extension). Of the "parameters" objects, only the extension's are
+// read; the others' keys are ignored.
 type v2Body struct {
-	ID     *string `json:"id"`
+	ID         *string `json:"id"`
+	Parameters *struct {
+		BinaryDataOutput *bool `json:"binary_data_output"`
+	} `json:"parameters"`
 	Inputs []struct {
-		Name     string          `json:"name"`
-		Shape    []int64         `json:"shape"`
-		Datatype string          `json:"datatype"`
-		Data     json.RawMessage `json:"data"`
+		Name       string          `json:"name"`
+		Shape      []int64         `json:"shape"`
+		Datatype   string          `json:"datatype"`
+		Data       json.RawMessage `json:"data"`
+		Parameters *struct {
+			BinaryDataSize *int64 `json:"binary_data_size"`
+		} `json:"parameters"`
 	} `json:"inputs"`
+	Outputs []struct {
+		Name       string `json:"name"`
+		Parameters *struct {
+			BinaryData *bool `json:"binary_data"`
+		} `json:"parameters"`
+	} `json:"outputs"`
 }
+
+// v2OutputName is the one output tensor of every model batchd serves.
+const v2OutputName = "output"
+
+// shapeRankMax bounds a tensor's rank (NumPy's own bound was 32 for
+// years): nested data is walked once per dimension.
+const shapeRankMax = 32
 
 // decodeJSON decodes one JSON value from body into v. strict refuses
 // unknown fields: the v1 API is ours, so a misspelt field ("timeout") is a
@@ -440,64 +467,194 @@ func decodeBatch(body []byte, lim limits) (batchReq, *apiError) {
 	return r, nil
 }
 
-// decodeV2 decodes and checks an OIP infer body: exactly one input tensor
-// of datatype BYTES whose data is a flat array of strings, its length the
-// product of its shape, or (as some clients send a [n, 1] tensor) for a
-// shape [n, m], n arrays of m strings each: a ragged one is refused even
-// when its strings add up to n·m, since its rows are not the shape's.
+// decodeV2 decodes and checks an OIP infer body that is JSON alone (no
+// Inference-Header-Content-Length).
 func decodeV2(body []byte, lim limits) (v2Req, *apiError) {
+	return decodeV2Binary(body, nil, false, lim)
+}
+
+// decodeV2Binary decodes and checks an OIP infer request: header, its JSON,
+// and, when hasBinary (the request had Inference-Header-Content-Length),
+// bin, the raw tensor data after it. batchd takes exactly one input tensor
+// of datatype BYTES, its elements each a request. The tensor's elements
+// are either its "data", flat (as many strings as the shape's product) or
+// nested as its shape is, row-major (shape [2, 1] as [["a"], ["b"]]), or,
+// with "parameters": {"binary_data_size": S}, the next S bytes of bin,
+// each element a 4-byte little-endian length and its bytes; the sizes the
+// inputs claim must add up to bin's length exactly. Elements are text
+// (valid UTF-8), as every input batchd takes is. An "outputs" list may
+// name the one output, "output", and nothing else.
+func decodeV2Binary(header, bin []byte, hasBinary bool, lim limits) (v2Req, *apiError) {
 	var b v2Body
-	if err := decodeJSON(body, &b, false); err != nil {
+	if err := decodeJSON(header, &b, false); err != nil {
 		return v2Req{}, err
 	}
 	if len(b.Inputs) != 1 {
 		return v2Req{}, badRequest("inputs: %d tensors, want exactly 1", len(b.Inputs))
 	}
+	r := v2Req{id: b.ID}
+	if b.Parameters != nil && b.Parameters.BinaryDataOutput != nil {
+		r.binaryOut = *b.Parameters.BinaryDataOutput
+	}
+	if len(b.Outputs) > 1 {
+		return v2Req{}, badRequest("outputs: %d requested; the model has one output, %q", len(b.Outputs), v2OutputName)
+	}
+	for _, o := range b.Outputs {
+		if o.Name != v2OutputName {
+			return v2Req{}, badRequest("outputs: no output %q; the model has one output, %q", truncate(o.Name), v2OutputName)
+		}
+		if o.Parameters != nil && o.Parameters.BinaryData != nil {
+			r.binaryOut = *o.Parameters.BinaryData
+		}
+	}
 	t := b.Inputs[0]
+	name := truncate(t.Name)
 	if t.Datatype != "BYTES" {
-		return v2Req{}, badRequest("input %q: datatype %q, want BYTES", truncate(t.Name), truncate(t.Datatype))
+		return v2Req{}, badRequest("input %q: datatype %q, want BYTES", name, truncate(t.Datatype))
+	}
+	if len(t.Shape) > shapeRankMax {
+		return v2Req{}, badRequest("input %q: shape of rank %d, over %d", name, len(t.Shape), shapeRankMax)
 	}
 	n := int64(1)
 	for _, d := range t.Shape {
 		if d < 0 || d > int64(lim.itemsMax) {
-			return v2Req{}, badRequest("input %q: shape %v: each dimension must be 0 to %d", truncate(t.Name), t.Shape, lim.itemsMax)
+			return v2Req{}, badRequest("input %q: shape %v: each dimension must be 0 to %d", name, t.Shape, lim.itemsMax)
 		}
 		n *= d
 		if n > int64(lim.itemsMax) {
-			return v2Req{}, badRequest("input %q: shape %v: more than %d elements", truncate(t.Name), t.Shape, lim.itemsMax)
+			return v2Req{}, badRequest("input %q: shape %v: more than %d elements", name, t.Shape, lim.itemsMax)
 		}
 	}
 	if len(t.Shape) == 0 || n == 0 {
-		return v2Req{}, badRequest("input %q: shape %v: want 1 to %d elements", truncate(t.Name), t.Shape, lim.itemsMax)
+		return v2Req{}, badRequest("input %q: shape %v: want 1 to %d elements", name, t.Shape, lim.itemsMax)
 	}
-	var flat []*string
-	if err := json.Unmarshal(t.Data, &flat); err != nil {
-		var nested [][]*string
-		if json.Unmarshal(t.Data, &nested) != nil {
-			return v2Req{}, badRequest("input %q: data must be an array of strings", truncate(t.Name))
+	var size *int64
+	if t.Parameters != nil {
+		size = t.Parameters.BinaryDataSize
+	}
+	if size == nil {
+		if len(bin) > 0 {
+			return v2Req{}, badRequest("%d bytes after the JSON header (Inference-Header-Content-Length), but no input has a binary_data_size", len(bin))
 		}
-		if len(t.Shape) != 2 || int64(len(nested)) != t.Shape[0] {
-			return v2Req{}, badRequest("input %q: nested data of %d rows for shape %v: want shape [rows, columns]", truncate(t.Name), len(nested), t.Shape)
+		flat, aerr := flatData(t.Data, t.Shape, n, name)
+		if aerr != nil {
+			return v2Req{}, aerr
 		}
-		flat = flat[:0]
-		for i, row := range nested {
-			if int64(len(row)) != t.Shape[1] {
-				return v2Req{}, badRequest("input %q: data[%d] has %d elements, shape %v wants %d", truncate(t.Name), i, len(row), t.Shape, t.Shape[1])
+		r.inputs = make([]string, len(flat))
+		for i, s := range flat {
+			if err := checkInput(s, lim, fmt.Sprintf("data[%d]", i)); err != nil {
+				return v2Req{}, err
 			}
-			flat = append(flat, row...)
+			r.inputs[i] = *s
 		}
+		return r, nil
 	}
-	if int64(len(flat)) != n {
-		return v2Req{}, badRequest("input %q: %d elements for shape %v", truncate(t.Name), len(flat), t.Shape)
+	switch {
+	case !hasBinary:
+		return v2Req{}, badRequest("input %q: binary_data_size without an Inference-Header-Content-Length header: the body is JSON alone", name)
+	case len(t.Data) > 0 && string(t.Data) != "null":
+		return v2Req{}, badRequest("input %q: both data and binary_data_size; send one", name)
+	case *size < 0 || *size != int64(len(bin)):
+		return v2Req{}, badRequest("input %q: binary_data_size %d, but %d bytes follow the JSON header: the inputs' sizes must add up to them", name, *size, len(bin))
 	}
-	r := v2Req{id: b.ID, inputs: make([]string, len(flat))}
-	for i, s := range flat {
-		if err := checkInput(s, lim, fmt.Sprintf("data[%d]", i)); err != nil {
-			return v2Req{}, err
-		}
-		r.inputs[i] = *s
+	inputs, aerr := bytesTensor(bin, int(n), t.Shape, name, lim)
+	if aerr != nil {
+		return v2Req{}, aerr
 	}
+	r.inputs = inputs
 	return r, nil
+}
+
+// flatData returns the n elements of a tensor's JSON data, flat or nested
+// as its shape (see decodeV2Binary). A nested array must have the shape's
+// length at every depth: a ragged one is refused even when its strings
+// add up to n.
+func flatData(data json.RawMessage, shape []int64, n int64, name string) ([]*string, *apiError) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '[' {
+		return nil, badRequest("input %q: data must be an array of strings", name)
+	}
+	if j := skipSpace(data, i+1); j >= len(data) || data[j] != '[' {
+		var flat []*string
+		if json.Unmarshal(data, &flat) != nil {
+			return nil, badRequest("input %q: data must be an array of strings", name)
+		}
+		if int64(len(flat)) != n {
+			return nil, badRequest("input %q: %d elements for shape %v", name, len(flat), shape)
+		}
+		return flat, nil
+	}
+	if len(shape) < 2 {
+		return nil, badRequest("input %q: nested data for shape %v: nest it as the shape does, or send it flat", name, shape)
+	}
+	flat := make([]*string, 0, n)
+	if aerr := nestedData(data, shape, 0, "data", name, &flat); aerr != nil {
+		return nil, aerr
+	}
+	return flat, nil
+}
+
+// nestedData appends to flat, row-major, the strings of data, the
+// sub-array at where of a tensor of the given shape, at depth dim.
+func nestedData(data json.RawMessage, shape []int64, dim int, where, name string, flat *[]*string) *apiError {
+	if dim == len(shape)-1 {
+		var row []*string
+		if json.Unmarshal(data, &row) != nil {
+			return badRequest("input %q: %s must be an array of strings (shape %v has %d dimensions)", name, where, shape, len(shape))
+		}
+		if int64(len(row)) != shape[dim] {
+			return badRequest("input %q: %s has %d elements, shape %v wants %d", name, where, len(row), shape, shape[dim])
+		}
+		*flat = append(*flat, row...)
+		return nil
+	}
+	var rows []json.RawMessage
+	if json.Unmarshal(data, &rows) != nil {
+		return badRequest("input %q: %s must be an array (shape %v has %d dimensions)", name, where, shape, len(shape))
+	}
+	if int64(len(rows)) != shape[dim] {
+		return badRequest("input %q: %s has %d elements, shape %v wants %d", name, where, len(rows), shape, shape[dim])
+	}
+	for i, row := range rows {
+		if aerr := nestedData(row, shape, dim+1, where+"["+strconv.Itoa(i)+"]", name, flat); aerr != nil {
+			return aerr
+		}
+	}
+	return nil
+}
+
+// bytesTensor decodes a BYTES tensor of n elements from its binary data:
+// each element is a 4-byte little-endian length, then that many bytes;
+// the elements fill b exactly.
+func bytesTensor(b []byte, n int, shape []int64, name string, lim limits) ([]string, *apiError) {
+	out := make([]string, 0, n)
+	total := len(b)
+	for len(b) > 0 {
+		at := total - len(b)
+		if len(out) == n {
+			return nil, badRequest("input %q: binary data has more than the %d elements of shape %v: %d bytes left at offset %d", name, n, shape, len(b), at)
+		}
+		if len(b) < 4 {
+			return nil, badRequest("input %q: binary element %d: %d bytes at offset %d, too few for its 4-byte length", name, len(out), len(b), at)
+		}
+		size := binary.LittleEndian.Uint32(b)
+		b = b[4:]
+		if uint64(size) > uint64(len(b)) {
+			return nil, badRequest("input %q: binary element %d: length %d at offset %d, past the end of the data (%d bytes left)", name, len(out), size, at, len(b))
+		}
+		if uint64(size) > uint64(lim.inputMaxBytes) {
+			return nil, badRequest("data[%d]: input of %d bytes, over the limit of %d", len(out), size, lim.inputMaxBytes)
+		}
+		if !utf8.Valid(b[:size]) {
+			return nil, badRequest("input %q: binary element %d is not valid UTF-8 (batchd's inputs are text)", name, len(out))
+		}
+		out = append(out, string(b[:size]))
+		b = b[size:]
+	}
+	if len(out) != n {
+		return nil, badRequest("input %q: binary data holds %d elements, shape %v wants %d", name, len(out), shape, n)
+	}
+	return out, nil
 }
 
 // truncate shortens client text quoted back in an error message.

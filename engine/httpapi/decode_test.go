@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -215,7 +217,9 @@ func TestExactKeys(t *testing.T) {
 		{"batch item twice", `{"items": [{"input": "a", "input": "b"}]}`, batchErr, `key "input" given twice`},
 		{"batch items twice", `{"items": [{"input": "a"}], "items": [{"input": "b"}]}`, batchErr, `key "items" given twice`},
 		{"v2", v2(""), v2Err, ""},
-		{"v2 extensions ignored", `{"parameters": {"x": 1}, "outputs": [{"name": "o"}], "inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"], "parameters": {}}]}`, v2Err, ""},
+		{"v2 extensions ignored", `{"parameters": {"x": 1}, "outputs": [{"name": "output", "parameters": {"y": 2}}], "inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"], "parameters": {"content_type": "str"}}]}`, v2Err, ""},
+		{"v2 parameter upper", v2(`, "parameters": {"Binary_Data_Size": 4}`), v2Err, `key "Binary_Data_Size": keys are case-sensitive; did you mean "binary_data_size"?`},
+		{"v2 parameter twice", `{"parameters": {"binary_data_output": true, "binary_data_output": false}, "inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`, v2Err, `key "binary_data_output" given twice`},
 		{"v2 upper", `{"INPUTS": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`, v2Err, `key "INPUTS": keys are case-sensitive; did you mean "inputs"?`},
 		{"v2 tensor upper", v2(`, "Data": ["b"]`), v2Err, `key "Data"`},
 		{"v2 tensor twice", v2(`, "data": ["b"]`), v2Err, `key "data" given twice`},
@@ -285,4 +289,47 @@ func BenchmarkDecodeInfer(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzDecodeV2Binary: an OIP request in the binary tensor data extension
+// (a JSON header, then the tensor bytes) is refused with a worded 4xx or
+// decodes to elements within the limits, each valid UTF-8, as many as
+// its shape says, each one of the length-prefixed elements of bin.
+func FuzzDecodeV2Binary(f *testing.F) {
+	le := func(parts ...string) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
+			b = append(b, p...)
+		}
+		return b
+	}
+	in := func(shape string, size int) []byte {
+		return []byte(`{"inputs":[{"name":"t","shape":` + shape + `,"datatype":"BYTES","parameters":{"binary_data_size":` + strconv.Itoa(size) + `}}]}`)
+	}
+	f.Add(in("[2]", 11), le("a", "bc"))
+	f.Add(in("[2,1]", 8), le("", ""))
+	f.Add(in("[1]", 5), []byte("\xff\xff\xff\xffa"))
+	f.Add(in("[1]", 6), le("\xff\xfe"))
+	f.Add(in("[3]", 11), le("a", "bc"))
+	f.Add([]byte(`{"inputs":[{"name":"t","shape":[1],"datatype":"BYTES","data":["a"]}],"parameters":{"binary_data_output":true}}`), []byte{})
+	f.Fuzz(func(t *testing.T, header, bin []byte) {
+		v, err := decodeV2Binary(header, bin, true, fuzzLimits)
+		if err != nil {
+			if err.status != 400 || err.msg == "" {
+				t.Fatalf("refusal %+v is not a worded 400", err)
+			}
+			return
+		}
+		if len(v.inputs) < 1 || len(v.inputs) > fuzzLimits.itemsMax {
+			t.Fatalf("tensor of %d elements accepted", len(v.inputs))
+		}
+		checkInputs(t, v.inputs...)
+		if len(bin) > 0 {
+			// Every byte of bin is one element's length or its bytes.
+			if want := len(v.inputs) * 4; len(bin) != want+len(strings.Join(v.inputs, "")) {
+				t.Fatalf("%d bytes of binary data for elements %q", len(bin), v.inputs)
+			}
+		}
+	})
 }

@@ -158,15 +158,24 @@ func (h *Handler) routes() {
 		http.MethodGet:    h.v1Status,
 		http.MethodDelete: h.jobCancel,
 	})
-	h.route(http.MethodGet, "/v2", h.v2Server)
-	h.route(http.MethodGet, "/v2/health/live", h.v2Live)
-	h.route(http.MethodGet, "/v2/health/ready", h.v2Ready)
-	h.route(http.MethodGet, "/v2/models/{model}", h.v2Metadata)
-	h.route(http.MethodGet, "/v2/models/{model}/versions/{version}", h.v2Metadata)
-	h.route(http.MethodGet, "/v2/models/{model}/ready", h.v2ModelReady)
-	h.route(http.MethodGet, "/v2/models/{model}/versions/{version}/ready", h.v2ModelReady)
-	h.route(http.MethodPost, "/v2/models/{model}/infer", h.v2Infer)
-	h.route(http.MethodPost, "/v2/models/{model}/versions/{version}/infer", h.v2Infer)
+	// The OIP routes answer with a trailing slash as well ("/v2/"): some
+	// clients build their URLs with one. {$} matches the slash alone, not
+	// the subtree below it.
+	for _, p := range []string{"/v2", "/v2/{$}"} {
+		h.route(http.MethodGet, p, h.v2Server)
+	}
+	for _, suffix := range []string{"", "/{$}"} {
+		h.route(http.MethodGet, "/v2/health/live"+suffix, h.v2Live)
+		h.route(http.MethodGet, "/v2/health/ready"+suffix, h.v2Ready)
+		h.route(http.MethodGet, "/v2/models/{model}"+suffix, h.v2Metadata)
+		h.route(http.MethodGet, "/v2/models/{model}/versions/{version}"+suffix, h.v2Metadata)
+		h.route(http.MethodGet, "/v2/models/{model}/ready"+suffix, h.v2ModelReady)
+		h.route(http.MethodGet, "/v2/models/{model}/versions/{version}/ready"+suffix, h.v2ModelReady)
+		// An OIP infer body may be the binary tensor data extension's
+		// (application/octet-stream).
+		h.routeBody("/v2/models/{model}/infer"+suffix, true, h.v2Infer)
+		h.routeBody("/v2/models/{model}/versions/{version}/infer"+suffix, true, h.v2Infer)
+	}
 	metricsHandler := h.met.Handler()
 	h.route(http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if aerr := h.metricsAuth(r); aerr != nil {
@@ -183,9 +192,23 @@ func (h *Handler) routes() {
 // route registers a path for one method. The method is checked here rather
 // than in the mux pattern so that a wrong method gets a JSON 405, like
 // every other error, not the mux's plain text. Every POST route takes a
-// JSON body, so its Content-Type is checked here too, once for all of
-// them (jobs' included).
+// JSON body, so its Content-Type and Content-Encoding are checked here
+// too, once for all of them (jobs' included).
 func (h *Handler) route(method, path string, fn http.HandlerFunc) {
+	if method == http.MethodPost {
+		h.routeBody(path, false, fn)
+		return
+	}
+	h.handle(method, path, false, fn)
+}
+
+// routeBody registers a POST route; binaryOK: its body may also be
+// application/octet-stream (the OIP binary tensor data extension).
+func (h *Handler) routeBody(path string, binaryOK bool, fn http.HandlerFunc) {
+	h.handle(http.MethodPost, path, binaryOK, fn)
+}
+
+func (h *Handler) handle(method, path string, binaryOK bool, fn http.HandlerFunc) {
 	h.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
@@ -193,7 +216,13 @@ func (h *Handler) route(method, path string, fn http.HandlerFunc) {
 			return
 		}
 		if method == http.MethodPost {
-			if aerr := checkContentType(r.Header); aerr != nil {
+			if aerr := checkContentType(r.Header, binaryOK); aerr != nil {
+				h.fail(w, r, aerr)
+				return
+			}
+			if _, aerr := contentEncoding(r.Header); aerr != nil {
+				// RFC 7694: a 415 for a content coding says which it takes.
+				w.Header().Set("Accept-Encoding", acceptedEncodings)
 				h.fail(w, r, aerr)
 				return
 			}
@@ -209,8 +238,10 @@ func (h *Handler) route(method, path string, fn http.HandlerFunc) {
 // application/json and application/*+json, with charset utf-8 if any; and
 // application/x-www-form-urlencoded, which is what `curl -d` (the README's
 // and `batchd serve`'s own examples) declares for the JSON it sends; the
-// body is decoded as JSON all the same.
-func checkContentType(hdr http.Header) *apiError {
+// body is decoded as JSON all the same. binaryOK also accepts
+// application/octet-stream, the type of an OIP infer body in the binary
+// tensor data extension (a JSON header, then raw tensor bytes).
+func checkContentType(hdr http.Header, binaryOK bool) *apiError {
 	vals := hdr.Values("Content-Type")
 	if len(vals) == 0 || (len(vals) == 1 && strings.TrimSpace(vals[0]) == "") {
 		return nil
@@ -228,6 +259,8 @@ func checkContentType(hdr http.Header) *apiError {
 	switch {
 	case mt == "application/json", mt == "application/x-www-form-urlencoded":
 	case strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"):
+	case binaryOK && mt == "application/octet-stream":
+		return nil // bytes: no charset to check
 	default:
 		return unsupported("Content-Type %q: the body must be JSON (application/json)", truncate(mt))
 	}
@@ -517,7 +550,16 @@ func (h *Handler) readBodyMax(w http.ResponseWriter, r *http.Request, bodyMax in
 		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: fmt.Sprintf("body of %d bytes declared, over %d", r.ContentLength, bodyMax)}
 	}
 	rc := http.NewResponseController(w)
-	body, err := readAll(http.MaxBytesReader(w, r.Body, bodyMax), r.ContentLength, bodyMax)
+	var body []byte
+	var err error
+	src := http.MaxBytesReader(w, r.Body, bodyMax)
+	if enc, _ := contentEncoding(r.Header); enc == "" {
+		body, err = readAll(src, r.ContentLength, bodyMax)
+	} else {
+		// The compressed body is bounded by bodyMax as it arrives, and so
+		// is what it decompresses to: a zip bomb stops at bodyMax+1 bytes.
+		body, err = readAll(decompress(enc, src, bodyMax), -1, bodyMax)
+	}
 	if err == nil {
 		// Cleared once read: net/http watches the connection for the
 		// client going away while the handler waits, and a deadline left
@@ -532,11 +574,14 @@ func (h *Handler) readBodyMax(w http.ResponseWriter, r *http.Request, bodyMax in
 	w.Header().Set("Connection", "close")
 	var tooBig *http.MaxBytesError
 	var netErr net.Error
+	var bad *decompressError
 	switch {
 	case errors.As(err, &tooBig):
 		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: fmt.Sprintf("body over %d bytes", bodyMax)}
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return nil, &apiError{status: http.StatusRequestTimeout, code: codeTimeout, msg: "body not received in time"}
+	case errors.As(err, &bad):
+		return nil, badRequest("%v", bad)
 	}
 	return nil, badRequest("reading body: %v", err)
 }

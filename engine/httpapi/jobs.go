@@ -402,8 +402,12 @@ func (h *Handler) v1BatchJobs(w http.ResponseWriter, r *http.Request, k *tenantK
 	lim := h.limitsFor(mi)
 	lim.itemsMax = max(lim.itemsMax, h.cfg.JobItemsMax)
 	bodyMax := max(h.cfg.BodyMaxBytes, h.cfg.JobBodyMaxBytes)
+	var src io.Reader = http.MaxBytesReader(w, r.Body, bodyMax)
+	if enc, _ := contentEncoding(r.Header); enc != "" {
+		src = decompress(enc, src, bodyMax) // bounded once decompressed too
+	}
 	bs := &batchStream{h: h, r: r, k: k, model: model, lim: lim, async: preferAsync(r), sum: sha256.New(),
-		dec: json.NewDecoder(&utf8Reader{r: http.MaxBytesReader(w, r.Body, bodyMax)})}
+		dec: json.NewDecoder(&utf8Reader{r: src})}
 	defer func() {
 		if bs.sub != nil {
 			bs.sub.Abort() // no-op once committed
@@ -672,7 +676,10 @@ func (bs *batchStream) keep(input string, in *batchReq) *apiError {
 func (bs *batchStream) readError(err error) *apiError {
 	var tooBig *http.MaxBytesError
 	var netErr net.Error
+	var bad *decompressError
 	switch {
+	case errors.As(err, &bad):
+		return badRequest("%v", bad)
 	case errors.Is(err, errBodyUTF8):
 		return badRequest("body is not valid UTF-8")
 	case errors.As(err, &tooBig):

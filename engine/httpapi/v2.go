@@ -1,8 +1,13 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/batchd/batchd/actors"
 )
@@ -31,12 +36,27 @@ type v2ModelMeta struct {
 	Outputs  []v2TensorMeta `json:"outputs"`
 }
 
+// v2Tensor is a response's output tensor: its data in JSON, or, as
+// binary tensor data, its size in parameters and its bytes after the
+// JSON.
 type v2Tensor struct {
-	Name     string   `json:"name"`
-	Datatype string   `json:"datatype"`
-	Shape    []int64  `json:"shape"`
-	Data     []string `json:"data"`
+	Name       string          `json:"name"`
+	Datatype   string          `json:"datatype"`
+	Shape      []int64         `json:"shape"`
+	Parameters *v2OutputParams `json:"parameters,omitempty"`
+	Data       []string        `json:"data,omitempty"`
 }
+
+type v2OutputParams struct {
+	BinaryDataSize int64 `json:"binary_data_size"`
+}
+
+// The binary tensor data extension's header: the length of the JSON that
+// begins a body which binary tensor data follows.
+const headerInferLen = "Inference-Header-Content-Length"
+
+// contentTypeBinary is a binary tensor data reply's Content-Type.
+var contentTypeBinary = []string{"application/octet-stream"}
 
 type v2InferResponse struct {
 	ModelName    string     `json:"model_name"`
@@ -51,7 +71,7 @@ func (h *Handler) v2Server(w http.ResponseWriter, r *http.Request) {
 		Name       string   `json:"name"`
 		Version    string   `json:"version"`
 		Extensions []string `json:"extensions"`
-	}{"batchd", "1", []string{}})
+	}{"batchd", "1", []string{"binary_tensor_data"}})
 }
 
 // v2Live serves GET /v2/health/live: the process answers, so it is live.
@@ -152,7 +172,12 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
-	in, aerr := decodeV2(body, h.limitsFor(mi))
+	header, bin, hasBinary, aerr := splitInferBody(r.Header, body)
+	if aerr != nil {
+		h.fail(w, r, aerr)
+		return
+	}
+	in, aerr := decodeV2Binary(header, bin, hasBinary, h.limitsFor(mi))
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return
@@ -166,7 +191,6 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 		reqs[i] = request(k, model, c, input, start)
 	}
 	results := h.fanOut(r.Context(), reqs, start)
-	out := v2Tensor{Name: "output", Datatype: "BYTES", Shape: []int64{int64(len(results))}, Data: make([]string, len(results))}
 	for i, res := range results {
 		if res.err != nil {
 			e := *res.err
@@ -174,12 +198,83 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, &e)
 			return
 		}
-		out.Data[i] = res.rep.Output
 	}
-	h.writeJSON(w, r, http.StatusOK, v2InferResponse{
+	resp := v2InferResponse{
 		ModelName:    model,
 		ModelVersion: results[0].rep.Version,
 		ID:           in.id,
-		Outputs:      []v2Tensor{out},
-	})
+		Outputs:      []v2Tensor{{Name: v2OutputName, Datatype: "BYTES", Shape: []int64{int64(len(results))}}},
+	}
+	if in.binaryOut {
+		h.writeV2Binary(w, r, &resp, results)
+		return
+	}
+	resp.Outputs[0].Data = make([]string, len(results))
+	for i, res := range results {
+		resp.Outputs[0].Data[i] = res.rep.Output
+	}
+	h.writeJSON(w, r, http.StatusOK, resp)
+}
+
+// splitInferBody splits an OIP infer body at its
+// Inference-Header-Content-Length, if it has one (hasBinary): the JSON
+// header, then the binary tensor data. Without the header the body is
+// JSON alone.
+func splitInferBody(hdr http.Header, body []byte) (header, bin []byte, hasBinary bool, aerr *apiError) {
+	vals := hdr[headerInferLen]
+	if len(vals) == 0 {
+		return body, nil, false, nil
+	}
+	if len(vals) > 1 {
+		return nil, nil, false, badRequest("more than one %s header", headerInferLen)
+	}
+	v := strings.TrimSpace(vals[0])
+	n, err := strconv.ParseUint(v, 10, 63)
+	if err != nil {
+		return nil, nil, false, badRequest("%s %q: want the length of the body's JSON header, in bytes", headerInferLen, truncate(vals[0]))
+	}
+	if n == 0 || n > uint64(len(body)) {
+		return nil, nil, false, badRequest("%s %d: the JSON header must be 1 to %d bytes, the length of the body", headerInferLen, n, len(body))
+	}
+	return body[:n], body[n:], true, nil
+}
+
+// writeV2Binary writes an infer reply with its output as binary tensor
+// data: the JSON header, with the output's binary_data_size in its
+// parameters and no data, then the output's elements, each a 4-byte
+// little-endian length and its bytes; Inference-Header-Content-Length is
+// the JSON's length (no newline after it: the bytes follow at once).
+func (h *Handler) writeV2Binary(w http.ResponseWriter, r *http.Request, resp *v2InferResponse, results []doResult) {
+	size := 0
+	for _, res := range results {
+		if uint64(len(res.rep.Output)) > math.MaxUint32 {
+			h.fail(w, r, &apiError{status: http.StatusInternalServerError, code: codeInternal, msg: "an output of 4 GiB or more has no binary length"})
+			return
+		}
+		size += 4 + len(res.rep.Output)
+	}
+	resp.Outputs[0].Parameters = &v2OutputParams{BinaryDataSize: int64(size)}
+	buf := encodeBuffers.Get().(*bytes.Buffer)
+	defer putEncodeBuffer(buf)
+	buf.Reset()
+	if err := json.NewEncoder(buf).Encode(resp); err != nil {
+		// Only strings and numbers: a bug.
+		h.log.Error("httpapi: encode response", "err", err)
+		h.fail(w, r, &apiError{status: http.StatusInternalServerError, code: codeInternal, msg: "encoding the response failed"})
+		return
+	}
+	buf.Truncate(buf.Len() - 1) // the Encoder's newline
+	headerLen := buf.Len()
+	buf.Grow(size)
+	for _, res := range results {
+		buf.Write(binary.LittleEndian.AppendUint32(buf.AvailableBuffer(), uint32(len(res.rep.Output))))
+		buf.WriteString(res.rep.Output)
+	}
+	hdr := w.Header()
+	hdr["Content-Type"] = contentTypeBinary
+	hdr.Set(headerInferLen, strconv.Itoa(headerLen))
+	hdr.Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+	h.met.Response(r.Pattern, http.StatusOK)
 }
