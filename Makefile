@@ -97,6 +97,7 @@ soak:
 	$(GO) test -count=1 -timeout 20m -run TestEngineKeysBounded ./engine -args -keys.requests=100000
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME) ./engine/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV2Binary$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 
 # The GPU check (the model on a GPU against its CPU reference): builds (no
 # cgo) the cudabridge test binary and batchd into bin/, then runs
