@@ -28,11 +28,34 @@
 //	                                   async, or more than BatchAsyncAbove items (Config.Jobs set)
 //	                                   -> 202 {"id", "status_url", "status", "total"}
 //	GET  /v2, /v2/health/live, /v2/health/ready
+//	                                server metadata: extensions ["binary_tensor_data"]
 //	GET  /v2/models/{m}[/versions/{v}]        metadata: one BYTES input "input", one BYTES output "output"
 //	GET  /v2/models/{m}[/versions/{v}]/ready
-//	POST /v2/models/{m}[/versions/{v}]/infer  {"id"?, "inputs": [{"name", "shape", "datatype": "BYTES", "data"}]}
+//	POST /v2/models/{m}[/versions/{v}]/infer  {"id"?, "parameters"?, "inputs": [{"name", "shape", "datatype": "BYTES",
+//	                                           "data" | "parameters": {"binary_data_size"}}], "outputs"?: [{"name": "output"}]}
 //	                                -> {"model_name", "model_version", "id", "outputs": [{"name": "output", ...}]}
 //	GET  /metrics                   Prometheus text format
+//
+// Every /v2 route also answers with a trailing slash ("/v2/",
+// "/v2/models/m/infer/"): some clients build their URLs with one.
+//
+// # The OIP binary tensor data extension
+//
+// An infer request with an Inference-Header-Content-Length: N header (and
+// Content-Type application/octet-stream, application/json or none) is N
+// bytes of JSON, the header, then raw tensor data: an input with
+// "parameters": {"binary_data_size": S} has no "data" and takes the next S
+// bytes, each BYTES element a 4-byte little-endian length and its bytes,
+// as many as its shape's product, each valid UTF-8 (batchd's inputs are
+// text). The sizes must add up to what follows the header exactly. The
+// reply is binary when the request says "parameters":
+// {"binary_data_output": true} or its output says "parameters":
+// {"binary_data": true} (which overrides it): Content-Type
+// application/octet-stream, Inference-Header-Content-Length the length of
+// its JSON header (no newline), whose output has "parameters":
+// {"binary_data_size"} in place of "data", then the output's elements,
+// length-prefixed likewise. Triton's and KServe's clients send and ask for
+// binary tensors by default.
 //
 // Every element of an OIP input tensor and every item of a /v1 batch is
 // one request in the batcher; they are submitted together (Submit, no
@@ -44,10 +67,18 @@
 //
 // # Decoding
 //
-// Every POST body is JSON: no Content-Type, application/json or
-// application/*+json (charset utf-8, if given) are read as such, and so is
+// Every POST body is JSON (an OIP infer body may be binary tensor data,
+// above): no Content-Type, application/json or application/*+json (charset
+// utf-8, if given) are read as such, and so is
 // application/x-www-form-urlencoded, which `curl -d` declares for the JSON
-// it sends; any other type is 415 before the body is read.
+// it sends; any other type is 415 before the body is read
+// (application/octet-stream is taken on OIP infer alone). A body may be
+// compressed (Content-Encoding gzip, x-gzip or deflate, zlib or raw;
+// identity is none): BodyMaxBytes bounds it as it arrives and again as it
+// decompresses, so one that inflates past it is 413 after at most
+// BodyMaxBytes+1 bytes of work; bytes after the compressed stream are a
+// 400, and any other coding, or more than one, is 415 with an
+// Accept-Encoding header naming those taken.
 // Bad input never reaches the engine: the body must be valid UTF-8 JSON of
 // at most Config.BodyMaxBytes, with one value and nothing after it; inputs
 // must be present and at most Config.InputMaxBytes (or the model's
@@ -59,9 +90,11 @@
 // "outputs") batchd does not use. On both, keys are matched exactly and
 // once: encoding/json would take "INPUT" for "input" and keep the last of
 // a repeated key, so a key that only case-folds to a field's name, or a
-// field given twice, is a 400 (params, free-form, are not checked). Nested
-// OIP data must be [rows][columns] as its shape [n, m] says: a ragged
-// array is a 400 even when its strings add up to n·m.
+// field given twice, is a 400 (params, free-form, are not checked). OIP
+// data is flat (as many strings as the shape's product) or nested as its
+// shape says at every depth, of any rank up to 32, read row-major: a
+// ragged array is a 400 even when its strings add up to the product. An
+// "outputs" list may name "output" alone: another name is a 400.
 // JSON \u escapes of lone surrogates decode to U+FFFD, as encoding/json
 // does; raw invalid UTF-8 is refused.
 //
@@ -78,7 +111,9 @@
 //
 //	status  code                               cause
 //	400     bad_request                        bad JSON, unknown /v1 field, missing or oversize input,
-//	                                           invalid UTF-8, bad priority/timeout/params/shape/datatype
+//	                                           invalid UTF-8, bad priority/timeout/params/shape/datatype,
+//	                                           unknown OIP output, bad binary tensor data (header length,
+//	                                           sizes, element lengths), a body that does not decompress
 //	400     invalid                            the batcher refused the request as malformed (Reason invalid)
 //	401     unauthorized                       API keys configured; no or unknown bearer token
 //	403     forbidden                          the key may not use this model (APIKey.Models)
@@ -88,8 +123,10 @@
 //	405     method_not_allowed                 wrong method for the route
 //	408     request_timeout                    the body did not arrive within BodyReadTimeout
 //	409     idempotency_conflict               Idempotency-Key reused with a different request
-//	413     body_too_large                     body over BodyMaxBytes (or declared over it: refused unread)
-//	415     unsupported_media_type             a POST whose Content-Type is not JSON (see Decoding)
+//	413     body_too_large                     body over BodyMaxBytes (or declared over it: refused unread),
+//	                                           compressed or once decompressed
+//	415     unsupported_media_type             a POST whose Content-Type is not JSON, or whose
+//	                                           Content-Encoding is not gzip or deflate (see Decoding)
 //	429     rate_limited, quota                Rejected, Reason rate_limited or quota (the tenant's limits)
 //	503     queue_full, overloaded, no_device, Rejected for load, no device, or draining; engine.ErrInFlightMax
 //	        draining                           (overloaded), engine.ErrClosed (draining), shutting down
