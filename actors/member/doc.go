@@ -22,6 +22,7 @@
 // bounded: a View holds at most its limit of node names (DefaultLimit),
 // names are at most MaxNameLen bytes.
 //
-// Imported by: nothing (the request and accumulator actors of issue 19's
-// later steps will). It imports nothing of batchd.
+// Imported by: sim/swim (the simulator's SWIM model, which produces the
+// Updates; the request and accumulator actors of issue 19's later steps
+// will keep Views). It imports nothing of batchd.
 package member
