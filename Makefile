@@ -92,7 +92,7 @@ poison: build
 # requests on random keys, and FUZZTIME of fuzzing for each request decoder.
 FUZZTIME ?= 60s
 soak:
-	$(GO) test -count=1 -timeout 60m -run Property ./sim ./actors -args -rapid.checks=$(CHECKS)
+	$(GO) test -count=1 -timeout 60m -run Property ./sim ./actors ./sim/swim ./actors/member -args -rapid.checks=$(CHECKS)
 	$(GO) test -count=5 -timeout 20m -run 'TestMalformedCorpus|TestServeOverloadTwice' ./engine/httpapi ./cmd/batchd
 	$(GO) test -count=1 -timeout 20m -run TestEngineKeysBounded ./engine -args -keys.requests=100000
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi

@@ -192,9 +192,10 @@ func TestPropertyViewOrderFree(t *testing.T) {
 }
 
 // BenchmarkViewApply is the cost of one membership message applied to a
-// View of 100 nodes: a stream of suspicions and refutations (each one
-// accepted; no change of the live set) and, one in 16, a death and a
-// return (a change of the live set, which copies the live list).
+// View of 100 nodes: a stream of suspicions and refutations (alive at a
+// higher incarnation), and one message in 32 a death, whose node's next
+// alive is a return (each a change of the live set, which copies the live
+// list).
 func BenchmarkViewApply(b *testing.B) {
 	const n = 100
 	names := make([]string, n)

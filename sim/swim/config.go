@@ -132,14 +132,14 @@ func DefaultConfig(nodes []string) Config {
 
 // SuspicionTimeout is the suspicion timeout a node with n live members
 // uses.
-func (c *Config) SuspicionTimeout(n int) time.Duration {
+func (c Config) SuspicionTimeout(n int) time.Duration {
 	f := math.Max(1, math.Log10(float64(max(n, 1))))
 	return time.Duration(c.SuspicionMult * f * float64(c.ProbeInterval))
 }
 
 // retransmits is how many packets carry one update (memberlist's
 // retransmitLimit).
-func (c *Config) retransmits(n int) int {
+func (c Config) retransmits(n int) int {
 	return c.RetransmitMult * int(math.Ceil(math.Log10(float64(n+1))))
 }
 
@@ -148,7 +148,7 @@ func (c *Config) retransmits(n int) int {
 // node within two cycles (2n probes), the probe's interval ends, the
 // suspicion times out; twice that, for a refutation the node sent just
 // before it crashed that comes back and restarts the count once.
-func (c *Config) DetectionBound() time.Duration {
+func (c Config) DetectionBound() time.Duration {
 	n := len(c.Nodes)
 	once := time.Duration(2*n+1)*c.ProbeInterval + c.SuspicionTimeout(n) + c.Latency
 	return 2 * once
@@ -161,7 +161,7 @@ func (c *Config) DetectionBound() time.Duration {
 // reconnected to every member it held dead twice (once to make it refute,
 // once to learn the refutation) and gossiped it; a restarted node's join
 // retries have gone round the configured nodes.
-func (c *Config) SettleBound() time.Duration {
+func (c Config) SettleBound() time.Duration {
 	n := time.Duration(len(c.Nodes))
 	return c.DetectionBound() + (2*n+2)*c.ReconnectInterval + (n+2)*c.PushPullInterval +
 		c.SuspicionTimeout(len(c.Nodes)) + 10*c.GossipInterval
@@ -169,7 +169,7 @@ func (c *Config) SettleBound() time.Duration {
 
 // QuietAt is when the last fault ends: the last event, the end of the last
 // partition, the end of loss (if any).
-func (c *Config) QuietAt() time.Duration {
+func (c Config) QuietAt() time.Duration {
 	var q time.Duration
 	for _, e := range c.Events {
 		q = max(q, e.At)
