@@ -17,7 +17,7 @@ const (
 	// Crash: Node stops at once (a no-op if it is down).
 	Crash EventKind = iota + 1
 	// Restart: Node starts again under its name with a new incarnation (a
-	// no-op if it is up).
+	// no-op if it is up, leaving included).
 	Restart
 	// Leave: Node leaves gracefully: it gossips Left and stops after
 	// LeaveGrace (a no-op if it is down or leaving).
