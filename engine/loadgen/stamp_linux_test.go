@@ -66,9 +66,10 @@ func TestStampConn(t *testing.T) {
 	// The kernel turns receive timestamps on for the whole system in a
 	// deferred work item once the first socket asks, so the first reads
 	// may carry none (the generator then counts those to their read).
-	// Bounded: 5 s or 10,000 exchanges.
+	// Bounded: 30 s or 100,000 exchanges (5 s was once too short for the
+	// kernel's work item on a loaded machine under -race).
 	first := -1
-	for i, start := 0, time.Now(); i < 10_000 && time.Since(start) < 5*time.Second; i++ {
+	for i, start := 0, time.Now(); i < 100_000 && time.Since(start) < 30*time.Second; i++ {
 		if _, ok, _, _ := exchange(i); ok {
 			first = i
 			break
