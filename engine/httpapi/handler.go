@@ -50,8 +50,10 @@ type Handler struct {
 	log  *slog.Logger
 	keys map[[sha256.Size]byte]*tenantKey // nil: open API
 	// metricsKeyHash is Config.MetricsKey's SHA-256, compared in constant
-	// time (the key itself is not kept apart from cfg).
+	// time; metricsKeyed says there is one. Neither the metrics key nor a
+	// tenant's is kept in clear: New drops them from its copy of cfg.
 	metricsKeyHash [sha256.Size]byte
+	metricsKeyed   bool
 	models         map[string]*modelInfo // nil: any model
 
 	// writeWindow bounds the time from a request's start to the end of its
@@ -119,7 +121,7 @@ func New(eng engine.FrontDoor, cfg Config) (*Handler, error) {
 	if o, ok := cfg.Jobs.(interface{ Observe(jobs.Observer) }); ok {
 		o.Observe(h.observeJobItem)
 	}
-	h.metricsKeyHash = sha256.Sum256([]byte(cfg.MetricsKey))
+	h.metricsKeyHash, h.metricsKeyed = sha256.Sum256([]byte(cfg.MetricsKey)), cfg.MetricsKey != ""
 	if len(cfg.APIKeys) > 0 {
 		h.keys = make(map[[sha256.Size]byte]*tenantKey, len(cfg.APIKeys))
 		for _, k := range cfg.APIKeys {
@@ -133,6 +135,8 @@ func New(eng engine.FrontDoor, cfg Config) (*Handler, error) {
 			h.keys[sha256.Sum256([]byte(k.Key))] = tk
 		}
 	}
+	// The hashes are all the handler needs of the keys from here on.
+	h.cfg.APIKeys, h.cfg.MetricsKey = nil, ""
 	if len(cfg.Models) > 0 {
 		h.models = make(map[string]*modelInfo, len(cfg.Models))
 		for _, m := range cfg.Models {
@@ -442,7 +446,7 @@ func (h *Handler) metricsAuth(r *http.Request) *apiError {
 	switch {
 	case h.cfg.MetricsOpen:
 		return nil
-	case h.cfg.MetricsKey != "":
+	case h.metricsKeyed:
 		const scheme = "Bearer "
 		a := r.Header.Get("Authorization")
 		if len(a) <= len(scheme) || !strings.EqualFold(a[:len(scheme)], scheme) {
