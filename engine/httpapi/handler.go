@@ -54,6 +54,7 @@ type Handler struct {
 	// tenant's is kept in clear: New drops them from its copy of cfg.
 	metricsKeyHash [sha256.Size]byte
 	metricsKeyed   bool
+	failLog        logLimiter            // failed requests' log lines
 	models         map[string]*modelInfo // nil: any model
 
 	// writeWindow bounds the time from a request's start to the end of its
@@ -653,9 +654,36 @@ func (h *Handler) settle(ctx context.Context, req actors.Request, rep actors.Rep
 	}
 	h.met.Observe(req.Model, req.Tenant, outcomeOf(rep, aerr), reasonOf(rep, aerr), rep, h.eng.Now()-start)
 	if aerr != nil && aerr.status == http.StatusInternalServerError {
-		h.log.Warn("httpapi: request failed", "model", req.Model, "tenant", req.Tenant, "code", aerr.code, "err", aerr.msg)
+		if ok, suppressed := h.failLog.allow(h.eng.Now()); ok {
+			h.log.Warn("httpapi: request failed", "model", req.Model, "tenant", req.Tenant, "code", aerr.code, "err", aerr.msg,
+				"suppressed", suppressed)
+		}
 	}
 	return rep, aerr
+}
+
+// failLogEvery is the most often a failed request is logged: a client
+// retrying a poison input, or a failing backend, fails requests at the
+// load's rate, and the log must not grow at it. The line says how many
+// failures went unlogged since the last.
+const failLogEvery = time.Second
+
+// logLimiter lets one log line through per failLogEvery and counts the
+// rest. Safe for concurrent use, without a lock.
+type logLimiter struct {
+	next    atomic.Int64 // engine time of the next line allowed
+	dropped atomic.Int64 // lines not written since the last one
+}
+
+// allow reports whether a line may be written at now, and how many were
+// not written since the last one.
+func (l *logLimiter) allow(now time.Duration) (bool, int64) {
+	n := l.next.Load()
+	if int64(now) < n || !l.next.CompareAndSwap(n, int64(now+failLogEvery)) {
+		l.dropped.Add(1)
+		return false, 0
+	}
+	return true, l.dropped.Swap(0)
 }
 
 // newMetrics makes the handler's Prometheus series from its config.

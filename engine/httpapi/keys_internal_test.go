@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -45,5 +46,42 @@ func TestKeysNotKeptInClear(t *testing.T) {
 		if w.Code != want && !(want == 401 && w.Code == 403) {
 			t.Errorf("GET /metrics with %q: %d, want %d", key, w.Code, want)
 		}
+	}
+}
+
+// clockDoor is a front door whose clock the test sets.
+type clockDoor struct {
+	nullDoor
+	now time.Duration
+}
+
+func (d *clockDoor) Now() time.Duration { return d.now }
+
+// TestFailedRequestsLogBounded: a stream of failed requests (a client
+// retrying a poison input) writes one log line a second, each saying how
+// many it left out, not one a request.
+func TestFailedRequestsLogBounded(t *testing.T) {
+	var buf strings.Builder
+	door := &clockDoor{}
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	h, err := New(door, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := actors.Reply{Outcome: actors.Failed, Reason: actors.ReasonBackend, Err: "poison"}
+	req := actors.Request{Model: "echo", Tenant: "t"}
+	for range 100 {
+		if _, aerr := h.settle(context.Background(), req, failed, nil, 0); aerr == nil || aerr.status != 500 {
+			t.Fatalf("a failed reply answered %+v, want a 500", aerr)
+		}
+	}
+	if n := strings.Count(buf.String(), "request failed"); n != 1 {
+		t.Fatalf("100 failures in one second logged %d lines, want 1:\n%s", n, buf.String())
+	}
+	door.now = failLogEvery
+	h.settle(context.Background(), req, failed, nil, 0)
+	if n := strings.Count(buf.String(), "request failed"); n != 2 || !strings.Contains(buf.String(), "suppressed=99") {
+		t.Fatalf("a second later: %d lines, want 2, the second saying 99 were left out:\n%s", n, buf.String())
 	}
 }
