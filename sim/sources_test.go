@@ -138,9 +138,21 @@ func TestReportBreakdown(t *testing.T) {
 	}
 	var winOff int64
 	for _, w := range rep.Windows {
+		var tenants, models, completed int64
 		for _, s := range w.Tenants {
-			winOff += s.Offered
+			tenants += s.Offered
+			completed += s.Completed
 		}
+		for _, s := range w.Models {
+			models += s.Offered
+		}
+		if w.All.Offered != tenants || w.All.Offered != models || w.All.Completed != completed {
+			t.Errorf("window %v-%v: all %+v; tenants offer %d (completed %d), models %d", w.FromS, w.ToS, w.All, tenants, completed, models)
+		}
+		if completed > 0 && w.All.LatencyMs.P95 <= 0 {
+			t.Errorf("window %v-%v: %d completed, p95 %v", w.FromS, w.ToS, completed, w.All.LatencyMs.P95)
+		}
+		winOff += tenants
 	}
 	if len(rep.Windows) != 3 || winOff != q.Offered {
 		t.Errorf("%d windows offering %d in all; run offered %d", len(rep.Windows), winOff, q.Offered)

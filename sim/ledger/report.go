@@ -151,12 +151,14 @@ type AutoscaleSample struct {
 	BusyFractionMean float64 `json:"busy_fraction_mean"`
 }
 
-// WindowStats is the per-tenant breakdown of the requests that arrived in
-// [FromS, ToS) seconds.
+// WindowStats is the breakdown of the requests that arrived in [FromS,
+// ToS) seconds: all of them, per tenant and per model.
 type WindowStats struct {
 	FromS   float64              `json:"from_s"`
 	ToS     float64              `json:"to_s"`
+	All     NameStats            `json:"all"`
 	Tenants map[string]NameStats `json:"tenants"`
+	Models  map[string]NameStats `json:"models"`
 }
 
 // Workload echoes the run's main parameters, so a report reads on its own.
@@ -381,10 +383,21 @@ func (l *Ledger) addBreakdown(rep *Report, in ReportInput) {
 	for i := 1; i < len(in.Windows); i++ {
 		from, to := in.Windows[i-1], in.Windows[i]
 		ts := l.tallies(len(tenants), func(r *record) int { return int(r.tenant) }, from, to, all)
-		ws := WindowStats{FromS: round(from.Seconds(), 6), ToS: round(to.Seconds(), 6), Tenants: make(map[string]NameStats, len(tenants))}
+		ms := l.tallies(len(models), func(r *record) int { return ofKey[r.key] }, from, to, all)
+		ws := WindowStats{
+			FromS: round(from.Seconds(), 6), ToS: round(to.Seconds(), 6),
+			All:     l.tallies(1, func(*record) int { return 0 }, from, to, all)[0].stats(to - from),
+			Tenants: make(map[string]NameStats, len(tenants)),
+			Models:  make(map[string]NameStats, len(models)),
+		}
 		for j, name := range tenants {
 			if ts[j].offered > 0 {
 				ws.Tenants[name] = ts[j].stats(to - from)
+			}
+		}
+		for j, name := range models {
+			if ms[j].offered > 0 {
+				ws.Models[name] = ms[j].stats(to - from)
 			}
 		}
 		rep.Windows = append(rep.Windows, ws)
