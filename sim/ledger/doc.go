@@ -21,6 +21,7 @@
 // the latency histograms are HDR histograms, not sorted samples.
 //
 // Imported by: sim (Run builds a ledger for every run; sim names the
-// report's types by aliases of its own). It imports actors and nothing
+// report's types by aliases of its own), sim/plan (a probe's window). It
+// imports actors and nothing
 // else of batchd.
 package ledger
