@@ -111,7 +111,7 @@ func (r Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "           with %.0f%% headroom: ceil(%d / %g) = %d\n", 100*f.Headroom, f.Devices, f.Headroom, f.WithHeadroom)
 	fmt.Fprintf(&b, "simulator  %d devices hold it: p95 %.1fms, p99 %.1fms, utilisation %.1f%%, mean batch %.1f, unserved %.3f%% (at most %.3f%%), lost %d\n\n",
 		r.Devices, p.P95Ms, p.P99Ms, 100*p.Utilization, p.BatchSizeMean, 100*p.Unserved, 100*r.UnservedMax, p.Lost)
-	fmt.Fprintf(&b, "probes (from the floor, %d devices, up, then halving the gap):\n", f.Floor)
+	fmt.Fprintf(&b, "probes (from the floor, %s, up, then halving the gap):\n", devices(f.Floor, "", ""))
 	fmt.Fprintf(&b, "  %7s  %5s  %8s  %8s  %6s  %10s  %4s  %8s  %s\n", "devices", "holds", "p95 ms", "p99 ms", "busy", "mean batch", "keys", "unserved", "why not")
 	for _, q := range r.Probes {
 		holds := "yes"
