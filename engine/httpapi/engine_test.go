@@ -61,8 +61,10 @@ func startLive(t *testing.T, ec engine.Config, hc httpapi.Config) *live {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config = httpapi.NewServer("", h)
+	// The server's /v2 exchanges are checked against the OIP document.
+	checked := newOIPRecorder(t).wrap(h)
+	srv := httptest.NewUnstartedServer(checked)
+	srv.Config = httpapi.NewServer("", checked)
 	srv.Start()
 	l := &live{eng: eng, h: h, srv: srv}
 	t.Cleanup(func() {

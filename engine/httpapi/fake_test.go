@@ -88,7 +88,8 @@ func completed(now time.Duration, req actors.Request) actors.Reply {
 }
 
 // newHandler makes a handler over f and shuts it down when the test ends.
-func newHandler(t *testing.T, f enginetest.DoNower, cfg httpapi.Config) *httpapi.Handler {
+// Its /v2 exchanges are checked against the OIP document (oipRecorder).
+func newHandler(t *testing.T, f enginetest.DoNower, cfg httpapi.Config) *checkedHandler {
 	t.Helper()
 	h, err := httpapi.New(enginetest.Door(f), cfg)
 	if err != nil {
@@ -101,7 +102,7 @@ func newHandler(t *testing.T, f enginetest.DoNower, cfg httpapi.Config) *httpapi
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return h
+	return &checkedHandler{Handler: h, oip: newOIPRecorder(t)}
 }
 
 // response is a recorded answer.

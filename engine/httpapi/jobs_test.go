@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 
 // newJobsHandler is a handler with a durable job store in a temporary
 // directory, its runner feeding f.
-func newJobsHandler(t *testing.T, f *fakeDoer, cfg httpapi.Config, tune func(*jobs.Config)) *httpapi.Handler {
+func newJobsHandler(t *testing.T, f *fakeDoer, cfg httpapi.Config, tune func(*jobs.Config)) *checkedHandler {
 	t.Helper()
 	jc := jobs.DefaultConfig(filepath.Join(t.TempDir(), "jobs.db"))
 	if tune != nil {
@@ -103,7 +104,7 @@ func batchBody(n int, prefix string, extra string) string {
 }
 
 // pollJob polls a job until it is finished (progress adds up).
-func pollJob(t *testing.T, h *httpapi.Handler, id string, hdr ...string) jobReply {
+func pollJob(t *testing.T, h http.Handler, id string, hdr ...string) jobReply {
 	t.Helper()
 	var j jobReply
 	eventually(t, "job "+id, func() bool {
