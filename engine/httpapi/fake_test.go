@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,16 @@ import (
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines, and that a whole run validated
+// /v2 exchanges against the OIP document (checkOIPTotal).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if code == 0 {
+			code = checkOIPTotal()
+		}
+		os.Exit(code)
+	}))
+}
 
 // waitMax bounds every polling loop: only a wait that never ends is a
 // failure, so it is generous.

@@ -8,10 +8,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
@@ -25,6 +27,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -593,4 +596,188 @@ type checkedHandler struct {
 
 func (c *checkedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.oip.serve(c.Handler, w, r)
+}
+
+// checkOIPTotal fails a whole, unfiltered run of the package that
+// validated no response against the document: the check would be
+// vacuous.
+func checkOIPTotal() int {
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		return 0
+	}
+	if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
+		return 0
+	}
+	if oipTotal.responses.Load() == 0 || oipTotal.requests.Load() == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: no /v2 exchange validated against %s (%s)\n", oipSpecPath, &oipTotal)
+		return 1
+	}
+	if testing.Verbose() {
+		fmt.Printf("OIP document: %s\n", &oipTotal)
+	}
+	return 0
+}
+
+// TestOIPDocument replays a representative set of OIP exchanges through
+// the document check (the same as every test's, in newHandler): server
+// metadata, health, model metadata and ready, with and without a version;
+// infer with data flat and nested, an id, parameters, outputs asked for,
+// binary tensor data in and out, a compressed body; and errors. Each must
+// reach an operation of the document; its request must validate or not,
+// and its response be validated or not, as the case says.
+func TestOIPDocument(t *testing.T) {
+	cfg := httpapi.DefaultConfig()
+	cfg.Models = []actors.ModelConfig{{Name: "m", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}}}
+	h := newHandler(t, &fakeDoer{}, cfg)
+	const input = `{"name": "input", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}`
+	binHeader := `{"inputs":[{"name":"input","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":10}}],` +
+		`"outputs":[{"name":"output","parameters":{"binary_data":true}}]}`
+	binBody := binHeader + le32(1) + "a" + le32(1) + "b"
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(`{"inputs": [` + input + `]}`))
+	_ = zw.Close()
+	jsonCT := []string{"Content-Type", "application/json"}
+	for _, c := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		valid                    bool // the request validates
+		described                bool // the document describes the response's status here
+		binary                   int  // binary JSON headers validated
+	}{
+		{"server metadata", "GET", "/v2", "", nil, 200, true, true, 0},
+		{"server metadata, slash", "GET", "/v2/", "", nil, 200, true, true, 0},
+		{"live", "GET", "/v2/health/live", "", nil, 200, true, true, 0},
+		{"ready", "GET", "/v2/health/ready", "", nil, 200, true, true, 0},
+		{"model metadata", "GET", "/v2/models/m", "", nil, 200, true, true, 0},
+		{"model metadata, version", "GET", "/v2/models/m/versions/v1", "", nil, 200, true, true, 0},
+		{"model ready", "GET", "/v2/models/m/ready", "", nil, 200, true, true, 0},
+		{"model ready, version", "GET", "/v2/models/m/versions/v1/ready", "", nil, 200, true, true, 0},
+		{"infer, flat data", "POST", "/v2/models/m/infer", `{"inputs": [` + input + `]}`, jsonCT, 200, true, true, 0},
+		{"infer, nested data", "POST", "/v2/models/m/infer",
+			`{"inputs": [{"name": "input", "shape": [2, 2], "datatype": "BYTES", "data": [["a", "b"], ["c", "d"]]}]}`, jsonCT, 200, true, true, 0},
+		{"infer, version, id, parameters, outputs", "POST", "/v2/models/m/versions/v1/infer",
+			`{"id": "42", "parameters": {"p": 1}, "inputs": [` + input + `], "outputs": [{"name": "output", "parameters": {}}]}`, jsonCT, 200, true, true, 0},
+		{"infer, binary reply", "POST", "/v2/models/m/infer",
+			`{"parameters": {"binary_data_output": true}, "inputs": [` + input + `]}`, jsonCT, 200, true, true, 1},
+		{"infer, binary both ways", "POST", "/v2/models/m/infer", binBody,
+			[]string{"Content-Type", "application/octet-stream", "Inference-Header-Content-Length", strconv.Itoa(len(binHeader))}, 200, true, true, 2},
+		{"infer, gzip", "POST", "/v2/models/m/infer", gz.String(), []string{"Content-Type", "application/json", "Content-Encoding", "gzip"}, 200, true, true, 0},
+		{"infer, unknown output", "POST", "/v2/models/m/infer",
+			`{"inputs": [` + input + `], "outputs": [{"name": "nope"}]}`, jsonCT, 400, true, true, 0},
+		{"infer, FP32", "POST", "/v2/models/m/infer",
+			`{"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [1.5]}]}`, jsonCT, 400, true, true, 0},
+		{"infer, not JSON", "POST", "/v2/models/m/infer", `{"inputs": [`, jsonCT, 400, false, true, 0},
+		{"infer, no shape", "POST", "/v2/models/m/infer",
+			`{"inputs": [{"name": "input", "datatype": "BYTES", "data": ["a"]}]}`, jsonCT, 400, false, true, 0},
+		{"unknown model", "GET", "/v2/models/nope", "", nil, 404, true, false, 0},
+		{"unknown version", "POST", "/v2/models/m/versions/v9/infer", `{"inputs": [` + input + `]}`, jsonCT, 404, true, false, 0},
+	} {
+		o := h.oip
+		exchanges, requests, responses, binary := o.counts.exchanges.Load(), o.counts.requests.Load(), o.counts.responses.Load(), o.counts.binary.Load()
+		r := serve(h, c.method, c.path, c.body, c.hdr...)
+		if r.status != c.status {
+			t.Errorf("%s: status %d, want %d: %s", c.name, r.status, c.status, r.body)
+			continue
+		}
+		if d := o.counts.exchanges.Load() - exchanges; d != 1 {
+			t.Errorf("%s: %d exchanges recorded, want 1", c.name, d)
+		}
+		if valid := o.counts.requests.Load() - requests; (valid == 1) != c.valid {
+			t.Errorf("%s: request validates: %v, want %v", c.name, valid == 1, c.valid)
+		}
+		if checked := o.counts.responses.Load() - responses; (checked == 1) != c.described {
+			t.Errorf("%s: response validated: %v, want %v", c.name, checked == 1, c.described)
+		}
+		if d := o.counts.binary.Load() - binary; d != int64(c.binary) {
+			t.Errorf("%s: %d binary JSON headers validated, want %d", c.name, d, c.binary)
+		}
+	}
+	if o := &h.oip.counts; o.responses.Load() == 0 || o.outside.Load() != 0 {
+		t.Errorf("%s", o)
+	}
+	t.Logf("%s", &h.oip.counts)
+}
+
+// TestOIPDocumentCatches: the check fails what breaks the document. Each
+// case is a real exchange of the handler with one thing broken (a field
+// renamed, a type changed), after the unbroken exchange has passed; the
+// renames keep their length, so that a binary body's header length still
+// holds.
+func TestOIPDocumentCatches(t *testing.T) {
+	spec := mustOIPSpec(t)
+	h := newHandler(t, &fakeDoer{}, httpapi.DefaultConfig())
+	exchange := func(method, path, body string, hdr ...string) oipExchange {
+		t.Helper()
+		r := serve(h, method, path, body, hdr...)
+		req := httptest.NewRequest(method, path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Add(hdr[i], hdr[i+1])
+		}
+		return oipExchange{req: req, reqBody: []byte(body), reqWhole: true, status: r.status, respHeader: r.header, respBody: r.body}
+	}
+	replace := func(b []byte, old, new string) []byte {
+		t.Helper()
+		if !bytes.Contains(b, []byte(old)) {
+			t.Fatalf("no %q in %q", old, b)
+		}
+		return bytes.Replace(b, []byte(old), []byte(new), 1)
+	}
+	binHeader := `{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","parameters":{"binary_data_size":5}}]}`
+	for _, c := range []struct {
+		name   string
+		ex     oipExchange
+		break_ func(*oipExchange)
+		req    bool // the request is broken (else the response)
+	}{
+		{"infer: model_name renamed", exchange("POST", "/v2/models/m/infer", `{"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"model_name"`, `"model_NAME"`) }, false},
+		{"infer: shape of strings", exchange("POST", "/v2/models/m/infer", `{"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"shape":[1]`, `"shape":["1"]`) }, false},
+		{"infer: output without data", exchange("POST", "/v2/models/m/infer", `{"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"data":`, `"values":`) }, false},
+		{"infer: input without datatype", exchange("POST", "/v2/models/m/infer", `{"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`),
+			func(ex *oipExchange) { ex.reqBody = replace(ex.reqBody, `"datatype"`, `"dtype"`) }, true},
+		{"infer 400: a v1 error body", exchange("POST", "/v2/models/m/infer", `{"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [1]}]}`),
+			func(ex *oipExchange) { ex.respBody = []byte(`{"error": {"code": "bad_request", "message": "x"}}`) }, false},
+		{"server metadata: no extensions", exchange("GET", "/v2", ""),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"extensions"`, `"extension"`) }, false},
+		{"model metadata: no platform", exchange("GET", "/v2/models/m", ""),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"platform"`, `"runtime"`) }, false},
+		{"model metadata: a tensor's shape not an array", exchange("GET", "/v2/models/m", ""),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"shape":[-1]`, `"shape":-1`) }, false},
+		{"binary reply: output neither data nor binary_data_size", exchange("POST", "/v2/models/m/infer",
+			`{"parameters": {"binary_data_output": true}, "inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"binary_data_size"`, `"binary_data_SIZE"`) }, false},
+		{"binary reply: model_name renamed", exchange("POST", "/v2/models/m/infer",
+			`{"parameters": {"binary_data_output": true}, "inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`),
+			func(ex *oipExchange) { ex.respBody = replace(ex.respBody, `"model_name"`, `"model_NAME"`) }, false},
+		{"binary request: input neither data nor binary_data_size", exchange("POST", "/v2/models/m/infer", binHeader+le32(1)+"a",
+			"Content-Type", "application/octet-stream", "Inference-Header-Content-Length", strconv.Itoa(len(binHeader))),
+			func(ex *oipExchange) { ex.reqBody = replace(ex.reqBody, `"binary_data_size"`, `"binary_data_SIZE"`) }, true},
+	} {
+		ctx := context.Background()
+		if c.ex.status/100 != 2 && c.ex.status != 400 {
+			t.Fatalf("%s: the unbroken exchange got %d: %s", c.name, c.ex.status, c.ex.respBody)
+		}
+		res := spec.check(ctx, c.ex)
+		if res.op == "" || res.reqErr != nil || !res.respChecked || res.respErr != nil {
+			t.Fatalf("%s: the unbroken exchange does not pass: %+v", c.name, res)
+		}
+		c.break_(&c.ex)
+		res = spec.check(ctx, c.ex)
+		if c.req && res.reqErr == nil {
+			t.Errorf("%s: the broken request validates", c.name)
+		}
+		if !c.req && res.respErr == nil {
+			t.Errorf("%s: the broken response validates", c.name)
+		}
+		// A schema error (kin-openapi's "Error at <pointer>"), not a
+		// framing one: the breaks keep the binary headers' lengths.
+		if err := errors.Join(res.reqErr, res.respErr); err == nil || !strings.Contains(err.Error(), `Error at "`) {
+			t.Errorf("%s: not a schema error: %v", c.name, err)
+		}
+		t.Logf("%s: %v", c.name, errors.Join(res.reqErr, res.respErr))
+	}
 }
