@@ -18,7 +18,7 @@ func finishAll(b *Batcher, c *fakeCtx) {
 	}
 }
 
-// The reproduction: once 1,024 distinct params had been seen, every
+// The reproduction as reported: once 1,024 distinct params had been seen, every
 // new params was refused queue_full for good. Keys that hold nothing now
 // make room.
 func TestBatcherReleasesKeysOfPastRequests(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/batchd/batchd/actors"
 )
 
-var keysRequests = flag.Int("keys.requests", 10_000, "requests TestEngineKeysBounded sends (the issue's target: 100,000)")
+var keysRequests = flag.Int("keys.requests", 10_000, "requests TestEngineKeysBounded sends (the hardening target: 100,000)")
 
 // TestEngineKeysBounded: after any sequence of requests with random params,
 // models, versions and tenants (an open registry, so every model and

@@ -11,7 +11,7 @@ import (
 // BenchmarkReferenceWorkload runs the seeds' reference workload (DefaultConfig:
 // 1000 req/s Poisson, 6 devices, batches of up to 100 at a fixed 100 ms, 60 s
 // simulated) end to end, checker included, and reports the simulator's speed
-// as simulated requests per wall-clock second (the target is 1 M,
+// as simulated requests per wall-clock second (the target is 1 M,
 // i.e. 1000x real time), events per wall-clock second, and the allocations
 // per simulated request (the hot path's budget: each one costs tens of ns
 // plus GC work).

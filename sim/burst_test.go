@@ -1,6 +1,6 @@
 package sim
 
-// The measured experiments of issue 3 (experiment.go): the seeds' hard case
+// The measured experiments of the scheduling policies (experiment.go): the seeds' hard case
 // (a tenant's burst of long inputs beside two steady tenants), bucket
 // merging on fragmented lengths, and the autoscaling signal on fragmented
 // keys. Each test is deterministic (fixed seeds), prints its figures with
@@ -30,7 +30,7 @@ func (r *burstRow) windowTenant(i int, tenant string) NameStats {
 	return r.rep.Windows[i].Tenants[tenant]
 }
 
-// TestBurstHardCase is the seeds' hard case (issue 3, item 7): tenants
+// TestBurstHardCase is the seeds' hard case (a tenant's burst of long inputs): tenants
 // steady-a and steady-b send 400 req/s each of 16-64 byte inputs for 60 s;
 // tenant burst sends 2,000 req/s of 2-4 KB inputs from 20 s to 40 s, into a
 // length bucket no one else uses; 8 devices, a padding latency model (see
@@ -133,7 +133,7 @@ func burstTable(rows []burstRow) string {
 	return sb.String()
 }
 
-// TestBucketMergeMeasured is issue 3's item 1, measured: traffic spread
+// TestBucketMergeMeasured is the bucket merge, measured: traffic spread
 // over six length buckets at low rates each (MergeConfig: 600 req/s of 1 to
 // 1,024 bytes, 4 devices, 40 ms + 0.2 ms per item + 500 ns per padded
 // byte), with BucketMerge off and on. It prints p95, device busy time and
@@ -165,7 +165,7 @@ func TestBucketMergeMeasured(t *testing.T) {
 	}
 }
 
-// TestAutoscaleFragmented is issue 3's item 5, measured: the same 2,000
+// TestAutoscaleFragmented is the autoscaling signal under fragmentation, measured: the same 2,000
 // req/s on one model or spread over 40 (FragmentConfig, 8 devices, fixed
 // 100 ms batches). It reads the report's autoscale samples (Signals every
 // second) over the steady part of the run (from 2 s to the end of the

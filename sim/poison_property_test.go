@@ -1,6 +1,6 @@
 package sim
 
-// A property of poison isolation (issue 17, item 4): with poison inputs at
+// A property of poison isolation (the batcher's poison memory): with poison inputs at
 // 2% of the traffic below capacity, the SLO holds for every request of the
 // tenants that send no poison, once each distinct poison input has failed
 // alone once and the batcher remembers it.
@@ -318,7 +318,7 @@ func (s poisonSetup) String() string {
 // tenant's batch, which then holds a device for its split rounds. In 60
 // drawn runs about 2% of the other tenants' requests arriving after L
 // missed the SLO (0.3% after every distinct input was isolated), against
-// 73% without the memory; see the report on issue 17.
+// 73% without the memory; see RESULTS.md, Hardening.
 //
 // Nor is the poison tenant's traffic held to the SLO: fair scheduling
 // charges it the device time of its lone poison runs. Nor is every distinct

@@ -1,6 +1,6 @@
 package sim
 
-// Property tests of issue 3's scheduling policies, with rapid, alongside
+// Property tests of the scheduling policies, with rapid, alongside
 // property_test.go's invariants: the SLO below capacity (invariant 6),
 // fairness between tenants (invariant 7), batches that never mix keys, warm
 // models, canary routing weights, tenant quotas, and the bound on a
@@ -622,7 +622,7 @@ func withSources(t *rapid.T, cfg Config) Config {
 	return cfg
 }
 
-// TestPropertyNoMixing is issue 3's compatibility key: a batch never mixes
+// TestPropertyNoMixing is the compatibility key: a batch never mixes
 // models, versions, parameters or length buckets; under BucketMerge it
 // also takes only shorter buckets of its own model version and parameters,
 // and holds at least one item of its own bucket. Runs are drawn as for the
@@ -654,7 +654,7 @@ func TestPropertyNoMixing(t *testing.T) {
 	})
 }
 
-// TestPropertyWarmModels is issue 3's placement rule: a device is only
+// TestPropertyWarmModels is the placement rule: a device is only
 // ever sent a batch of a model it announced as warm (DeviceReady.Models).
 // Each device holds a drawn subset of the models a, b and c (an empty set
 // holds any model), so some models may be warm nowhere (their requests
@@ -772,7 +772,7 @@ func TestPropertyCanaryWeights(t *testing.T) {
 	})
 }
 
-// TestPropertyQuota is issue 3's tenant limits. One to three tenants, each
+// TestPropertyQuota is the tenant limits. One to three tenants, each
 // with its own source offering 1.5 to 4 times its rate limit (a token
 // bucket of Rate per second and Burst), some also with an in-flight cap
 // (InflightMax), and one tenant without limits; the fleet has room for
@@ -933,7 +933,7 @@ func checkQuota(t *rapid.T, cfg Config, rec *policyRecorder, tc actors.TenantCon
 	}
 }
 
-// TestPropertyLowPriorityBound is issue 3's guarantee that a lower
+// TestPropertyLowPriorityBound is the guarantee that a lower
 // priority cannot wait for ever. A steady high-priority load (a source of
 // PriorityHigh requests at 0.3 to 1.5 times the fleet's capacity: below
 // it, or saturating it) and a trickle of PriorityLow requests share one

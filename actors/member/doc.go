@@ -23,6 +23,6 @@
 // names are at most MaxNameLen bytes.
 //
 // Imported by: sim/swim (the simulator's SWIM model, which produces the
-// Updates; the request and accumulator actors of issue 19's later steps
-// will keep Views). It imports nothing of batchd.
+// Updates; the cluster's request and per-key accumulator actors, still to
+// come, will keep Views). It imports nothing of batchd.
 package member

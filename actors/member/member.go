@@ -62,7 +62,7 @@ func (u Update) String() string { return fmt.Sprintf("%s %s@%d", u.Kind, u.Node,
 // Limits.
 const (
 	// DefaultLimit is the number of node names a View holds when NewView is
-	// given no limit: far above the 100-node fleet.
+	// given no limit: far above the 100-node fleet the cluster is sized for.
 	DefaultLimit = 1024
 	// MaxLimit bounds any View's limit.
 	MaxLimit = 1 << 16

@@ -54,10 +54,10 @@
 // sender's at the moment of the exchange.
 //
 // The model is no actor: it computes timelines up front, and the cluster
-// simulator of issue 19's later steps delivers them to each node's actors.
+// simulator, still to come, delivers them to each node's actors.
 // It keeps its own random streams (derived from Config.Seed) and imports
 // nothing of sim, so sim can import it.
 //
-// Imported by: nothing (the cluster simulator of issue 19 will). It
+// Imported by: nothing (the cluster simulator will). It
 // imports actors/member and nothing else of batchd.
 package swim
