@@ -167,6 +167,10 @@ func CheckLatencySpread(v *Validator, path string, sigma float64) {
 	}
 }
 
+// FaultTimeMax bounds the times of the faults (heal_at, a scheduled
+// fault's at and for): the simulator's longest run, a day.
+const FaultTimeMax = 24 * time.Hour
+
 // FaultsOf is the faults a file's start from: none, and a slow batch at 4x
 // its latency (past a watchdog at 3x) once slow_rate is set.
 func FaultsOf() Faults { return Faults{SlowFactor: 4} }
@@ -178,21 +182,21 @@ var FaultKinds = map[string]devicemodel.FaultKind{"crash": devicemodel.FaultCras
 // whose faults strike before end (zero: no end). index resolves a scheduled
 // fault's device to its index over the fleet.
 func (f Faults) Check(v *Validator, prefix string, devices int, end time.Duration, index func(Fault) (int, error)) {
+	atMax := FaultTimeMax
+	if end > 0 {
+		atMax = min(end-1, FaultTimeMax)
+	}
 	f.FaultRates.Check(v, prefix)
 	v.Prob(prefix+".slow_rate", f.SlowRate)
 	v.Finite(prefix+".slow_factor", f.SlowFactor, 1)
-	v.DurIn(prefix+".heal_at", f.HealAt, 0, 1<<62)
+	v.DurIn(prefix+".heal_at", f.HealAt, 0, FaultTimeMax)
 	v.IntIn(prefix+".healthy_devices", f.HealthyDevices, 0, devices)
 	if len(f.Schedule) > devicemodel.ScheduledFaultsLimit {
 		v.Bad(prefix+".schedule", "%d faults: at most %d", len(f.Schedule), devicemodel.ScheduledFaultsLimit)
 	}
 	for i, x := range f.Schedule {
 		p := fmt.Sprintf("%s.schedule[%d]", prefix, i)
-		if end > 0 {
-			v.DurIn(p+".at", x.At, 0, end-1)
-		} else {
-			v.DurIn(p+".at", x.At, 0, 1<<62)
-		}
+		v.DurIn(p+".at", x.At, 0, atMax)
 		kind, ok := FaultKinds[x.Kind]
 		if !ok {
 			v.Bad(p+".kind", "%q: want crash, hang or slow", x.Kind)
@@ -201,7 +205,7 @@ func (f Faults) Check(v *Validator, prefix string, devices int, end time.Duratio
 			v.Bad(p+".device", "%v", err)
 		}
 		if kind == devicemodel.FaultSlow {
-			v.DurIn(p+".for", x.For, time.Microsecond, 1<<62)
+			v.DurIn(p+".for", x.For, time.Microsecond, FaultTimeMax)
 			v.Finite(p+".factor", x.Factor, 1)
 		} else if x.For != 0 || x.Factor != 0 {
 			v.Bad(p, "for and factor are a slow fault's")

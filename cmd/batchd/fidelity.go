@@ -75,6 +75,8 @@ func parseFidelity(args []string, stdout io.Writer) (fidelityOptions, error) {
 		return o, usagef("--warmup %v: need 0 <= warmup < duration", c.Warmup)
 	case c.InputLen < 1 || c.InputLen > fidelity.InputLenMax:
 		return o, usagef("--input-len %d: need 1 to %d", c.InputLen, fidelity.InputLenMax)
+	case !(c.CrashRate >= 0 && c.CrashRate < 1):
+		return o, usagef("--crash-rate %v: must be in [0, 1)", c.CrashRate)
 	case !(c.TargetPct > 0):
 		return o, usagef("--target %v: must be positive", c.TargetPct)
 	}

@@ -18,6 +18,7 @@ func TestFidelityUsage(t *testing.T) {
 		{[]string{"--rate", "0"}, "--rate 0"},
 		{[]string{"--duration", "1h"}, "at most 10m0s"},
 		{[]string{"--target", "-1"}, "--target"},
+		{[]string{"--crash-rate", "1"}, "--crash-rate"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		_, err := parseFidelity(c.args, io.Discard)
