@@ -1,0 +1,424 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/batchd/batchd/actors/member"
+)
+
+// Front is the request actor of one node's front door in a cluster. The
+// door hands it each request (Submit) and each withdrawal (Cancel); it
+// sends the request to the accumulator that owns the request's model under
+// its membership view, and delivers exactly one Reply to the request's
+// ReplyTo:
+//
+//   - the first reply for the request's current submission wins; a later
+//     one (a duplicate run after a resubmission, a reply of an attempt the
+//     front gave up on) is dropped and counted (FrontStats.Duplicates);
+//   - when the owner of a model changes (a member joined, left or died) or
+//     the owner restarted (a higher incarnation: a node that returns under
+//     its name forgot what it held), every request of that model still
+//     waiting is resubmitted to the new owner under a new submission ID;
+//     the old owner, if it lives, is told to Cancel the old one;
+//   - a request with no answer by its deadline plus Grace is answered
+//     Expired by the front itself (its owner, or the device running it,
+//     died with it).
+//
+// Ownership is by model: every key of a model (its versions, parameters,
+// length buckets) is batched by one accumulator, so the model's devices
+// have one place to ask for work and its tenants one place to be shared
+// fairly. The owner is the rendezvous choice among the live members
+// (member.Owners): a member leaving moves only its own models.
+//
+// The front keeps its state bounded: at most InFlightMax requests (more
+// are answered Rejected at once), at most ResubmitMax resubmissions each.
+type Front struct {
+	cfg  FrontConfig
+	view *member.View
+	// owners is the rendezvous function over view's live members, rebuilt
+	// when the live set changes (view.Epoch).
+	owners      member.Owners
+	ownersEpoch uint64
+	byID        map[uint64]*frontEntry // submission ID → entry (current and superseded)
+	// byReq: the door's request ID → entry. The doors of a node share one
+	// ID space (the engine numbers its requests), as they share a batcher
+	// today.
+	byReq   map[uint64]*frontEntry
+	expiry  expiryHeap
+	seq     uint64 // submission IDs: idBase | seq
+	idBase  uint64
+	timer   TimerID
+	timerAt time.Duration
+	gen     uint64
+	stats   FrontStats
+}
+
+// FrontConfig configures a Front.
+type FrontConfig struct {
+	// Node is the front's node name; it must be in the view for the
+	// node's own models to be owned here.
+	Node string
+	// Incarnation is the node's incarnation: submission IDs are drawn from
+	// the node and incarnation, so a restarted front's IDs do not collide
+	// with its old life's still held by an accumulator.
+	Incarnation uint64
+	// Accumulator is the actor ID of the accumulator on every node: the
+	// owner of model m is Address{Node: owner, ID: Accumulator}.
+	Accumulator uint64
+	// SLO fills in a request's deadline when it has none (Arrival + SLO),
+	// as the accumulator would.
+	SLO time.Duration
+	// Grace is how long after a request's deadline the front waits for an
+	// answer before it answers Expired itself.
+	Grace time.Duration
+	// InFlightMax bounds the requests the front holds.
+	InFlightMax int
+	// ResubmitMax bounds the resubmissions of one request; past it the
+	// request is answered Failed (ReasonAttempts).
+	ResubmitMax int
+	// ViewLimit bounds the node names of the front's view (0: the member
+	// package's default).
+	ViewLimit int
+}
+
+// DefaultFrontConfig returns a front's defaults for node: a grace of one
+// batch time past the deadline, 200,000 requests in flight, 8
+// resubmissions.
+func DefaultFrontConfig(node string) FrontConfig {
+	return FrontConfig{
+		Node:        node,
+		Incarnation: 1,
+		Accumulator: 1,
+		SLO:         200 * time.Millisecond,
+		Grace:       100 * time.Millisecond,
+		InFlightMax: 200_000,
+		ResubmitMax: 8,
+	}
+}
+
+// Validate reports the first unusable setting.
+func (c FrontConfig) Validate() error {
+	switch {
+	case c.Node == "" || len(c.Node) > member.MaxNameLen:
+		return fmt.Errorf("front config: Node %q: want 1 to %d bytes", c.Node, member.MaxNameLen)
+	case c.Accumulator == 0:
+		return fmt.Errorf("front config: Accumulator: must not be 0")
+	case c.SLO <= 0:
+		return fmt.Errorf("front config: SLO %v: must be positive", c.SLO)
+	case c.Grace < 0:
+		return fmt.Errorf("front config: Grace %v: must not be negative", c.Grace)
+	case c.InFlightMax < 1 || c.InFlightMax > 1<<24:
+		return fmt.Errorf("front config: InFlightMax %d: want 1 to %d", c.InFlightMax, 1<<24)
+	case c.ResubmitMax < 0 || c.ResubmitMax > 64:
+		return fmt.Errorf("front config: ResubmitMax %d: want 0 to 64", c.ResubmitMax)
+	}
+	return nil
+}
+
+// FrontStats counts what a front did.
+type FrontStats struct {
+	// InFlight is the requests held now.
+	InFlight int
+	// Submitted counts requests taken; Answered the replies delivered to
+	// waiters (each request exactly once).
+	Submitted, Answered int64
+	// Resubmitted counts submissions after an owner change or restart.
+	Resubmitted int64
+	// Duplicates counts replies dropped because the request was already
+	// answered or the reply belonged to a superseded submission.
+	Duplicates int64
+	// Expired counts requests the front answered itself at deadline +
+	// grace; NoOwner those it rejected for want of any live member.
+	Expired, NoOwner int64
+}
+
+type placement struct {
+	node string
+	inc  uint64
+}
+
+type frontEntry struct {
+	req      Request // as the door gave it (its ID and ReplyTo)
+	cur      uint64  // the current submission's ID
+	ids      []uint64
+	owner    placement
+	resubmit int
+	expireAt time.Duration
+	done     bool
+}
+
+// frontTick is the front's one timer: the next expiry.
+type frontTick struct{ gen uint64 }
+
+// NewFront returns a Front, or an error naming the bad setting.
+func NewFront(cfg FrontConfig) (*Front, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Front{
+		cfg:   cfg,
+		view:  member.NewView(cfg.ViewLimit),
+		byID:  map[uint64]*frontEntry{},
+		byReq: map[uint64]*frontEntry{},
+		// The high 24 bits name the node's life; 40 bits of sequence
+		// are 12 days at a million requests a second.
+		idBase: (fnv64(cfg.Node) ^ cfg.Incarnation*0x9e3779b97f4a7c15) << 40,
+	}, nil
+}
+
+// Stats returns the front's counters.
+func (f *Front) Stats() FrontStats {
+	s := f.stats
+	s.InFlight = len(f.byReq)
+	return s
+}
+
+// Receive implements Actor.
+func (f *Front) Receive(ctx Context, msg Message) {
+	switch m := msg.(type) {
+	case Submit:
+		f.submit(ctx, m.Req)
+	case Cancel:
+		f.cancel(ctx, m)
+	case Reply:
+		f.reply(ctx, m)
+	case member.Update:
+		f.membership(ctx, m)
+	case frontTick:
+		if m.gen == f.gen {
+			f.timer = 0
+			f.expire(ctx)
+		}
+	case Start:
+	default:
+		panic(fmt.Sprintf("batchd: front got unknown message %T", msg))
+	}
+	f.arm(ctx)
+}
+
+func (f *Front) submit(ctx Context, req Request) {
+	now := ctx.Now()
+	switch {
+	case f.byReq[req.ID] != nil:
+		ctx.Send(req.ReplyTo, Reply{ID: req.ID, Outcome: Rejected, Reason: ReasonInvalid,
+			Err: fmt.Sprintf("duplicate request id %d", req.ID), Arrival: req.Arrival, Done: now})
+		return
+	case len(f.byReq) >= f.cfg.InFlightMax:
+		ctx.Send(req.ReplyTo, Reply{ID: req.ID, Outcome: Rejected, Reason: ReasonQueueFull,
+			Err: "front: too many requests in flight", RetryAfter: f.cfg.SLO, Arrival: req.Arrival, Done: now})
+		return
+	}
+	if req.Deadline == 0 {
+		req.Deadline = req.Arrival + f.cfg.SLO
+	}
+	owner, ok := f.owner(req.Model)
+	if !ok {
+		f.stats.NoOwner++
+		ctx.Send(req.ReplyTo, Reply{ID: req.ID, Outcome: Rejected, Reason: ReasonNoDevice,
+			Err: "no live member to batch the model", RetryAfter: f.cfg.SLO, Arrival: req.Arrival, Done: now})
+		return
+	}
+	e := &frontEntry{req: req, expireAt: req.Deadline + f.cfg.Grace}
+	f.byReq[req.ID] = e
+	f.expiry.push(e)
+	f.stats.Submitted++
+	f.send(ctx, e, owner)
+}
+
+// send submits e to owner under a new submission ID.
+func (f *Front) send(ctx Context, e *frontEntry, owner placement) {
+	f.seq++
+	id := f.idBase | f.seq&(1<<40-1)
+	e.cur, e.owner = id, owner
+	e.ids = append(e.ids, id)
+	f.byID[id] = e
+	r := e.req
+	r.ID, r.ReplyTo = id, ctx.Self()
+	ctx.Send(f.accumulator(owner.node), Submit{Req: r})
+}
+
+func (f *Front) accumulator(node string) Address {
+	return Address{Node: node, ID: f.cfg.Accumulator}
+}
+
+func (f *Front) cancel(ctx Context, m Cancel) {
+	// The owner answers the submission Cancelled if it still queues it;
+	// one already on a device runs, and its reply comes here.
+	if e := f.byReq[m.ID]; e != nil {
+		ctx.Send(f.accumulator(e.owner.node), Cancel{ID: e.cur})
+	}
+}
+
+func (f *Front) reply(ctx Context, m Reply) {
+	e := f.byID[m.ID]
+	if e == nil || e.done {
+		f.stats.Duplicates++
+		return
+	}
+	if m.ID != e.cur && (m.Outcome == Cancelled || m.Outcome == Rejected) {
+		// The old owner answering the submission the front withdrew.
+		f.stats.Duplicates++
+		return
+	}
+	f.finish(ctx, e, m)
+}
+
+// finish delivers m to e's waiter, under the waiter's ID, and forgets e.
+func (f *Front) finish(ctx Context, e *frontEntry, m Reply) {
+	e.done = true
+	for _, id := range e.ids {
+		delete(f.byID, id)
+	}
+	delete(f.byReq, e.req.ID)
+	m.ID = e.req.ID
+	if m.Arrival == 0 {
+		m.Arrival = e.req.Arrival
+	}
+	f.stats.Answered++
+	ctx.Send(e.req.ReplyTo, m)
+}
+
+func (f *Front) membership(ctx Context, u member.Update) {
+	ch, err := f.view.Apply(u)
+	if err != nil || ch == member.Ignored {
+		return // a bad or full update changes nothing; the view is bounded
+	}
+	// Every request whose model's owner, or owner's life, changed is
+	// resubmitted; the heap's order is deterministic (a map's is not).
+	owners := map[string]placement{} // per model, for this change
+	for _, e := range f.expiry.items {
+		if e.done {
+			continue
+		}
+		to, seen := owners[e.req.Model]
+		if !seen {
+			to, _ = f.owner(e.req.Model) // zero when no member is live
+			owners[e.req.Model] = to
+		}
+		if to != e.owner {
+			f.resubmit(ctx, e, to)
+		}
+	}
+}
+
+func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
+	if f.view.IsLive(e.owner.node) {
+		ctx.Send(f.accumulator(e.owner.node), Cancel{ID: e.cur})
+	}
+	switch {
+	case to.node == "":
+		f.stats.NoOwner++
+		f.finish(ctx, e, Reply{Outcome: Rejected, Reason: ReasonNoDevice,
+			Err: "no live member to batch the model", RetryAfter: f.cfg.SLO, Done: ctx.Now()})
+	case e.resubmit >= f.cfg.ResubmitMax:
+		f.finish(ctx, e, Reply{Outcome: Failed, Reason: ReasonAttempts,
+			Err: fmt.Sprintf("owner changed %d times", e.resubmit+1), Done: ctx.Now()})
+	default:
+		e.resubmit++
+		f.stats.Resubmitted++
+		f.send(ctx, e, to)
+	}
+}
+
+// owner returns the owner of model under the view, with its incarnation.
+func (f *Front) owner(model string) (placement, bool) {
+	if f.ownersEpoch != f.view.Epoch() || f.view.Epoch() == 0 {
+		f.owners = member.NewOwners(f.view.Live())
+		f.ownersEpoch = f.view.Epoch()
+	}
+	node, ok := f.owners.Owner(model)
+	if !ok {
+		return placement{}, false
+	}
+	u, _ := f.view.Get(node)
+	return placement{node: node, inc: u.Inc}, true
+}
+
+func (f *Front) expire(ctx Context) {
+	now := ctx.Now()
+	for f.expiry.len() > 0 {
+		e := f.expiry.peek()
+		if !e.done && e.expireAt > now {
+			return
+		}
+		f.expiry.pop()
+		if e.done {
+			continue
+		}
+		f.stats.Expired++
+		f.finish(ctx, e, Reply{Outcome: Expired, Reason: ReasonDeadline,
+			Err: "no answer by the deadline", Done: now})
+	}
+}
+
+// arm sets the one timer at the earliest live expiry.
+func (f *Front) arm(ctx Context) {
+	for f.expiry.len() > 0 && f.expiry.peek().done {
+		f.expiry.pop()
+	}
+	if f.expiry.len() == 0 {
+		return
+	}
+	at := f.expiry.peek().expireAt
+	if f.timer != 0 && f.timerAt <= at {
+		return
+	}
+	if f.timer != 0 {
+		ctx.Cancel(f.timer)
+	}
+	f.gen++
+	f.timer, f.timerAt = ctx.After(max(0, at-ctx.Now()), frontTick{gen: f.gen}), at
+}
+
+// expiryHeap is a min-heap of entries by expireAt (ties by submission
+// order). Answered entries stay until they reach the top.
+type expiryHeap struct{ items []*frontEntry }
+
+func (h *expiryHeap) len() int           { return len(h.items) }
+func (h *expiryHeap) peek() *frontEntry  { return h.items[0] }
+func (h *expiryHeap) less(i, j int) bool { return h.items[i].expireAt < h.items[j].expireAt }
+func (h *expiryHeap) swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *expiryHeap) push(e *frontEntry) {
+	h.items = append(h.items, e)
+	for i := len(h.items) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *expiryHeap) pop() *frontEntry {
+	top := h.items[0]
+	last := len(h.items) - 1
+	h.swap(0, last)
+	h.items[last] = nil
+	h.items = h.items[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h.items) && h.less(l, m) {
+			m = l
+		}
+		if r < len(h.items) && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h.swap(i, m)
+		i = m
+	}
+	return top
+}
+
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

@@ -1,0 +1,204 @@
+package actors
+
+import (
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/actors/member"
+)
+
+var waiter = Address{Node: "a", ID: 99}
+
+func newTestFront(t *testing.T, node string, live ...string) (*Front, *fakeCtx) {
+	t.Helper()
+	cfg := DefaultFrontConfig(node)
+	f, err := NewFront(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := newFakeCtx(Address{Node: node, ID: 2})
+	for _, n := range live {
+		f.Receive(ctx, member.Update{Node: n, Inc: 1, Kind: member.Alive})
+	}
+	return f, ctx
+}
+
+func submits(s []sent) []sent {
+	var out []sent
+	for _, x := range s {
+		if _, ok := x.msg.(Submit); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func TestFrontSendsToTheModelsOwner(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 7, Model: "m", Input: "x", ReplyTo: waiter}})
+	s := submits(ctx.take())
+	if len(s) != 1 {
+		t.Fatalf("sent %d submits, want 1", len(s))
+	}
+	want, _ := member.Owner("m", []string{"a", "b", "c"})
+	if s[0].to != (Address{Node: want, ID: 1}) {
+		t.Fatalf("sent to %v, want the accumulator of %s", s[0].to, want)
+	}
+	r := s[0].msg.(Submit).Req
+	if r.ReplyTo != ctx.self || r.ID == 7 || r.Deadline != 200*time.Millisecond {
+		t.Fatalf("submitted %+v: want ReplyTo the front, a submission ID, the SLO deadline", r)
+	}
+}
+
+// One answer per request: the first reply for the current submission wins,
+// the rest are counted and dropped.
+func TestFrontFirstReplyWins(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a")
+	f.Receive(ctx, Submit{Req: Request{ID: 7, Model: "m", ReplyTo: waiter}})
+	sub := submits(ctx.take())[0].msg.(Submit).Req
+	f.Receive(ctx, Reply{ID: sub.ID, Outcome: Completed, Output: "one"})
+	f.Receive(ctx, Reply{ID: sub.ID, Outcome: Completed, Output: "two"})
+	rs := replies(ctx.take())
+	if len(rs) != 1 || rs[0].ID != 7 || rs[0].Output != "one" {
+		t.Fatalf("waiter got %+v, want one reply with ID 7 and the first output", rs)
+	}
+	if st := f.Stats(); st.Duplicates != 1 || st.Answered != 1 || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// The owner dies: the waiting request goes to the new owner, and the old
+// submission's late result still counts once (it is the request's output)
+// while a second is dropped.
+func TestFrontResubmitsWhenTheOwnerDies(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	first := submits(ctx.take())[0]
+	f.Receive(ctx, member.Update{Node: first.to.Node, Inc: 1, Kind: member.Dead})
+	s := submits(ctx.take())
+	if len(s) != 1 || s[0].to.Node == first.to.Node {
+		t.Fatalf("after the owner died sent %+v, want one submit to another node", s)
+	}
+	second := s[0].msg.(Submit).Req
+	if second.ID == first.msg.(Submit).Req.ID {
+		t.Fatal("a resubmission reused the old submission ID")
+	}
+	f.Receive(ctx, Reply{ID: first.msg.(Submit).Req.ID, Outcome: Completed, Output: "late"})
+	f.Receive(ctx, Reply{ID: second.ID, Outcome: Completed, Output: "new"})
+	rs := replies(ctx.take())
+	if len(rs) != 1 || rs[0].Output != "late" {
+		t.Fatalf("waiter got %+v, want exactly the first result", rs)
+	}
+	if st := f.Stats(); st.Resubmitted != 1 || st.Duplicates != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A node that returns under its name with a higher incarnation forgot what
+// it held: the front resubmits to it, and the old life's cancel reply for
+// the superseded submission does not answer the request.
+func TestFrontResubmitsWhenTheOwnerRestarts(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a")
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	old := submits(ctx.take())[0].msg.(Submit).Req.ID
+	f.Receive(ctx, member.Update{Node: "a", Inc: 2, Kind: member.Alive})
+	out := ctx.take()
+	s := submits(out)
+	if len(s) != 1 || s[0].to.Node != "a" {
+		t.Fatalf("after a restart sent %+v, want a resubmission to a", s)
+	}
+	f.Receive(ctx, Reply{ID: old, Outcome: Cancelled})
+	if rs := replies(ctx.take()); len(rs) != 0 {
+		t.Fatalf("a superseded submission's cancel answered the waiter: %+v", rs)
+	}
+	f.Receive(ctx, Reply{ID: s[0].msg.(Submit).Req.ID, Outcome: Completed})
+	if rs := replies(ctx.take()); len(rs) != 1 || rs[0].Outcome != Completed {
+		t.Fatalf("waiter got %+v", rs)
+	}
+}
+
+// A request nobody answers is answered Expired at deadline + grace, once.
+func TestFrontExpiresAtDeadlinePlusGrace(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a")
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", Arrival: 0, ReplyTo: waiter}})
+	sub := submits(ctx.take())[0].msg.(Submit).Req
+	ctx.advance(f, 299*time.Millisecond)
+	if rs := replies(ctx.take()); len(rs) != 0 {
+		t.Fatalf("answered before deadline+grace: %+v", rs)
+	}
+	ctx.advance(f, 300*time.Millisecond)
+	rs := replies(ctx.take())
+	if len(rs) != 1 || rs[0].Outcome != Expired || rs[0].ID != 1 {
+		t.Fatalf("at deadline+grace the waiter got %+v, want one Expired", rs)
+	}
+	f.Receive(ctx, Reply{ID: sub.ID, Outcome: Completed})
+	if rs := replies(ctx.take()); len(rs) != 0 || f.Stats().Duplicates != 1 {
+		t.Fatalf("a reply after expiry reached the waiter: %+v", rs)
+	}
+}
+
+// Requests whose owner did not change are not resubmitted: a member joining
+// moves only the models it now owns.
+func TestFrontMovesOnlyMovedModels(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a", "b")
+	models := []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7"}
+	for i, m := range models {
+		f.Receive(ctx, Submit{Req: Request{ID: uint64(i + 1), Model: m, ReplyTo: waiter}})
+	}
+	ctx.take()
+	f.Receive(ctx, member.Update{Node: "c", Inc: 1, Kind: member.Alive})
+	moved := 0
+	for _, m := range models {
+		before, _ := member.Owner(m, []string{"a", "b"})
+		after, _ := member.Owner(m, []string{"a", "b", "c"})
+		if before != after {
+			moved++
+		}
+	}
+	s := submits(ctx.take())
+	if len(s) != moved || moved == 0 {
+		t.Fatalf("resubmitted %d, want %d (the models c now owns)", len(s), moved)
+	}
+	for _, x := range s {
+		if x.to.Node != "c" {
+			t.Fatalf("a resubmission went to %v, want c", x.to)
+		}
+	}
+}
+
+func TestFrontBounds(t *testing.T) {
+	cfg := DefaultFrontConfig("a")
+	cfg.InFlightMax = 2
+	f, _ := NewFront(cfg)
+	ctx := newFakeCtx(Address{Node: "a", ID: 2})
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	if rs := replies(ctx.take()); len(rs) != 1 || rs[0].Reason != ReasonNoDevice {
+		t.Fatalf("with no live member got %+v, want a no_device rejection", rs)
+	}
+	f.Receive(ctx, member.Update{Node: "a", Inc: 1, Kind: member.Alive})
+	for id := uint64(1); id <= 3; id++ {
+		f.Receive(ctx, Submit{Req: Request{ID: id, Model: "m", ReplyTo: waiter}})
+	}
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	rs := replies(ctx.take())
+	if len(rs) != 2 || rs[0].Reason != ReasonQueueFull || rs[1].Reason != ReasonInvalid {
+		t.Fatalf("over the bound and a repeated ID got %+v, want queue_full then invalid", rs)
+	}
+	if _, err := NewFront(FrontConfig{Node: "a"}); err == nil {
+		t.Fatal("a zero config was accepted")
+	}
+	// Resubmissions are bounded: an owner that restarts for ever fails the
+	// request after ResubmitMax moves.
+	cfg = DefaultFrontConfig("a")
+	cfg.ResubmitMax = 2
+	f, _ = NewFront(cfg)
+	f.Receive(ctx, member.Update{Node: "a", Inc: 1, Kind: member.Alive})
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	for inc := uint64(2); inc <= 4; inc++ {
+		f.Receive(ctx, member.Update{Node: "a", Inc: inc, Kind: member.Alive})
+	}
+	rs = replies(ctx.take())
+	if len(rs) != 1 || rs[0].Reason != ReasonAttempts {
+		t.Fatalf("after 3 restarts got %+v, want one attempts failure", rs)
+	}
+}
