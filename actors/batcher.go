@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/batchd/batchd/actors/member"
 )
 
 // Batcher is one node's front of the pipeline: it admits requests, keeps a
@@ -75,6 +77,10 @@ type Batcher struct {
 
 	overrun OverrunWindow // with LearnOverrun
 	poison  poisonMemory  // with PoisonMemoryMax
+
+	// view is the cluster's membership as the batcher has been told it
+	// (member.Update); nil on a single node, where no update comes.
+	view *member.View
 }
 
 // BatcherStats is a snapshot of a Batcher's counters for checks. It is
@@ -129,6 +135,10 @@ type devState struct {
 	cost time.Duration
 	// For the busy fraction.
 	registered, busySince, busyTotal time.Duration
+	// nodeInc is the incarnation of the device's node when it announced
+	// itself (in a cluster): a higher one means the node restarted and
+	// forgot its batch.
+	nodeInc uint64
 }
 
 type owner struct {
@@ -215,6 +225,17 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		d.phase = devDown
 		d.freeAt = ctx.Now() + b.compute()
 		b.freeValid = false
+	case BatchDeclined:
+		d := b.devs[m.Device]
+		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
+			break // stale
+		}
+		b.requeue(ctx, d, ids(d.inflight.Items), "declined", false)
+		d.phase = devDown // lent to another batcher until it announces itself
+		d.freeAt = ctx.Now() + b.compute()
+		b.freeValid = false
+	case member.Update:
+		b.membership(ctx, m)
 	case DeviceDown:
 		d := b.devs[m.Device]
 		if d == nil || d.phase == devQuarantined {
@@ -536,13 +557,24 @@ func (b *Batcher) forget(q *keyQueue, t *tenantState, id uint64, now time.Durati
 }
 
 func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
+	var nodeInc uint64
+	if b.view != nil && m.Device.Node != "" {
+		u, ok := b.view.Get(m.Device.Node)
+		if !ok || !u.Kind.Live() {
+			return // a node the batcher holds dead, or does not know yet
+		}
+		nodeInc = u.Inc
+	}
 	d := b.devs[m.Device]
+	if d != nil {
+		d.nodeInc = nodeInc
+	}
 	switch {
 	case d == nil:
 		if len(b.devOrder) >= b.cfg.DevicesMax {
 			return // over the bound: the device stays unused
 		}
-		d = &devState{addr: m.Device, registered: ctx.Now()}
+		d = &devState{addr: m.Device, registered: ctx.Now(), nodeInc: nodeInc}
 		b.devs[m.Device] = d
 		b.devOrder = append(b.devOrder, d)
 		b.healthy++
@@ -563,6 +595,38 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 	d.incarnation = m.Incarnation
 	d.models = m.Models
 	b.setIdle(d)
+}
+
+// membership applies a cluster membership update: the devices of a node
+// that died, left or restarted (a higher incarnation) are out until they
+// announce themselves again, and the batches they ran are re-queued, one
+// attempt more, at once rather than at their watchdog.
+func (b *Batcher) membership(ctx Context, u member.Update) {
+	if b.view == nil {
+		b.view = member.NewView(0)
+	}
+	if ch, err := b.view.Apply(u); err != nil || ch == member.Ignored {
+		return
+	}
+	gone := !u.Kind.Live()
+	for _, d := range b.devOrder {
+		if d.addr.Node != u.Node || d.phase == devQuarantined || (!gone && u.Inc <= d.nodeInc) {
+			continue
+		}
+		why := "node " + u.Node + " " + u.Kind.String()
+		if !gone {
+			why = "node " + u.Node + " restarted"
+		}
+		switch d.phase {
+		case devIdle:
+			b.unready(d)
+		case devBusy:
+			b.abort(ctx, d, ids(d.inflight.Items), why)
+		}
+		d.phase = devQuarantined
+		b.healthy--
+		b.freeValid = false
+	}
 }
 
 func (b *Batcher) unready(d *devState) {
@@ -597,6 +661,12 @@ func (b *Batcher) settle(d *devState, pending []uint64, now time.Duration) {
 // abort settles d's batch after a device failure and puts the pending items
 // back in their queues, or answers them if they are out of attempts or time.
 func (b *Batcher) abort(ctx Context, d *devState, pending []uint64, reason string) {
+	b.requeue(ctx, d, pending, reason, true)
+}
+
+// requeue is abort; ran says whether the batch ran (a declined batch did
+// not: its items keep the attempt they had).
+func (b *Batcher) requeue(ctx Context, d *devState, pending []uint64, reason string, ran bool) {
 	now := ctx.Now()
 	items, owners := d.inflight.Items, d.owners
 	b.settle(d, pending, now)
@@ -605,6 +675,9 @@ func (b *Batcher) abort(ctx Context, d *devState, pending []uint64, reason strin
 			continue
 		}
 		o := owners[i]
+		if !ran {
+			it.Attempt--
+		}
 		switch {
 		case it.Attempt >= b.cfg.AttemptMax:
 			b.answerHeld(ctx, o, it, Failed, ReasonAttempts, fmt.Sprintf("failed after %d attempts: %s", it.Attempt, reason))
@@ -799,7 +872,7 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	d.freeAt = now + cost + b.overrun.Learnt() // as predict has it
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
-	ctx.Send(d.addr, RunBatch{Batch: d.inflight})
+	ctx.Send(d.addr, RunBatch{Batch: d.inflight, From: ctx.Self()})
 	return true
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/batchd/batchd/actors/member"
 )
 
 // Device stands for one GPU. It announces itself ready to its batcher, runs
@@ -29,6 +31,12 @@ import (
 type Device struct {
 	cfg     DeviceConfig
 	batcher Address
+	// batchers are where the device announces itself: its batcher, or in a
+	// cluster the owners of the models it holds (see NewClusterDevice).
+	batchers []Address
+	// from is the batcher whose batch is running.
+	from    Address
+	cluster *deviceCluster
 
 	incarnation uint64
 	phase       devicePhase
@@ -72,7 +80,78 @@ func NewDevice(cfg DeviceConfig, batcher Address) (*Device, error) {
 	if batcher.IsZero() {
 		return nil, fmt.Errorf("device: no batcher address")
 	}
-	return &Device{cfg: cfg, batcher: batcher}, nil
+	return &Device{cfg: cfg, batcher: batcher, batchers: []Address{batcher}}, nil
+}
+
+// deviceCluster is what a device in a cluster keeps: its membership view,
+// from which it finds the owners of its models.
+type deviceCluster struct {
+	view        *member.View
+	accumulator uint64
+	nodeInc     uint64
+}
+
+// NewClusterDevice returns a Device of a cluster node at incarnation
+// nodeInc. It announces itself to the accumulator (actor ID accumulator on
+// every node) of each node that owns one of the models it holds
+// (cfg.Models; all live nodes if it holds any model), as its membership
+// view (member.Update messages) says, again whenever that view changes;
+// it takes the first batch that comes and declines (BatchDeclined) any
+// other while it runs one. Its incarnations carry nodeInc, so a batcher
+// tells a restarted node's device from its old life.
+func NewClusterDevice(cfg DeviceConfig, accumulator, nodeInc uint64) (*Device, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if accumulator == 0 || nodeInc == 0 || nodeInc >= 1<<31 {
+		return nil, fmt.Errorf("device: accumulator %d, node incarnation %d: want both positive, the incarnation below 2^31", accumulator, nodeInc)
+	}
+	return &Device{cfg: cfg, incarnation: nodeInc << 32,
+		cluster: &deviceCluster{view: member.NewView(0), accumulator: accumulator, nodeInc: nodeInc}}, nil
+}
+
+// membership applies u to a cluster device's view and announces the device
+// to its models' owners if they changed (or a node restarted: its
+// accumulator forgot the device).
+func (d *Device) membership(ctx Context, u member.Update) {
+	c := d.cluster
+	if c == nil {
+		panic("batchd: membership update to a device outside a cluster")
+	}
+	if ch, err := c.view.Apply(u); err != nil || ch == member.Ignored {
+		return
+	}
+	live := c.view.Live()
+	var to []Address
+	if len(d.cfg.Models) == 0 {
+		for _, n := range live {
+			to = append(to, Address{Node: n, ID: c.accumulator})
+		}
+	} else {
+		owners := member.NewOwners(live)
+		for _, m := range d.cfg.Models {
+			if n, ok := owners.Owner(m); ok {
+				a := Address{Node: n, ID: c.accumulator}
+				if !slices.Contains(to, a) {
+					to = append(to, a)
+				}
+			}
+		}
+	}
+	d.batchers = to
+	switch d.phase {
+	case deviceIdle:
+		d.ready(ctx)
+	case deviceRunning:
+		d.reannounce = true
+	}
+}
+
+// toBatchers sends msg to every batcher the device serves.
+func (d *Device) toBatchers(ctx Context, msg Message) {
+	for _, b := range d.batchers {
+		ctx.Send(b, msg)
+	}
 }
 
 // Receive implements Actor.
@@ -80,7 +159,13 @@ func (d *Device) Receive(ctx Context, msg Message) {
 	switch m := msg.(type) {
 	case Start:
 		d.announce(ctx)
+	case member.Update:
+		d.membership(ctx, m)
 	case RunBatch:
+		if d.phase != deviceIdle && d.cluster != nil {
+			ctx.Send(m.From, BatchDeclined{Device: ctx.Self(), BatchID: m.Batch.ID})
+			return
+		}
 		if d.phase != deviceIdle {
 			panic(fmt.Sprintf("batchd: device %v got batch %d while not idle", ctx.Self(), m.Batch.ID))
 		}
@@ -89,6 +174,10 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		}
 		d.phase = deviceRunning
 		d.batch = m.Batch
+		d.from = m.From
+		if d.from.IsZero() {
+			d.from = d.batcher
+		}
 		all := make([]int, len(m.Batch.Items))
 		for i := range all {
 			all[i] = i
@@ -138,7 +227,7 @@ func (d *Device) announce(ctx Context) {
 
 // ready tells the batcher the device is idle, in its current incarnation.
 func (d *Device) ready(ctx Context) {
-	ctx.Send(d.batcher, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models})
+	d.toBatchers(ctx, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models})
 }
 
 // next starts the next run of the batch, or reports the batch done.
@@ -148,8 +237,12 @@ func (d *Device) next(ctx Context) {
 		d.phase = deviceIdle
 		id := d.batch.ID
 		d.batch = Batch{}
-		ctx.Send(d.batcher, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
+		ctx.Send(d.from, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
 		d.isolated, d.answered, d.again = nil, nil, nil // sent: the batcher reads it, no one writes it
+		if len(d.batchers) != 1 || d.batchers[0] != d.from {
+			// The others it serves may have had a batch declined.
+			d.reannounce = true
+		}
 		if d.reannounce {
 			// A batcher that (re)started meanwhile does not know this
 			// batch, and ignores its BatchDone.
@@ -279,7 +372,7 @@ func (d *Device) fail(ctx Context, reason string) {
 			}
 		}
 	}
-	ctx.Send(d.batcher, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
+	ctx.Send(d.from, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
 	d.batch, d.todo, d.cur, d.isolated, d.answered, d.again = Batch{}, d.todo[:0], nil, nil, nil, nil
 	d.reannounce = false // the restart announces it
 	d.failures++
@@ -288,7 +381,7 @@ func (d *Device) fail(ctx Context, reason string) {
 	wait := d.cfg.QuarantineFor
 	if d.failures >= d.cfg.QuarantineAfter {
 		d.failures = 0
-		ctx.Send(d.batcher, DeviceDown{Device: ctx.Self(), Until: ctx.Now() + wait, Reason: reason})
+		d.toBatchers(ctx, DeviceDown{Device: ctx.Self(), Until: ctx.Now() + wait, Reason: reason})
 	} else {
 		// Doubles per failure in a row; the loop is bounded by QuarantineAfter.
 		wait = d.cfg.RestartBackoff

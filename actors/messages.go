@@ -161,8 +161,23 @@ type Batch struct {
 	Dispatch time.Duration
 }
 
-// RunBatch hands a batch to a device that announced it was ready.
-type RunBatch struct{ Batch Batch }
+// RunBatch hands a batch to a device that announced it was ready. From is
+// the batcher that sent it, where the device reports the batch's end (zero:
+// the device's one batcher).
+type RunBatch struct {
+	Batch Batch
+	From  Address
+}
+
+// BatchDeclined answers a RunBatch that reached a device already running
+// another batcher's batch (in a cluster a device offers itself to the
+// owners of each model it holds, and takes the first batch that comes).
+// The batcher re-queues the items at the attempt they had, and counts the
+// device busy until it announces itself again.
+type BatchDeclined struct {
+	Device  Address
+	BatchID uint64
+}
 
 // DeviceReady announces a device that can take a batch, after start or
 // restart. A new Incarnation tells the batcher that whatever it had sent the
