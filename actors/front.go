@@ -80,6 +80,10 @@ type FrontConfig struct {
 	// ViewLimit bounds the node names of the front's view (0: the member
 	// package's default).
 	ViewLimit int
+	// Local sends every request to the front's own node's accumulator,
+	// whatever the membership: per-node batching, where no request leaves
+	// its node.
+	Local bool
 }
 
 // DefaultFrontConfig returns a front's defaults for node: a grace of one
@@ -323,6 +327,9 @@ func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
 
 // owner returns the owner of model under the view, with its incarnation.
 func (f *Front) owner(model string) (placement, bool) {
+	if f.cfg.Local {
+		return placement{node: f.cfg.Node, inc: f.cfg.Incarnation}, true
+	}
 	if f.ownersEpoch != f.view.Epoch() || f.view.Epoch() == 0 {
 		f.owners = member.NewOwners(f.view.Live())
 		f.ownersEpoch = f.view.Epoch()

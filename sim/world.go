@@ -22,6 +22,10 @@ type WorldConfig struct {
 	// default) models one process, where a send is seen at the same instant,
 	// after every event already due at that instant.
 	NetDelay time.Duration
+	// Network, when set, decides the fate of every message between two
+	// nodes (addresses whose Node differs) instead of NetDelay: when it
+	// arrives, or that it is lost. Messages within a node take NetDelay.
+	Network Network
 	// EventsMax bounds the events a World delivers over its life; Run and
 	// RunUntil return ErrEventsMax rather than deliver one more. It turns a
 	// livelock (actors re-arming zero-delay timers for ever) into an error.
@@ -86,6 +90,14 @@ type Observer interface {
 	Deliver(at time.Duration, from, to actors.Address, msg actors.Message)
 }
 
+// Network is a cluster's network model (see WorldConfig.Network).
+type Network interface {
+	// Send is asked, at the time now a message is sent from one node to
+	// another, when it arrives (at or after now) or whether it is lost.
+	// It must keep the order of the messages of one link (TCP's).
+	Send(now time.Duration, from, to string) (at time.Duration, lost bool)
+}
+
 // Executor runs the jobs of one actor: it is the device model behind an
 // actor that stands for a GPU. Run is called at the moment the actor calls
 // ctx.Exec, with the virtual time. It returns when the job completes and
@@ -121,6 +133,7 @@ type World struct {
 
 	events      int64
 	deadLetters int64
+	netLost     int64
 	hash        uint64
 	err         error // sticky (ErrPendingMax)
 
@@ -159,6 +172,56 @@ func (w *World) Events() int64 { return w.events }
 // actor was spawned; they reached the observers and no actor.
 func (w *World) DeadLetters() int64 { return w.deadLetters }
 
+// NetLost is the number of messages the Network lost.
+func (w *World) NetLost() int64 { return w.netLost }
+
+// crashedNode is the node name the events of a crashed node's actors are
+// sent to: no actor is ever spawned there (Spawn refuses it), so they end
+// as dead letters.
+const crashedNode = "\x00crashed"
+
+// Crash stops every actor of node at once, as a process that dies: each
+// is unregistered (a message to it is a dead letter until one is spawned
+// there again), its timers are cancelled, and every event queued for it
+// (messages in flight, job results) is lost. Spawn starts a new life at
+// the same address, with a fresh random stream. Messages the node sent
+// before it crashed still arrive. It must not be called from inside an
+// actor.
+func (w *World) Crash(node string) {
+	if w.running {
+		panic("sim: Crash called from inside an actor")
+	}
+	dead := map[int32]bool{}
+	for _, s := range w.slots {
+		if s.addr.Node == node && s.actor != nil {
+			s.actor = nil
+			s.life++
+			dead[s.idx] = true
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	grave, _ := w.resolve(actors.Address{Node: crashedNode})
+	lose := func(e *event) {
+		if e.to < 0 || !dead[e.to] {
+			return
+		}
+		if e.isTimer() {
+			w.timers.cancel(actors.TimerID(e.aux), e.to)
+			return
+		}
+		e.aux = w.slots[e.to].addr.ID
+		e.to = grave
+	}
+	for i := range w.heap.ev {
+		lose(&w.heap.ev[i])
+	}
+	for i := 0; i < w.ring.n; i++ {
+		lose(&w.ring.buf[(w.ring.head+i)&(len(w.ring.buf)-1)])
+	}
+}
+
 // Pending is the number of events still to be delivered (cancelled timers
 // excluded).
 func (w *World) Pending() int {
@@ -192,8 +255,8 @@ func (w *World) Observe(o Observer) {
 // injecting their first messages: an event due at the same instant as the
 // Start and scheduled before it is delivered before it.
 func (w *World) Spawn(addr actors.Address, a actors.Actor) {
-	if addr.IsZero() {
-		panic("sim: Spawn at the zero address")
+	if addr.IsZero() || addr.Node == crashedNode {
+		panic(fmt.Sprintf("sim: Spawn at %v", addr))
 	}
 	if a == nil {
 		panic(fmt.Sprintf("sim: Spawn(%v, nil)", addr))
@@ -203,7 +266,11 @@ func (w *World) Spawn(addr actors.Address, a actors.Actor) {
 		panic(fmt.Sprintf("sim: Spawn: address %v is already taken", addr))
 	}
 	s.actor = a
-	s.rng = w.Stream(actorStreamName(addr))
+	name := actorStreamName(addr)
+	if s.life > 0 {
+		name += "/life/" + strconv.Itoa(s.life)
+	}
+	s.rng = w.Stream(name)
 	w.schedule(w.now, s.idx, s.idx, 0, actors.Start{})
 }
 
@@ -428,6 +495,8 @@ type actorSlot struct {
 	actor actors.Actor
 	exec  Executor
 	rng   *rand.Rand
+	// life counts the crashes of the actor's node (World.Crash).
+	life int
 
 	// A one-entry cache of the last Send destination that had a slot: most
 	// actors talk to one peer in a row, and comparing an Address is cheaper
@@ -468,7 +537,15 @@ func (s *actorSlot) Send(to actors.Address, msg actors.Message) {
 			s.lastAddr, s.lastTo = to, idx
 		}
 	}
-	w.schedule(w.now+w.cfg.NetDelay, idx, s.idx, aux, msg)
+	at := w.now + w.cfg.NetDelay
+	if w.cfg.Network != nil && to.Node != s.addr.Node {
+		var lost bool
+		if at, lost = w.cfg.Network.Send(w.now, s.addr.Node, to.Node); lost {
+			w.netLost++
+			return
+		}
+	}
+	w.schedule(at, idx, s.idx, aux, msg)
 }
 
 // After schedules msg to the actor itself at Now()+d. A negative d counts

@@ -1,0 +1,282 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/swim"
+)
+
+// Report is what a cluster run did, and what its checker found.
+type Report struct {
+	Seed  uint64
+	Nodes int
+	// Offered requests were sent by the clients; Accepted reached a live
+	// front.
+	Offered, Accepted int64
+	// Outcomes of the answered requests.
+	Completed, Failed, Rejected, Expired, Cancelled int64
+	// Lost are accepted requests whose front lived to the end and whose
+	// waiter never got an answer: the checker's first invariant says 0.
+	// WithFront are accepted requests whose front crashed before an answer
+	// reached them (their connection died with the node).
+	Lost, WithFront int64
+	// Twice are requests whose waiter got more than one answer (must be 0).
+	Twice int64
+	// Latency of the completed requests, arrival to answer, in ms.
+	LatencyP50Ms, LatencyP95Ms, LatencyP99Ms float64
+	// Batches run, and their mean size.
+	Batches   int64
+	BatchMean float64
+	// Windows are per-second figures over the run (see Window).
+	Windows []Window
+	// Violations are the first invariant breaks found (at most
+	// violationsMax); ViolationCount counts them all.
+	Violations     []string
+	ViolationCount int64
+	// The run itself.
+	Events      int64
+	NetLost     int64
+	TraceHash   uint64
+	Membership  swim.Stats
+	WallSeconds float64
+}
+
+// Window is one second of the run: requests that arrived in it and how
+// they ended.
+type Window struct {
+	StartS                 float64
+	Arrived, Completed     int64
+	Late                   int64 // completed past the SLO, or expired
+	LatencyP99Ms           float64
+	lat                    []time.Duration
+	expired, failed, other int64
+}
+
+const violationsMax = 20
+
+type reqRec struct {
+	node    int32
+	life    int32
+	answers int32
+	model   string
+	version string
+	inHash  uint64
+	arrival time.Duration
+}
+
+// checker watches every delivery of a run: requests accepted by a front,
+// the answers their waiters get, the batches devices are handed.
+type checker struct {
+	r      *run
+	recs   map[uint64]*reqRec
+	index  map[string]int
+	rep    Report
+	lat    []time.Duration
+	wins   []Window
+	settle time.Duration
+	// servedBy: per model, the accumulators that sent a batch after settle.
+	servedBy map[string][]string
+}
+
+func newChecker(r *run) *checker {
+	c := &checker{r: r, recs: map[uint64]*reqRec{}, index: map[string]int{}, servedBy: map[string][]string{}}
+	for i, n := range r.names {
+		c.index[n] = i
+	}
+	// Ownership must be single once membership has settled after the
+	// last true event.
+	var last time.Duration
+	for _, e := range r.cfg.Events {
+		last = max(last, e.At, e.Until)
+	}
+	c.settle = 0
+	if len(r.cfg.Events) > 0 {
+		sw := r.cfg.SWIM
+		sw.Nodes = r.names
+		c.settle = last + sw.SettleBound()
+	}
+	nw := int(r.cfg.Duration/time.Second) + 1
+	c.wins = make([]Window, nw)
+	for i := range c.wins {
+		c.wins[i].StartS = float64(i)
+	}
+	return c
+}
+
+func (c *checker) violate(format string, args ...any) {
+	c.rep.ViolationCount++
+	if len(c.rep.Violations) < violationsMax {
+		c.rep.Violations = append(c.rep.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+func (c *checker) started(int) {}
+
+// crashed: the requests the node's front held die with it.
+func (c *checker) crashed(int) {}
+
+// Deliver implements sim.Observer.
+func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {
+	switch m := msg.(type) {
+	case actors.Submit:
+		if from.Node != "" || to.ID != FrontID {
+			return // a front's submission to an accumulator
+		}
+		i, ok := c.index[to.Node]
+		if !ok || !c.r.up[i] {
+			return
+		}
+		if c.recs[m.Req.ID] != nil {
+			c.violate("request %d submitted twice", m.Req.ID)
+			return
+		}
+		c.rep.Accepted++
+		c.recs[m.Req.ID] = &reqRec{node: int32(i), life: int32(c.r.life[i]), model: m.Req.Model,
+			version: m.Req.Version, inHash: actors.InputHash(m.Req.Input), arrival: m.Req.Arrival}
+		if w := c.window(m.Req.Arrival); w != nil {
+			w.Arrived++
+		}
+	case actors.Reply:
+		if to.ID != WaiterID {
+			return
+		}
+		i, ok := c.index[to.Node]
+		if !ok {
+			return // to a crashed node's waiter: lost with it
+		}
+		c.answer(at, i, m)
+	case actors.RunBatch:
+		c.batch(at, m)
+	}
+}
+
+func (c *checker) window(arrival time.Duration) *Window {
+	k := int(arrival / time.Second)
+	if k < 0 || k >= len(c.wins) {
+		return nil
+	}
+	return &c.wins[k]
+}
+
+func (c *checker) answer(at time.Duration, node int, m actors.Reply) {
+	rec := c.recs[m.ID]
+	switch {
+	case rec == nil:
+		c.violate("%v: an answer for request %d, which no front accepted", at, m.ID)
+		return
+	case int(rec.node) != node:
+		c.violate("%v: request %d of %s answered at %s", at, m.ID, c.r.names[rec.node], c.r.names[node])
+		return
+	case int(rec.life) != c.r.life[node]:
+		return // the old life's connection is gone
+	}
+	rec.answers++
+	if rec.answers > 1 {
+		c.rep.Twice++
+		c.violate("%v: request %d answered %d times", at, m.ID, rec.answers)
+		return
+	}
+	w := c.window(rec.arrival)
+	switch m.Outcome {
+	case actors.Completed:
+		if !actors.EmulatedOutputMatches(m.Output, rec.model, rec.version, rec.inHash) {
+			c.violate("%v: request %d got an output that is not its own", at, m.ID)
+		}
+		c.rep.Completed++
+		d := at - rec.arrival
+		c.lat = append(c.lat, d)
+		if w != nil {
+			w.Completed++
+			w.lat = append(w.lat, d)
+			if d > c.r.cfg.Batcher.SLO {
+				w.Late++
+			}
+		}
+	case actors.Failed:
+		c.rep.Failed++
+	case actors.Rejected:
+		c.rep.Rejected++
+	case actors.Expired:
+		c.rep.Expired++
+		if w != nil {
+			w.Late++
+		}
+	case actors.Cancelled:
+		c.rep.Cancelled++
+	}
+}
+
+func (c *checker) batch(at time.Duration, m actors.RunBatch) {
+	b := m.Batch
+	c.rep.Batches++
+	if len(b.Items) == 0 || len(b.Items) > c.r.cfg.Batcher.BatchMax {
+		c.violate("%v: batch %d of %d items", at, b.ID, len(b.Items))
+	}
+	for _, it := range b.Items {
+		if it.Req.Model != b.Key.Model || it.Req.Version != b.Key.Version || it.Req.Params != b.Key.Params {
+			c.violate("%v: batch %d of key %v holds request %d of %s/%s/%q", at, b.ID, b.Key, it.Req.ID, it.Req.Model, it.Req.Version, it.Req.Params)
+		}
+	}
+	c.rep.BatchMean += float64(len(b.Items))
+	if at >= c.settle && !c.r.cfg.PerNode {
+		s := c.servedBy[b.Key.Model]
+		if !slices.Contains(s, m.From.Node) {
+			c.servedBy[b.Key.Model] = append(s, m.From.Node)
+			if len(s) == 1 {
+				c.violate("%v: model %s batched by %s and %s after membership settled (%v)", at, b.Key.Model, s[0], m.From.Node, c.settle)
+			}
+		}
+	}
+}
+
+func (c *checker) report(offered int64, res *swim.Result, wall time.Duration) Report {
+	rep := c.rep
+	rep.Seed, rep.Nodes, rep.Offered = c.r.cfg.Seed, c.r.cfg.Nodes, offered
+	// Every accepted request: answered once if its front lived on.
+	ids := make([]uint64, 0, len(c.recs))
+	for id := range c.recs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		rec := c.recs[id]
+		if rec.answers > 0 {
+			continue
+		}
+		if c.r.up[rec.node] && c.r.life[rec.node] == int(rec.life) {
+			rep.Lost++
+			c.violate("request %d (front %s, arrived %v) never answered", id, c.r.names[rec.node], rec.arrival)
+		} else {
+			rep.WithFront++
+		}
+	}
+	rep.Violations, rep.ViolationCount = c.rep.Violations, c.rep.ViolationCount
+	if rep.Batches > 0 {
+		rep.BatchMean /= float64(rep.Batches)
+	}
+	rep.LatencyP50Ms, rep.LatencyP95Ms, rep.LatencyP99Ms = pct(c.lat, 0.50), pct(c.lat, 0.95), pct(c.lat, 0.99)
+	for i := range c.wins {
+		w := &c.wins[i]
+		w.LatencyP99Ms = pct(w.lat, 0.99)
+		w.lat = nil
+	}
+	rep.Windows = c.wins
+	rep.Events, rep.NetLost, rep.TraceHash = c.r.w.Events(), c.r.w.NetLost(), c.r.w.TraceHash()
+	rep.Membership = res.Stats
+	rep.WallSeconds = wall.Seconds()
+	return rep
+}
+
+// pct is the q-quantile of d in ms (nearest rank); it sorts d.
+func pct(d []time.Duration, q float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	k := int(q*float64(len(d))+0.999999) - 1
+	k = min(max(k, 0), len(d)-1)
+	return float64(d[k]) / float64(time.Millisecond)
+}

@@ -1,0 +1,372 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/member"
+	"github.com/batchd/batchd/sim"
+	"github.com/batchd/batchd/sim/swim"
+)
+
+// The actors of every node, by ID.
+const (
+	AccumulatorID uint64 = 1
+	FrontID       uint64 = 2
+	WaiterID      uint64 = 3
+	DeviceIDBase  uint64 = 100
+	// sourceIDBase numbers the traffic sources, on the clients' node "".
+	sourceIDBase uint64 = 1 << 20
+)
+
+// Limits.
+const (
+	MaxNodes          = 200
+	MaxDevicesPerNode = 64
+	MaxDuration       = time.Hour
+)
+
+// Config is one cluster run.
+type Config struct {
+	Seed uint64
+	// Nodes is the number of nodes (named n000, n001, ...); each has a
+	// front, an accumulator and DevicesPerNode devices.
+	Nodes          int
+	DevicesPerNode int
+	// Rate is the total offered load, spread evenly over the fronts (as a
+	// load balancer would), each a Poisson source.
+	Rate float64
+	// Models are the models the traffic asks for, in equal shares, and
+	// every device holds.
+	Models []string
+	// Duration is when arrivals stop; Drain how long after it everything
+	// must be answered.
+	Duration, Drain time.Duration
+	// Batcher is every accumulator's policy; Device every device's.
+	Batcher actors.BatcherConfig
+	Device  actors.DeviceConfig
+	// Grace is the front's wait past a deadline before it answers Expired.
+	Grace time.Duration
+	// Link is the network between nodes.
+	Link LinkConfig
+	// Events are the true events: crashes, restarts, leaves, partitions.
+	// Membership learns of them through the SWIM model (SWIM).
+	Events []swim.Event
+	// SWIM is the membership protocol's settings (swim.DefaultConfig's
+	// LAN settings by default; its Nodes, Seed, Until, Events, Latency
+	// and Loss are the run's).
+	SWIM swim.Config
+	// PerNode is the per-node batching policy: each front sends to its own
+	// node's accumulator and each device serves only its own node, so no
+	// request leaves its node.
+	PerNode bool
+	// Observers see every delivery, after the run's own checker.
+	Observers []sim.Observer
+}
+
+// LinkConfig is the network model of every link between two nodes.
+type LinkConfig struct {
+	// Latency is the one-way delay's fixed part; Jitter the mean of an
+	// exponential part added to it. A link keeps its messages' order.
+	Latency, Jitter time.Duration
+	// Loss is each message's chance of being lost, in [0, 1).
+	Loss float64
+}
+
+// DefaultConfig is a 3-node cluster of 2 devices each at the seeds'
+// figures (batches of up to 100 at 100 ms, SLO 200 ms), a LAN link of
+// 0.2 ms + 0.05 ms, 600 req/s for 30 s.
+func DefaultConfig() Config {
+	b := actors.DefaultBatcherConfig()
+	b.BatchMax = 100
+	sw := swim.DefaultConfig(nil)
+	return Config{
+		Seed:           1,
+		Nodes:          3,
+		DevicesPerNode: 2,
+		Rate:           600,
+		Models:         []string{"m"},
+		Duration:       30 * time.Second,
+		Drain:          10 * time.Second,
+		Batcher:        b,
+		Device:         actors.DefaultDeviceConfig(),
+		Grace:          100 * time.Millisecond,
+		Link:           LinkConfig{Latency: 200 * time.Microsecond, Jitter: 50 * time.Microsecond},
+		SWIM:           sw,
+	}
+}
+
+// Validate reports the first unusable setting.
+func (c Config) Validate() error {
+	switch {
+	case c.Nodes < 1 || c.Nodes > MaxNodes:
+		return fmt.Errorf("cluster config: Nodes %d: want 1 to %d", c.Nodes, MaxNodes)
+	case c.DevicesPerNode < 0 || c.DevicesPerNode > MaxDevicesPerNode:
+		return fmt.Errorf("cluster config: DevicesPerNode %d: want 0 to %d", c.DevicesPerNode, MaxDevicesPerNode)
+	case c.Rate < 0 || c.Rate > 1e7:
+		return fmt.Errorf("cluster config: Rate %v: want 0 to 1e7", c.Rate)
+	case len(c.Models) == 0:
+		return fmt.Errorf("cluster config: Models: want at least one")
+	case c.Duration <= 0 || c.Duration > MaxDuration || c.Drain < 0 || c.Drain > MaxDuration:
+		return fmt.Errorf("cluster config: Duration %v, Drain %v: want (0, %v]", c.Duration, c.Drain, MaxDuration)
+	case c.Link.Latency < 0 || c.Link.Jitter < 0 || c.Link.Loss < 0 || c.Link.Loss >= 1:
+		return fmt.Errorf("cluster config: Link %+v: delays must not be negative, loss in [0, 1)", c.Link)
+	case c.Grace < 0:
+		return fmt.Errorf("cluster config: Grace %v: must not be negative", c.Grace)
+	}
+	for i, e := range c.Events {
+		if e.At < 0 || e.At >= c.Duration+c.Drain {
+			return fmt.Errorf("cluster config: Events[%d] at %v: want within the run (%v)", i, e.At, c.Duration+c.Drain)
+		}
+	}
+	if err := c.Batcher.Validate(); err != nil {
+		return fmt.Errorf("cluster config: %w", err)
+	}
+	return c.Device.Validate()
+}
+
+// NodeName is the name of node i.
+func NodeName(i int) string { return fmt.Sprintf("n%03d", i) }
+
+// run is one Run's state: the world, the truth of each node and the checker.
+type run struct {
+	cfg   Config
+	w     *sim.World
+	names []string
+	up    []bool
+	life  []int    // the node's lives so far (0: its first)
+	inc   []uint64 // its incarnation in this life
+	lat   actors.LatencyModel
+	devs  []*sim.Device
+	check *checker
+}
+
+// Run simulates the cluster and checks it (see Report).
+func Run(cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	wall := time.Now()
+	r := &run{cfg: cfg, lat: cfg.Device.Latency}
+	for i := range cfg.Nodes {
+		r.names = append(r.names, NodeName(i))
+	}
+	index := map[string]int{}
+	for i, n := range r.names {
+		index[n] = i
+	}
+	for i, e := range cfg.Events {
+		for _, n := range append(append([]string{e.Node}, e.A...), e.B...) {
+			if _, ok := index[n]; !ok && n != "" {
+				return Report{}, fmt.Errorf("cluster config: Events[%d]: unknown node %q", i, n)
+			}
+		}
+	}
+	r.up = make([]bool, cfg.Nodes)
+	r.life = make([]int, cfg.Nodes)
+	r.inc = make([]uint64, cfg.Nodes)
+
+	end := cfg.Duration + cfg.Drain
+	sw := cfg.SWIM
+	sw.Nodes, sw.Seed, sw.Until, sw.Events = r.names, cfg.Seed, end, cfg.Events
+	sw.Latency, sw.Loss = max(cfg.Link.Latency, time.Microsecond), cfg.Link.Loss
+	res, err := swim.Run(sw)
+	if err != nil {
+		return Report{}, fmt.Errorf("cluster: membership model: %w", err)
+	}
+
+	net := newNetwork(cfg, index, sim.NewStream(cfg.Seed, "cluster/net"))
+	net.down = func(i int) bool { return !r.up[i] }
+	wc := sim.DefaultWorldConfig(cfg.Seed)
+	wc.Network = net
+	r.w = sim.NewWorld(wc)
+	r.check = newChecker(r)
+	r.w.Observe(r.check)
+	for _, o := range cfg.Observers {
+		r.w.Observe(o)
+	}
+
+	// The clients: one source per front, on the node that never fails.
+	n := uint64(cfg.Nodes)
+	var sources []*sim.Traffic
+	for i, name := range r.names {
+		tc := sim.DefaultTrafficConfig()
+		tc.Rate = cfg.Rate / float64(cfg.Nodes)
+		tc.Stop = cfg.Duration
+		tc.Mix = nil
+		for _, m := range cfg.Models {
+			tc.Mix = append(tc.Mix, sim.ModelMix{Model: m, Version: "v1", Weight: 1})
+		}
+		tc.Target = actors.Address{Node: name, ID: FrontID}
+		tc.ReplyTo = actors.Address{Node: name, ID: WaiterID}
+		tc.IDFirst, tc.IDStep = uint64(i)+1, n
+		t, err := sim.NewTraffic(tc)
+		if err != nil {
+			return Report{}, fmt.Errorf("cluster: %w", err)
+		}
+		sources = append(sources, t)
+		r.w.Spawn(actors.Address{ID: sourceIDBase + uint64(i)}, t)
+	}
+	for i := range r.names {
+		if err := r.start(i, 1); err != nil {
+			return Report{}, err
+		}
+	}
+
+	// The run: the world between the moments the harness acts (a node's
+	// true crash or restart, a membership delivery), in time order.
+	acts := r.acts(res)
+	for _, a := range acts {
+		if err := r.w.RunUntil(a.at); err != nil {
+			return Report{}, fmt.Errorf("cluster: %w", err)
+		}
+		if err := a.do(); err != nil {
+			return Report{}, err
+		}
+	}
+	if err := r.w.RunUntil(end); err != nil {
+		return Report{}, fmt.Errorf("cluster: %w", err)
+	}
+	var offered int64
+	for _, s := range sources {
+		offered += s.Offered()
+	}
+	return r.check.report(offered, res, time.Since(wall)), nil
+}
+
+type act struct {
+	at time.Duration
+	do func() error
+}
+
+// acts lists the harness's actions: the true crashes, restarts and leaves,
+// and every membership delivery to a node in the life it was meant for.
+func (r *run) acts(res *swim.Result) []act {
+	var out []act
+	index := map[string]int{}
+	for i, n := range r.names {
+		index[n] = i
+	}
+	for _, e := range r.cfg.Events {
+		i := index[e.Node]
+		switch e.Kind {
+		case swim.Crash:
+			out = append(out, act{e.At, func() error { r.crash(i); return nil }})
+		case swim.Leave:
+			// The node stops when its leave is gossiped (LeaveGrace);
+			// what others sent it is resubmitted by the fronts that see
+			// it leave.
+			out = append(out, act{e.At + r.cfg.SWIM.LeaveGrace, func() error { r.crash(i); return nil }})
+		case swim.Restart:
+			out = append(out, act{e.At, func() error {
+				if r.up[i] {
+					return nil
+				}
+				return r.start(i, 0)
+			}})
+		}
+	}
+	for _, d := range res.Deliveries {
+		d := d
+		i := index[d.Observer]
+		out = append(out, act{d.At, func() error {
+			if !r.up[i] || r.life[i] != d.Life {
+				return nil
+			}
+			if d.Update.Node == d.Observer && d.Update.Kind == member.Alive {
+				r.inc[i] = max(r.inc[i], d.Update.Inc)
+			}
+			r.tell(i, d.Update)
+			return nil
+		}})
+	}
+	// Stable: at one instant, truth before the deliveries it causes.
+	slices.SortStableFunc(out, func(a, b act) int {
+		switch {
+		case a.at < b.at:
+			return -1
+		case a.at > b.at:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// start brings node i up: inc is its incarnation (0: one more than its
+// last life's, as the membership model restarts it).
+func (r *run) start(i int, inc uint64) error {
+	if inc == 0 {
+		inc = r.inc[i] + 1
+		r.life[i]++
+	}
+	r.up[i], r.inc[i] = true, inc
+	name := r.names[i]
+	self := func(id uint64) actors.Address { return actors.Address{Node: name, ID: id} }
+
+	acc, err := actors.NewBatcher(r.cfg.Batcher)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	fc := actors.DefaultFrontConfig(name)
+	fc.Incarnation, fc.Accumulator, fc.SLO, fc.Grace = inc, AccumulatorID, r.cfg.Batcher.SLO, r.cfg.Grace
+	fc.Local = r.cfg.PerNode
+	front, err := actors.NewFront(fc)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	r.w.Spawn(self(AccumulatorID), acc)
+	r.w.Spawn(self(FrontID), front)
+	r.w.Spawn(self(WaiterID), waiter{})
+	for k := range r.cfg.DevicesPerNode {
+		dc := r.cfg.Device
+		dc.Models = r.cfg.Models
+		var d *actors.Device
+		if r.cfg.PerNode {
+			d, err = actors.NewDevice(dc, self(AccumulatorID))
+		} else {
+			d, err = actors.NewClusterDevice(dc, AccumulatorID, inc)
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		addr := self(DeviceIDBase + uint64(k))
+		ex := sim.NewDevice(r.lat, sim.FaultPlan{}, r.w.Stream(fmt.Sprintf("device/%s/%d/%d", name, k, r.life[i])))
+		r.devs = append(r.devs, ex)
+		r.w.SetExecutor(addr, ex)
+		r.w.Spawn(addr, d)
+	}
+	r.check.started(i)
+	return nil
+}
+
+func (r *run) crash(i int) {
+	if !r.up[i] {
+		return
+	}
+	r.up[i] = false
+	r.w.Crash(r.names[i])
+	r.check.crashed(i)
+}
+
+// tell delivers a membership update to every actor of node i that keeps a
+// view: the front, the accumulator and the devices.
+func (r *run) tell(i int, u member.Update) {
+	name := r.names[i]
+	r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: FrontID}, u)
+	if r.cfg.PerNode {
+		return // nothing leaves the node: the front routes to itself
+	}
+	r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: AccumulatorID}, u)
+	for k := range r.cfg.DevicesPerNode {
+		r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: DeviceIDBase + uint64(k)}, u)
+	}
+}
+
+// waiter stands for the connections of a node's front: the checker reads
+// what reaches it.
+type waiter struct{}
+
+func (waiter) Receive(actors.Context, actors.Message) {}

@@ -1,0 +1,16 @@
+// Package cluster simulates a batchd cluster: nodes, each with a front
+// (actors.Front, the request actor), an accumulator (an actors.Batcher for
+// the models the node owns) and devices (actors.Device in cluster mode),
+// over a seeded network model (per-link latency and jitter, loss, one-way
+// and symmetric partitions, nodes that crash and restart), with membership
+// delivered to every node's actors as the SWIM model of package sim/swim
+// says each node learns it. The same actors run live; only the runtime
+// differs.
+//
+// A checker watches every delivery: each request a live front accepted is
+// answered exactly once if its front lives on (at most once otherwise), with
+// its own output, to its own front; no batch mixes keys or passes the batch
+// bound; once membership has settled, one accumulator batches each model.
+//
+// Imported by: its tests (the cluster properties and figures).
+package cluster
