@@ -4,6 +4,9 @@ PKGS    := ./...
 # rapid's check count per property in `make soak` (`make test` uses rapid's
 # default of 100, sized for CI).
 CHECKS  ?= 5000
+# The cluster properties cost about a quarter second a run (a simulated
+# cluster for tens of seconds): 1,000 runs in `make soak`.
+CLUSTER_CHECKS ?= 1000
 
 # `make load` flags: RATE req/s for DURATION against URL (open loop).
 URL      ?= http://127.0.0.1:8080
@@ -93,6 +96,7 @@ poison: build
 FUZZTIME ?= 60s
 soak:
 	$(GO) test -count=1 -timeout 60m -run Property ./sim ./actors ./sim/swim ./actors/member -args -rapid.checks=$(CHECKS)
+	$(GO) test -count=1 -timeout 60m -run Property ./sim/cluster -args -rapid.checks=$(CLUSTER_CHECKS)
 	$(GO) test -count=5 -timeout 20m -run 'TestMalformedCorpus|TestServeOverloadTwice' ./engine/httpapi ./cmd/batchd
 	$(GO) test -count=1 -timeout 20m -run TestEngineKeysBounded ./engine -args -keys.requests=100000
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi

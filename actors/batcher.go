@@ -234,6 +234,13 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		d.phase = devDown // lent to another batcher until it announces itself
 		d.freeAt = ctx.Now() + b.compute()
 		b.freeValid = false
+	case DeviceBusy:
+		if d := b.devs[m.Device]; d != nil && d.phase == devIdle && d.incarnation == m.Incarnation {
+			b.unready(d)
+			d.phase = devDown // lent to another batcher until it announces itself
+			d.freeAt = ctx.Now() + b.compute()
+			b.freeValid = false
+		}
 	case member.Update:
 		b.membership(ctx, m)
 	case DeviceDown:
@@ -585,9 +592,15 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 		d.incarnation, d.models = m.Incarnation, m.Models
 		return
 	case d.phase == devBusy && m.Incarnation == d.incarnation:
-		// A re-announcement (Reannounce) that crossed the batch on its
-		// way there: the device will run it and say BatchDone.
-		return
+		if b.view == nil || ctx.Now() <= d.freeAt+b.compute() {
+			// A re-announcement (Reannounce) that crossed the batch on
+			// its way there: the device will run it and say BatchDone.
+			return
+		}
+		// In a cluster an idle device announces itself every
+		// ClusterHeartbeat: idle a batch time past the batch's predicted
+		// end, it never got the batch, or its BatchDone was lost.
+		b.abort(ctx, d, ids(d.inflight.Items), "batch lost on the way")
 	case d.phase == devBusy:
 		// A new incarnation forgot the batch the old one was running.
 		b.abort(ctx, d, ids(d.inflight.Items), "device restarted")

@@ -83,6 +83,13 @@ func NewDevice(cfg DeviceConfig, batcher Address) (*Device, error) {
 	return &Device{cfg: cfg, batcher: batcher, batchers: []Address{batcher}}, nil
 }
 
+// ClusterHeartbeat is how often an idle device in a cluster announces
+// itself again to the batchers it serves, so that one lost message (its
+// DeviceReady, a RunBatch, a BatchDone) costs at most this long.
+const ClusterHeartbeat = time.Second
+
+type deviceBeat struct{}
+
 // deviceCluster is what a device in a cluster keeps: its membership view,
 // from which it finds the owners of its models.
 type deviceCluster struct {
@@ -159,6 +166,14 @@ func (d *Device) Receive(ctx Context, msg Message) {
 	switch m := msg.(type) {
 	case Start:
 		d.announce(ctx)
+		if d.cluster != nil {
+			ctx.After(ClusterHeartbeat, deviceBeat{})
+		}
+	case deviceBeat:
+		if d.phase == deviceIdle {
+			d.ready(ctx)
+		}
+		ctx.After(ClusterHeartbeat, deviceBeat{})
 	case member.Update:
 		d.membership(ctx, m)
 	case RunBatch:
@@ -177,6 +192,11 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		d.from = m.From
 		if d.from.IsZero() {
 			d.from = d.batcher
+		}
+		for _, b := range d.batchers {
+			if b != d.from {
+				ctx.Send(b, DeviceBusy{Device: ctx.Self(), Incarnation: d.incarnation})
+			}
 		}
 		all := make([]int, len(m.Batch.Items))
 		for i := range all {

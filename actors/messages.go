@@ -220,6 +220,14 @@ type BatchAborted struct {
 	Reason  string
 }
 
+// DeviceBusy tells the other batchers a device serves that it took a
+// batch of one of them: they count it busy until it announces itself
+// again, rather than send it a batch it would decline.
+type DeviceBusy struct {
+	Device      Address
+	Incarnation uint64
+}
+
 // DeviceDown reports that a device is quarantined: it keeps failing, and
 // will not announce readiness again until Until.
 type DeviceDown struct {

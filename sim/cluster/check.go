@@ -27,9 +27,10 @@ type Report struct {
 	Twice int64
 	// Latency of the completed requests, arrival to answer, in ms.
 	LatencyP50Ms, LatencyP95Ms, LatencyP99Ms float64
-	// Batches run, and their mean size.
-	Batches   int64
-	BatchMean float64
+	// Batches run, and their mean size; Declined batches a device sent
+	// back because it had taken another accumulator's.
+	Batches, Declined int64
+	BatchMean         float64
 	// Windows are per-second figures over the run (see Window).
 	Windows []Window
 	// Violations are the first invariant breaks found (at most
@@ -150,6 +151,8 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 		c.answer(at, i, m)
 	case actors.RunBatch:
 		c.batch(at, m)
+	case actors.BatchDeclined:
+		c.rep.Declined++
 	}
 }
 

@@ -40,3 +40,27 @@ func TestClusterNodeCrash(t *testing.T) {
 		t.Fatal("violations")
 	}
 }
+
+// TestSharedDevicesDecline measures what devices shared between two
+// models' accumulators cost against one accumulator for both (one node):
+// the declined batches, and the tail. It asserts only what the design
+// promises: nothing lost, and the tail within the SLO.
+func TestSharedDevicesDecline(t *testing.T) {
+	for _, nodes := range []int{1, 5} {
+		cfg := DefaultConfig()
+		cfg.Nodes, cfg.DevicesPerNode = nodes, 5/nodes
+		cfg.Models = []string{"m0", "m1"}
+		cfg.Rate = 1500
+		cfg.Duration = 20 * time.Second
+		rep := mustRun(t, cfg)
+		var late int64
+		for _, w := range rep.Windows {
+			late += w.Late
+		}
+		t.Logf("%d node(s): %d of %d late, p99 %.1f ms, mean batch %.1f, %d declined of %d batches",
+			nodes, late, rep.Accepted, rep.LatencyP99Ms, rep.BatchMean, rep.Declined, rep.Batches)
+		if rep.ViolationCount != 0 || rep.Lost != 0 || rep.LatencyP99Ms > 200 {
+			t.Fatalf("%+v", rep)
+		}
+	}
+}

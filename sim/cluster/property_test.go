@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/batchd/batchd/sim/swim"
+)
+
+// fastSWIM shortens memberlist's slow periodic exchanges so that a
+// property run settles within a minute of simulated time.
+func fastSWIM() swim.Config {
+	sw := swim.DefaultConfig(nil)
+	sw.PushPullInterval = 5 * time.Second
+	sw.ReconnectInterval = 5 * time.Second
+	return sw
+}
+
+// genFaulty draws a small cluster below capacity and a list of faults:
+// crashes (most followed by a restart), partitions (one-way or both ways,
+// healed), leaves, and message loss.
+func genFaulty(t *rapid.T) Config {
+	cfg := DefaultConfig()
+	cfg.Seed = rapid.Uint64().Draw(t, "seed")
+	cfg.Nodes = rapid.IntRange(2, 5).Draw(t, "nodes")
+	cfg.DevicesPerNode = rapid.IntRange(1, 3).Draw(t, "devices")
+	// Below capacity: at an SLO of two batch times each model's key needs
+	// a batch every batch time, so there are at most half as many models
+	// as devices.
+	models := rapid.IntRange(1, max(1, cfg.Nodes*cfg.DevicesPerNode/2)).Draw(t, "models")
+	cfg.Models = nil
+	for m := range models {
+		cfg.Models = append(cfg.Models, fmt.Sprintf("m%d", m))
+	}
+	capacity := float64(cfg.Nodes*cfg.DevicesPerNode) * 1000 // batches of 100 at 100 ms
+	cfg.Rate = min(capacity*rapid.Float64Range(0.05, 0.5).Draw(t, "load"), 1500)
+	cfg.Link.Loss = rapid.SampledFrom([]float64{0, 0, 0.001, 0.01}).Draw(t, "loss")
+	cfg.SWIM = fastSWIM()
+	faults := rapid.IntRange(0, 4).Draw(t, "faults")
+	var quiet time.Duration
+	for range faults {
+		at := time.Duration(rapid.IntRange(1_000, 15_000).Draw(t, "at_ms")) * time.Millisecond
+		node := NodeName(rapid.IntRange(0, cfg.Nodes-1).Draw(t, "node"))
+		switch rapid.IntRange(0, 3).Draw(t, "kind") {
+		case 0, 1:
+			cfg.Events = append(cfg.Events, swim.Event{At: at, Kind: swim.Crash, Node: node})
+			if rapid.Bool().Draw(t, "restart") {
+				back := at + time.Duration(rapid.IntRange(100, 8_000).Draw(t, "down_ms"))*time.Millisecond
+				cfg.Events = append(cfg.Events, swim.Event{At: back, Kind: swim.Restart, Node: node})
+				quiet = max(quiet, back)
+			}
+		case 2:
+			var a, b []string
+			for i := range cfg.Nodes {
+				if rapid.Bool().Draw(t, "side") {
+					a = append(a, NodeName(i))
+				} else {
+					b = append(b, NodeName(i))
+				}
+			}
+			if len(a) == 0 { // both sides must hold a node
+				a, b = b[:1], b[1:]
+			} else if len(b) == 0 {
+				a, b = a[1:], a[:1]
+			}
+			until := at + time.Duration(rapid.IntRange(500, 10_000).Draw(t, "cut_ms"))*time.Millisecond
+			cfg.Events = append(cfg.Events, swim.Event{At: at, Kind: swim.Partition, A: a, B: b, Until: until,
+				OneWay: rapid.Bool().Draw(t, "one_way")})
+			quiet = max(quiet, until)
+		case 3:
+			cfg.Events = append(cfg.Events, swim.Event{At: at, Kind: swim.Leave, Node: node})
+		}
+		quiet = max(quiet, at)
+	}
+	// Traffic goes on past the time membership settles, so the one-owner
+	// check sees batches; the drain then answers everything.
+	sw := cfg.SWIM
+	for i := range cfg.Nodes {
+		sw.Nodes = append(sw.Nodes, NodeName(i))
+	}
+	cfg.Duration = 20 * time.Second
+	if faults > 0 {
+		cfg.Duration = quiet + sw.SettleBound() + 5*time.Second
+	}
+	cfg.Drain = 5 * time.Second
+	return cfg
+}
+
+// TestPropertyClusterExactlyOnce: under crashes, restarts, partitions,
+// leaves and loss, every request a live front accepted is answered
+// exactly once if its front lived on and at most once otherwise, with its
+// own output, at its own front; no batch mixes keys; once membership has
+// settled one accumulator batches each model; and everything drains.
+func TestPropertyClusterExactlyOnce(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := genFaulty(t)
+		rep, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.ViolationCount != 0 || rep.Lost != 0 || rep.Twice != 0 {
+			t.Fatalf("%d violations, %d lost, %d twice: %v (events %+v)", rep.ViolationCount, rep.Lost, rep.Twice, rep.Violations, cfg.Events)
+		}
+		// Below capacity, once membership has settled (and the late
+		// answers of the faults are behind), no request misses the SLO;
+		// a lost message can make any request expire, so only without
+		// loss.
+		// Only with one model: devices shared between the accumulators
+		// of several models race for them (a device takes the first batch
+		// and declines the rest; about a third of the batches at 30% load
+		// with two models), which misses the SLO by a hair for a few
+		// requests in ten thousand (TestSharedDevicesDecline measures it).
+		if cfg.Link.Loss == 0 && len(cfg.Models) == 1 {
+			from := settledAt(cfg) + 2*time.Second
+			for _, w := range rep.Windows {
+				if time.Duration(w.StartS*float64(time.Second)) >= from && w.Late > 0 {
+					t.Fatalf("second %v (settled at %v): %d of %d late (events %+v)", w.StartS, from, w.Late, w.Arrived, cfg.Events)
+				}
+			}
+		}
+		answered := rep.Completed + rep.Failed + rep.Rejected + rep.Expired + rep.Cancelled
+		if answered+rep.WithFront != rep.Accepted {
+			t.Fatalf("accepted %d, answered %d, lost with their front %d", rep.Accepted, answered, rep.WithFront)
+		}
+	})
+}
+
+// settledAt is when membership has settled after the run's last fault.
+func settledAt(cfg Config) time.Duration {
+	if len(cfg.Events) == 0 {
+		return 0
+	}
+	sw := cfg.SWIM
+	sw.Events = cfg.Events
+	for i := range cfg.Nodes {
+		sw.Nodes = append(sw.Nodes, NodeName(i))
+	}
+	return sw.QuietAt() + sw.SettleBound()
+}
