@@ -255,8 +255,11 @@ func (w *World) Observe(o Observer) {
 // injecting their first messages: an event due at the same instant as the
 // Start and scheduled before it is delivered before it.
 func (w *World) Spawn(addr actors.Address, a actors.Actor) {
-	if addr.IsZero() || addr.Node == crashedNode {
-		panic(fmt.Sprintf("sim: Spawn at %v", addr))
+	if addr.IsZero() {
+		panic("sim: Spawn at the zero address")
+	}
+	if addr.Node == crashedNode {
+		panic(fmt.Sprintf("sim: Spawn at %v, the crashed actors' node", addr))
 	}
 	if a == nil {
 		panic(fmt.Sprintf("sim: Spawn(%v, nil)", addr))

@@ -22,7 +22,7 @@
 // bounded: a View holds at most its limit of node names (DefaultLimit),
 // names are at most MaxNameLen bytes.
 //
-// Imported by: sim/swim (the simulator's SWIM model, which produces the
-// Updates; the cluster's request and per-key accumulator actors, still to
-// come, will keep Views). It imports nothing of batchd.
+// Imported by: actors (the front, the batcher and the device keep Views),
+// sim/swim (the simulator's SWIM model, which produces the Updates),
+// sim/cluster (the cluster simulator). It imports nothing of batchd.
 package member

@@ -31,6 +31,9 @@ type Report struct {
 	// back because it had taken another accumulator's.
 	Batches, Declined int64
 	BatchMean         float64
+	// Detected is, per node a surviving member declared dead, the first
+	// time one did (after its last crash).
+	Detected map[string]time.Duration
 	// Windows are per-second figures over the run (see Window).
 	Windows []Window
 	// Violations are the first invariant breaks found (at most
@@ -116,8 +119,19 @@ func (c *checker) violate(format string, args ...any) {
 
 func (c *checker) started(int) {}
 
-// crashed: the requests the node's front held die with it.
-func (c *checker) crashed(int) {}
+// crashed: the requests the node's front held die with it; its detection
+// is measured from now.
+func (c *checker) crashed(i int) { delete(c.rep.Detected, c.r.names[i]) }
+
+// dead records the first declaration of node's death.
+func (c *checker) dead(at time.Duration, node string) {
+	if c.rep.Detected == nil {
+		c.rep.Detected = map[string]time.Duration{}
+	}
+	if _, ok := c.rep.Detected[node]; !ok {
+		c.rep.Detected[node] = at
+	}
+}
 
 // Deliver implements sim.Observer.
 func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.Message) {

@@ -35,6 +35,10 @@ type Config struct {
 	// front, an accumulator and DevicesPerNode devices.
 	Nodes          int
 	DevicesPerNode int
+	// Devices, when positive, is the fleet's device count instead, dealt
+	// round-robin (node i holds devices i, i+Nodes, ...): a fleet smaller
+	// than its node count leaves some nodes with fronts and no device.
+	Devices int
 	// Rate is the total offered load, spread evenly over the fronts (as a
 	// load balancer would), each a Poisson source.
 	Rate float64
@@ -105,6 +109,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cluster config: Nodes %d: want 1 to %d", c.Nodes, MaxNodes)
 	case c.DevicesPerNode < 0 || c.DevicesPerNode > MaxDevicesPerNode:
 		return fmt.Errorf("cluster config: DevicesPerNode %d: want 0 to %d", c.DevicesPerNode, MaxDevicesPerNode)
+	case c.Devices < 0 || c.Devices > c.Nodes*MaxDevicesPerNode:
+		return fmt.Errorf("cluster config: Devices %d: want 0 to %d", c.Devices, c.Nodes*MaxDevicesPerNode)
 	case c.Rate < 0 || c.Rate > 1e7:
 		return fmt.Errorf("cluster config: Rate %v: want 0 to 1e7", c.Rate)
 	case len(c.Models) == 0:
@@ -278,6 +284,9 @@ func (r *run) acts(res *swim.Result) []act {
 			if d.Update.Node == d.Observer && d.Update.Kind == member.Alive {
 				r.inc[i] = max(r.inc[i], d.Update.Inc)
 			}
+			if d.Update.Kind == member.Dead {
+				r.check.dead(d.At, d.Update.Node)
+			}
 			r.tell(i, d.Update)
 			return nil
 		}})
@@ -320,7 +329,7 @@ func (r *run) start(i int, inc uint64) error {
 	r.w.Spawn(self(AccumulatorID), acc)
 	r.w.Spawn(self(FrontID), front)
 	r.w.Spawn(self(WaiterID), waiter{})
-	for k := range r.cfg.DevicesPerNode {
+	for k := range r.devicesOf(i) {
 		dc := r.cfg.Device
 		dc.Models = r.cfg.Models
 		var d *actors.Device
@@ -360,9 +369,21 @@ func (r *run) tell(i int, u member.Update) {
 		return // nothing leaves the node: the front routes to itself
 	}
 	r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: AccumulatorID}, u)
-	for k := range r.cfg.DevicesPerNode {
+	for k := range r.devicesOf(i) {
 		r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: DeviceIDBase + uint64(k)}, u)
 	}
+}
+
+// devicesOf is the number of devices node i holds.
+func (r *run) devicesOf(i int) int {
+	if r.cfg.Devices <= 0 {
+		return r.cfg.DevicesPerNode
+	}
+	n := r.cfg.Devices / r.cfg.Nodes
+	if i < r.cfg.Devices%r.cfg.Nodes {
+		n++
+	}
+	return n
 }
 
 // waiter stands for the connections of a node's front: the checker reads

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/actors/member"
 	"github.com/batchd/batchd/sim/swim"
 )
 
@@ -63,4 +64,14 @@ func TestSharedDevicesDecline(t *testing.T) {
 			t.Fatalf("%+v", rep)
 		}
 	}
+}
+
+// ownerOf is the node that owns model in a healthy cluster of n nodes.
+func ownerOf(model string, n int) string {
+	var names []string
+	for i := range n {
+		names = append(names, NodeName(i))
+	}
+	o, _ := member.Owner(model, names)
+	return o
 }

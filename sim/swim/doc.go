@@ -58,6 +58,7 @@
 // It keeps its own random streams (derived from Config.Seed) and imports
 // nothing of sim, so sim can import it.
 //
-// Imported by: nothing (the cluster simulator will). It
-// imports actors/member and nothing else of batchd.
+// Imported by: sim/cluster (the cluster simulator, which delivers each
+// node's timeline to its actors). It imports actors/member and nothing
+// else of batchd.
 package swim
