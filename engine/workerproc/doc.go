@@ -24,5 +24,7 @@
 // the very pipe batchd reads, at once. A worker's own prints would corrupt
 // the protocol on stdout, so the Python helper moves them to stderr.
 //
-// Imported by: engine/server (the worker backend). It imports engine.
+// Imported by: engine/config (the defaults of devices.worker and the
+// mapping onto Config), engine/server (the worker backend). It imports
+// engine.
 package workerproc

@@ -23,8 +23,11 @@ import (
 //	WRONGCOUNT   it answers one item short
 //	STDERR:text  it writes text to stderr first
 //	PID          its output is its process id
+//	EXITONCE:f   as EXIT if file f does not exist (it creates it), else echo
+//	HANGONCE:f   as HANG if file f does not exist (it creates it), else echo
 //
-// and any other input is echoed. $WORKERPROC_TEST_WORKER=fail-start exits
+// and any other input is echoed. $WORKERPROC_TEST_WORKER=slow takes 2 ms
+// a batch. $WORKERPROC_TEST_WORKER=fail-start exits
 // before the handshake, saying why on stderr; =no-magic answers the
 // handshake wrongly.
 const testWorkerEnv = "WORKERPROC_TEST_WORKER"
@@ -86,6 +89,9 @@ func testWorker(mode string) int {
 			fmt.Fprintln(os.Stderr, "test worker:", err)
 			return 2
 		}
+		if mode == "slow" {
+			time.Sleep(2 * time.Millisecond)
+		}
 		id, n := m.ID, len(m.Inputs)
 		items = items[:0]
 		batchErr := ""
@@ -105,6 +111,11 @@ func testWorker(mode string) int {
 				id++
 			case s == "WRONGCOUNT":
 				n--
+			case strings.HasPrefix(s, "EXITONCE:") && firstTime(s[len("EXITONCE:"):]):
+				fmt.Fprintln(os.Stderr, "test worker: exiting mid-batch once (as asked)")
+				return 3
+			case strings.HasPrefix(s, "HANGONCE:") && firstTime(s[len("HANGONCE:"):]):
+				time.Sleep(time.Hour)
 			case strings.HasPrefix(s, "STDERR:"):
 				fmt.Fprintln(os.Stderr, s[len("STDERR:"):])
 			case strings.HasPrefix(s, "BATCHERR"):
@@ -126,6 +137,17 @@ func testWorker(mode string) int {
 		}
 		send()
 	}
+}
+
+// firstTime creates the file at path and reports whether it did (false:
+// it was there).
+func firstTime(path string) bool {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 // testCmd is the command that runs the tests' worker in mode.
