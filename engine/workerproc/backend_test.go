@@ -236,6 +236,10 @@ func TestStartFailure(t *testing.T) {
 	if err := b.Start(context.Background()); !errors.Is(err, errProtocol) || !strings.Contains(err.Error(), "magic") {
 		t.Errorf("start: %v, want a protocol error about the magic", err)
 	}
+	b, _ = newTestBackend(t, "prints", nil)
+	if err := b.Start(context.Background()); !errors.Is(err, errProtocol) || !strings.Contains(err.Error(), `"load": is the worker printing to its stdout`) {
+		t.Errorf("start: %v, want a protocol error naming the print", err)
+	}
 	b, _ = newTestBackend(t, "", func(c *Config) { c.Cmd = []string{filepath.Join(t.TempDir(), "missing")} })
 	if err := b.Start(context.Background()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("start: %v, want a missing program", err)

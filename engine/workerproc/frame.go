@@ -59,6 +59,9 @@ func (fr *frameReader) next() (typ byte, payload []byte, err error) {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 || uint64(n) > uint64(fr.max) {
+		if text(hdr[:]) {
+			return 0, nil, protocolf("frame of %d bytes: want 1 to %d (it reads %q: is the worker printing to its stdout, which the protocol owns?)", n, fr.max, hdr[:])
+		}
 		return 0, nil, protocolf("frame of %d bytes: want 1 to %d", n, fr.max)
 	}
 	if cap(fr.buf) < int(n) {
@@ -72,6 +75,17 @@ func (fr *frameReader) next() (typ byte, payload []byte, err error) {
 		return 0, nil, err
 	}
 	return b[0], b[1:], nil
+}
+
+// text reports whether b is printable ASCII (a frame's length that is text
+// is a print on the worker's stdout).
+func text(b []byte) bool {
+	for _, c := range b {
+		if c < ' ' && c != '\n' && c != '\t' || c > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // encoder appends one frame to a buffer that it reuses.

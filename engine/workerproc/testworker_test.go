@@ -29,7 +29,7 @@ import (
 // and any other input is echoed. $WORKERPROC_TEST_WORKER=slow takes 2 ms
 // a batch. $WORKERPROC_TEST_WORKER=fail-start exits
 // before the handshake, saying why on stderr; =no-magic answers the
-// handshake wrongly.
+// handshake wrongly; =prints prints a line on its stdout first.
 const testWorkerEnv = "WORKERPROC_TEST_WORKER"
 
 func TestMain(m *testing.M) {
@@ -43,6 +43,9 @@ func testWorker(mode string) int {
 	if mode == "fail-start" {
 		fmt.Fprintln(os.Stderr, "test worker: cannot load the model (as asked)")
 		return 4
+	}
+	if mode == "prints" {
+		fmt.Println("loading the model")
 	}
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)

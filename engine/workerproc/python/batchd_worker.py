@@ -158,14 +158,15 @@ def _encode_item(x, i):
 def _take_stdio():
     """The protocol's own stdin and stdout; fds 0 and 1 become /dev/null and
     stderr, so that prints (Python's or a C library's) cannot corrupt the
-    frames."""
-    sys.stdout.flush()
+    frames. What the model printed before and Python still buffers goes to
+    stderr too (flushed after the move)."""
     proto_in = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
     proto_out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
+    sys.stdout.flush()
     return proto_in, proto_out
 
 
@@ -191,10 +192,16 @@ def handshake(rd, wr, info=""):
     return h
 
 
+_stdio = None
+
+
 def serve(batch, info=None):
     """Serves batch(inputs: list[bytes]) -> list[bytes | Exception] until
     batchd closes stdin; then returns. A protocol error exits with status 2."""
-    rd, wr = _take_stdio()
+    global _stdio
+    if _stdio is None:
+        _stdio = _take_stdio()
+    rd, wr = _stdio
     if info is None:
         info = "python %d.%d batchd_worker" % sys.version_info[:2]
     try:
@@ -251,6 +258,8 @@ def main(argv):
     if len(argv) != 2 or argv[1].startswith("-"):
         print("usage: batchd_worker.py MODEL.py   (MODEL.py defines batch(inputs) -> outputs)", file=sys.stderr)
         return 2
+    global _stdio
+    _stdio = _take_stdio()  # before the model's import, which may print
     mod = _load(argv[1])
     fn = getattr(mod, "batch", None)
     if not callable(fn):
