@@ -62,6 +62,8 @@ func spawn(ctx context.Context, cfg *Config, log *slog.Logger) (*process, error)
 		}
 		return nil, fmt.Errorf("worker %s: %w", cfg.Name, err)
 	}
+	growPipe(inW)
+	growPipe(outW)
 	cmd := exec.Command(cfg.Cmd[0], cfg.Cmd[1:]...)
 	cmd.Dir = cfg.Dir
 	cmd.Env = append(os.Environ(), cfg.Env...)

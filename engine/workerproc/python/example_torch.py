@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """A PyTorch model served by batchd: the worked example of worker processes.
 
-A small MLP built in code with seeded weights (nothing is downloaded): each
-input's first 64 bytes (zero-padded) scaled to [0, 1] → Linear(64, 128) →
-ReLU → Linear(128, 8) → the class with the highest score and the scores,
-as JSON bytes:
+An MLP built in code with seeded weights (nothing is downloaded): each
+input's first 256 bytes (zero-padded) scaled to [0, 1] → Linear(256, 2048)
+→ ReLU → Linear(2048, 2048) → ReLU → Linear(2048, 8) → the class with the
+highest score and the scores, as JSON bytes:
 
     {"class": 3, "scores": [0.1234, ...]}
 
@@ -29,8 +29,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import batchd_worker  # noqa: E402  (beside this file)
 
-WIDTH = 64      # input bytes the model reads
-HIDDEN = 128
+# 4.7 M weights (19 MB): enough that a batch of one is bound by reading
+# them, as a real model's is, and a batch of 100 reads them once.
+WIDTH = 256     # input bytes the model reads
+HIDDEN = 2048
 CLASSES = 8
 SEED = 20240601
 
@@ -40,6 +42,8 @@ torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
 torch.manual_seed(SEED)
 MODEL = torch.nn.Sequential(
     torch.nn.Linear(WIDTH, HIDDEN),
+    torch.nn.ReLU(),
+    torch.nn.Linear(HIDDEN, HIDDEN),
     torch.nn.ReLU(),
     torch.nn.Linear(HIDDEN, CLASSES),
 ).eval()
@@ -72,7 +76,7 @@ def batch(inputs):
     return out
 
 
-INFO = "example_torch: torch %s, MLP %d-%d-%d, seed %d" % (torch.__version__, WIDTH, HIDDEN, CLASSES, SEED)
+INFO = "example_torch: torch %s, MLP %d-%d-%d-%d, seed %d" % (torch.__version__, WIDTH, HIDDEN, HIDDEN, CLASSES, SEED)
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--reference":
