@@ -15,7 +15,7 @@ DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
 .PHONY: fidelity scenarios overload poison
-.PHONY: gpu-test ptx
+.PHONY: gpu-test ptx torch
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
 # batches of up to 100, model "echo", on 127.0.0.1:8080; ARGS are more
@@ -49,11 +49,18 @@ vet:
 	$(GO) vet -tags hollywood ./engine/
 
 # The live runtime and the HTTP adapter run again under the race detector,
-# and the engine once more on its second actor library (hollywood).
-test: vet
+# and the engine once more on its second actor library (hollywood). First,
+# torch: Debian's PyTorch for the worker-process example's end-to-end test,
+# installed where apt and root (or sudo -n) allow; where not, that test
+# skips and says why. BATCHD_NO_TORCH=1 skips the install.
+test: vet torch
 	$(GO) test -count=1 -timeout 8m $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m ./engine/... ./cmd/...
 	$(GO) test -count=1 -timeout 8m -tags hollywood ./engine/
+
+torch:
+	@if [ -n "$(BATCHD_NO_TORCH)" ]; then echo "torch: BATCHD_NO_TORCH set, not installing python3-torch"; \
+	else sh engine/workerproc/python/install-torch.sh || echo "torch: not installed; the PyTorch worker example's test will skip"; fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x $(PKGS)
@@ -92,7 +99,8 @@ poison: build
 
 # The property tests with CHECKS cases each, then the chaos suite longer:
 # the malformed-input corpus and the overload five times over, 100,000
-# requests on random keys, and FUZZTIME of fuzzing for each request decoder.
+# requests on random keys, and FUZZTIME of fuzzing for each request decoder
+# and for the worker protocol's reply decoder.
 FUZZTIME ?= 60s
 soak:
 	$(GO) test -count=1 -timeout 60m -run Property ./sim ./actors ./sim/swim ./actors/member -args -rapid.checks=$(CHECKS)
@@ -102,6 +110,7 @@ soak:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV2Binary$$' -fuzztime $(FUZZTIME) ./engine/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzReadReply$$' -fuzztime $(FUZZTIME) ./engine/workerproc
 
 # The GPU check (the model on a GPU against its CPU reference): builds (no
 # cgo) the cudabridge test binary and batchd into bin/, then runs

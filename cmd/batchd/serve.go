@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,8 +55,13 @@ func fileFlag[T any](define func(*flag.FlagSet, string, T, string) *T, get func(
 var serveFlags = []serveFlag{
 	{"addr", "http.addr", "listen address (host:port; port 0 picks a free one)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.HTTP.Addr })},
-	{"backend", "devices.backend", "what runs the batches: emulated (batchstring), cpu or cuda (the bytenet model; cuda: every visible GPU)",
+	{"backend", "devices.backend", "what runs the batches: emulated (batchstring), cpu or cuda (the bytenet model; cuda: every visible GPU), or worker (--worker-cmd)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Devices.Backend })},
+	{"worker-cmd", "devices.worker.cmd", "with --backend worker: the program each device runs, and its arguments, split at spaces (\"python3 model.py\"; an argument with a space needs the file)",
+		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+			v := fs.String(name, strings.Join(d.Devices.Worker.Cmd, " "), usage)
+			return func(f *config.File) { f.Devices.Worker.Cmd = strings.Fields(*v) }
+		}},
 	{"devices", "devices.count", "number of emulated GPUs",
 		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",

@@ -140,6 +140,12 @@ func TestServePrintConfig(t *testing.T) {
 // that ends it (as SIGTERM does) and returns its error.
 func startServe(t *testing.T, yaml string, stdout io.Writer) (string, func() error) {
 	t.Helper()
+	return startServeLog(t, yaml, stdout, io.Discard)
+}
+
+// startServeLog is startServe with the server's log written to logw.
+func startServeLog(t *testing.T, yaml string, stdout, logw io.Writer) (string, func() error) {
+	t.Helper()
 	f, err := config.Load("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +154,7 @@ func startServe(t *testing.T, yaml string, stdout io.Writer) (string, func() err
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(logw, nil))
 	go func() {
 		done <- server.Run(ctx, f, server.Options{Logger: log}, stdout, func(a net.Addr) { addr <- a })
 	}()

@@ -146,9 +146,10 @@ type Engine struct {
 type Devices struct {
 	// Backend is what runs the batches: "emulated" (the seeds'
 	// batchstring, with the faults below), "cpu" or "cuda" (the bytenet
-	// model of package cudabridge, in Go or on every visible GPU).
+	// model of package cudabridge, in Go or on every visible GPU), or
+	// "worker" (a program of the operator's per device, Worker below).
 	// EngineConfig always builds emulated backends; batchd serve replaces
-	// them for cpu and cuda.
+	// them for cpu, cuda and worker.
 	Backend string `yaml:"backend"`
 	// Count is the number of devices.
 	Count int `yaml:"count"`
@@ -168,6 +169,9 @@ type Devices struct {
 	LatencySpread float64 `yaml:"latency_spread"`
 	// Faults are injected by the emulated backends (demos and tests).
 	Faults Faults `yaml:"faults"`
+	// Worker is the program each device runs its batches in, for backend
+	// worker.
+	Worker Worker `yaml:"worker"`
 }
 
 // The batcher's and the devices' settings are the schema's, shared with

@@ -33,6 +33,7 @@ func Default() *File {
 			WarmModels:  d.Models,
 			Supervision: schema.SupervisionOf(d),
 			Faults:      schema.FaultsOf(),
+			Worker:      defaultWorker(),
 		},
 		Policy:        schema.PolicyOf(b),
 		Models:        []Model{defaultEcho()},

@@ -36,5 +36,6 @@
 //
 // Imported by: cmd/batchd, engine/fidelity, engine/server. It imports
 // actors, actors/devicemodel (the fault plan), actors/schema (the schema it
-// shares with scenarios), engine, engine/httpapi and engine/jobs.
+// shares with scenarios), engine, engine/httpapi, engine/jobs and
+// engine/workerproc (devices.worker).
 package config

@@ -103,10 +103,11 @@ func (v *validator) engine() {
 func (v *validator) devices() {
 	d := v.f.Devices
 	switch d.Backend {
-	case BackendEmulated, BackendCPU, BackendCUDA:
+	case BackendEmulated, BackendCPU, BackendCUDA, BackendWorker:
 	default:
-		v.Bad("devices.backend", "%q: want emulated, cpu or cuda", d.Backend)
+		v.Bad("devices.backend", "%q: want emulated, cpu, cuda or worker", d.Backend)
 	}
+	v.checkWorker()
 	v.IntIn("devices.count", d.Count, 1, min(v.f.Policy.DevicesMax, schema.DevicesCountMax))
 	schema.CheckLatencySpread(v.Validator, "devices.latency_spread", d.LatencySpread)
 	if d.LatencyModel == nil {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/workerproc"
 )
 
 // modelBackend is what both bytenet backends (cudabridge.CPU and
@@ -46,6 +48,9 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 		c, err := f.EngineConfig(engine.LinkedRuntime)
 		return c, noop, err
 	}
+	if kind == config.BackendWorker {
+		return workerConfig(f, log)
+	}
 	lim, err := bytenetModel(f)
 	if err != nil {
 		return engine.Config{}, noop, err
@@ -81,7 +86,7 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 			backends = append(backends, d)
 		}
 	default:
-		return engine.Config{}, noop, fmt.Errorf("devices.backend %q: want emulated, cpu or cuda", kind)
+		return engine.Config{}, noop, fmt.Errorf("devices.backend %q: want emulated, cpu, cuda or worker", kind)
 	}
 	if err := f.Validate(); err != nil {
 		closeAll()
@@ -93,6 +98,50 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 		return engine.Config{}, noop, err
 	}
 	c.Backend = func(i int) engine.Backend { return engineBackend{backends[i]} }
+	return c, closeAll, nil
+}
+
+// workerConfig is engineConfig for devices.backend worker: one worker
+// process per device (engine/workerproc), every one started, and its
+// handshake done, before the engine starts, so that a worker that cannot
+// start stops the server's start with its own last words (its stderr).
+func workerConfig(f *config.File, log *slog.Logger) (engine.Config, func(), error) {
+	noop := func() {}
+	c, err := f.EngineConfig(engine.LinkedRuntime)
+	if err != nil {
+		return engine.Config{}, noop, err
+	}
+	backends := make([]*workerproc.Backend, f.Devices.Count)
+	closeAll := func() {
+		var wg sync.WaitGroup
+		for _, b := range backends {
+			if b != nil {
+				wg.Go(func() { _ = b.Close() })
+			}
+		}
+		wg.Wait()
+	}
+	for i := range backends {
+		b, err := workerproc.New(f.WorkerConfig(i, log))
+		if err != nil {
+			closeAll()
+			return engine.Config{}, noop, fmt.Errorf("devices.worker: %w", err)
+		}
+		backends[i] = b
+	}
+	// In parallel: a model's loading can take seconds per worker. Each
+	// start is bounded by devices.worker.start_timeout.
+	errs := make([]error, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Go(func() { errs[i] = b.Start(context.Background()) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		closeAll()
+		return engine.Config{}, noop, fmt.Errorf("devices.worker: %w", err)
+	}
+	c.Backend = func(i int) engine.Backend { return backends[i] }
 	return c, closeAll, nil
 }
 

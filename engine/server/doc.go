@@ -8,15 +8,18 @@
 // Shutdown once a signal ends its ctx); everything between is here.
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
-// engine/config, engine/httpapi, engine/jobs, engine/record and
-// cudabridge (the cpu and cuda backends).
+// engine/config, engine/httpapi, engine/jobs, engine/record,
+// engine/workerproc (the worker backend) and cudabridge (the cpu and cuda
+// backends).
 //
 // # Backends
 //
 // devices.backend picks what runs the batches: emulated (the engine's
 // own batchstring), cpu or cuda (the bytenet model of cudabridge; cuda
 // opens every visible GPU, one device each, and a missing driver stops
-// the start). cudabridge does not import the engine, so an adapter here
+// the start), or worker (devices.worker.cmd, one process per device,
+// engine/workerproc; every worker must answer its handshake before the
+// engine starts, or the start stops with the worker's last stderr lines). cudabridge does not import the engine, so an adapter here
 // maps its device faults and batch-size errors onto the engine's.
 //
 // # Start (New)
