@@ -243,6 +243,17 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		}
 	case member.Update:
 		b.membership(ctx, m)
+	case Undeliverable:
+		// A batch to a device whose node is down: re-queue it now. Other
+		// messages (a reply to a front that died) have no one to reach.
+		if rb, ok := m.Msg.(RunBatch); ok {
+			if d := b.devs[m.To]; d != nil && d.phase == devBusy && d.inflight.ID == rb.Batch.ID {
+				b.abort(ctx, d, ids(d.inflight.Items), "device's node unreachable")
+				d.phase = devQuarantined // until it announces itself again
+				b.healthy--
+				b.freeValid = false
+			}
+		}
 	case DeviceDown:
 		d := b.devs[m.Device]
 		if d == nil || d.phase == devQuarantined {

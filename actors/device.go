@@ -93,7 +93,11 @@ type deviceBeat struct{}
 // deviceCluster is what a device in a cluster keeps: its membership view,
 // from which it finds the owners of its models.
 type deviceCluster struct {
-	view        *member.View
+	view *member.View
+	// shunned are nodes a message to which came back Undeliverable; the
+	// device serves no accumulator there until the view next changes
+	// about them.
+	shunned     map[string]uint64
 	accumulator uint64
 	nodeInc     uint64
 }
@@ -114,7 +118,7 @@ func NewClusterDevice(cfg DeviceConfig, accumulator, nodeInc uint64) (*Device, e
 		return nil, fmt.Errorf("device: accumulator %d, node incarnation %d: want both positive, the incarnation below 2^31", accumulator, nodeInc)
 	}
 	return &Device{cfg: cfg, incarnation: nodeInc << 32,
-		cluster: &deviceCluster{view: member.NewView(0), accumulator: accumulator, nodeInc: nodeInc}}, nil
+		cluster: &deviceCluster{view: member.NewView(0), shunned: map[string]uint64{}, accumulator: accumulator, nodeInc: nodeInc}}, nil
 }
 
 // membership applies u to a cluster device's view and announces the device
@@ -128,7 +132,19 @@ func (d *Device) membership(ctx Context, u member.Update) {
 	if ch, err := c.view.Apply(u); err != nil || ch == member.Ignored {
 		return
 	}
+	unshun(c.shunned, u)
+	d.route(ctx)
+}
+
+// route finds the batchers to serve (the owners of the device's models
+// among the live members it does not shun) and announces the device to
+// them.
+func (d *Device) route(ctx Context) {
+	c := d.cluster
 	live := c.view.Live()
+	if len(c.shunned) > 0 {
+		live = liveExcept(live, c.shunned)
+	}
 	var to []Address
 	if len(d.cfg.Models) == 0 {
 		for _, n := range live {
@@ -176,6 +192,12 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		ctx.After(ClusterHeartbeat, deviceBeat{})
 	case member.Update:
 		d.membership(ctx, m)
+	case Undeliverable:
+		if c := d.cluster; c != nil && m.To.ID == c.accumulator && !shuns(c.shunned, m.To.Node) {
+			u, _ := c.view.Get(m.To.Node)
+			c.shunned[m.To.Node] = u.Inc
+			d.route(ctx)
+		}
 	case RunBatch:
 		if d.phase != deviceIdle && d.cluster != nil {
 			ctx.Send(m.From, BatchDeclined{Device: ctx.Self(), BatchID: m.Batch.ID})

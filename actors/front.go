@@ -40,6 +40,12 @@ type Front struct {
 	// when the live set changes (view.Epoch).
 	owners      member.Owners
 	ownersEpoch uint64
+	// shunned are members a message to which came back Undeliverable
+	// (their process is down), with the incarnation they had: no model is
+	// placed on them until they come back alive at a higher one.
+	// ownersStale says owners must be rebuilt.
+	shunned     map[string]uint64
+	ownersStale bool
 	byID        map[uint64]*frontEntry // submission ID → entry (current and superseded)
 	// byReq: the door's request ID → entry. The doors of a node share one
 	// ID space (the engine numbers its requests), as they share a batcher
@@ -161,10 +167,11 @@ func NewFront(cfg FrontConfig) (*Front, error) {
 		return nil, err
 	}
 	return &Front{
-		cfg:   cfg,
-		view:  member.NewView(cfg.ViewLimit),
-		byID:  map[uint64]*frontEntry{},
-		byReq: map[uint64]*frontEntry{},
+		cfg:     cfg,
+		view:    member.NewView(cfg.ViewLimit),
+		shunned: map[string]uint64{},
+		byID:    map[uint64]*frontEntry{},
+		byReq:   map[uint64]*frontEntry{},
 		// The high 24 bits name the node's life; 40 bits of sequence
 		// are 12 days at a million requests a second.
 		idBase: (fnv64(cfg.Node) ^ cfg.Incarnation*0x9e3779b97f4a7c15) << 40,
@@ -189,6 +196,13 @@ func (f *Front) Receive(ctx Context, msg Message) {
 		f.reply(ctx, m)
 	case member.Update:
 		f.membership(ctx, m)
+	case Undeliverable:
+		if _, ok := m.Msg.(Submit); ok && !shuns(f.shunned, m.To.Node) && !f.cfg.Local {
+			u, _ := f.view.Get(m.To.Node)
+			f.shunned[m.To.Node] = u.Inc
+			f.ownersStale = true
+			f.replace(ctx)
+		}
 	case frontTick:
 		if m.gen == f.gen {
 			f.timer = 0
@@ -288,6 +302,15 @@ func (f *Front) membership(ctx Context, u member.Update) {
 	if err != nil || ch == member.Ignored {
 		return // a bad or full update changes nothing; the view is bounded
 	}
+	if unshun(f.shunned, u) {
+		f.ownersStale = true
+	}
+	f.replace(ctx)
+}
+
+// replace resubmits every request whose model's owner, or owner's life,
+// changed.
+func (f *Front) replace(ctx Context) {
 	// Every request whose model's owner, or owner's life, changed is
 	// resubmitted; the heap's order is deterministic (a map's is not).
 	owners := map[string]placement{} // per model, for this change
@@ -330,9 +353,13 @@ func (f *Front) owner(model string) (placement, bool) {
 	if f.cfg.Local {
 		return placement{node: f.cfg.Node, inc: f.cfg.Incarnation}, true
 	}
-	if f.ownersEpoch != f.view.Epoch() || f.view.Epoch() == 0 {
-		f.owners = member.NewOwners(f.view.Live())
-		f.ownersEpoch = f.view.Epoch()
+	if f.ownersStale || f.ownersEpoch != f.view.Epoch() || f.view.Epoch() == 0 {
+		live := f.view.Live()
+		if len(f.shunned) > 0 {
+			live = liveExcept(live, f.shunned)
+		}
+		f.owners = member.NewOwners(live)
+		f.ownersEpoch, f.ownersStale = f.view.Epoch(), false
 	}
 	node, ok := f.owners.Owner(model)
 	if !ok {
@@ -419,6 +446,33 @@ func (h *expiryHeap) pop() *frontEntry {
 		i = m
 	}
 	return top
+}
+
+func shuns(shunned map[string]uint64, node string) bool {
+	_, ok := shunned[node]
+	return ok
+}
+
+// unshun forgets a shunned node that u says is back: alive at a higher
+// incarnation than when it was shunned (a restart, or a refutation).
+func unshun(shunned map[string]uint64, u member.Update) bool {
+	inc, ok := shunned[u.Node]
+	if !ok || u.Kind != member.Alive || u.Inc <= inc {
+		return false
+	}
+	delete(shunned, u.Node)
+	return true
+}
+
+// liveExcept returns live without the shunned names (a new slice).
+func liveExcept(live []string, shunned map[string]uint64) []string {
+	out := make([]string, 0, len(live))
+	for _, n := range live {
+		if !shuns(shunned, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func fnv64(s string) uint64 {

@@ -236,5 +236,14 @@ type DeviceDown struct {
 	Reason string
 }
 
+// Undeliverable comes back to the sender of Msg when the runtime knows Msg
+// cannot reach To: its node is down (a refused connection) or unknown.
+// Every actor must accept it; one that routes by membership routes around
+// To's node at once instead of waiting for membership to declare it dead.
+type Undeliverable struct {
+	To  Address
+	Msg Message
+}
+
 // Start is the first message a runtime delivers to every actor it spawns.
 type Start struct{}

@@ -93,10 +93,24 @@ type Observer interface {
 // Network is a cluster's network model (see WorldConfig.Network).
 type Network interface {
 	// Send is asked, at the time now a message is sent from one node to
-	// another, when it arrives (at or after now) or whether it is lost.
+	// another, when it arrives (at or after now), or its fate otherwise.
 	// It must keep the order of the messages of one link (TCP's).
-	Send(now time.Duration, from, to string) (at time.Duration, lost bool)
+	Send(now time.Duration, from, to string) (at time.Duration, fate Fate)
 }
+
+// Fate is what the Network does with a message.
+type Fate uint8
+
+const (
+	// Arrives at the time Send returns.
+	Arrives Fate = iota
+	// Lost: dropped without a word (a partition, loss).
+	Lost
+	// Refused: the receiver's node is down, and its sender learns so at
+	// the time Send returns (a refused connection): the World delivers
+	// actors.Undeliverable to the sender then.
+	Refused
+)
 
 // Executor runs the jobs of one actor: it is the device model behind an
 // actor that stands for a GPU. Run is called at the moment the actor calls
@@ -542,9 +556,14 @@ func (s *actorSlot) Send(to actors.Address, msg actors.Message) {
 	}
 	at := w.now + w.cfg.NetDelay
 	if w.cfg.Network != nil && to.Node != s.addr.Node {
-		var lost bool
-		if at, lost = w.cfg.Network.Send(w.now, s.addr.Node, to.Node); lost {
+		var fate Fate
+		switch at, fate = w.cfg.Network.Send(w.now, s.addr.Node, to.Node); fate {
+		case Lost:
 			w.netLost++
+			return
+		case Refused:
+			w.netLost++
+			w.schedule(at, s.idx, s.idx, 0, actors.Undeliverable{To: to, Msg: msg})
 			return
 		}
 	}

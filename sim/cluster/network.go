@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/batchd/batchd/sim"
 	"github.com/batchd/batchd/sim/swim"
 )
 
@@ -35,20 +36,25 @@ func newNetwork(cfg Config, index map[string]int, rng *rand.Rand) *network {
 }
 
 // Send implements sim.Network.
-func (nw *network) Send(now time.Duration, from, to string) (time.Duration, bool) {
+func (nw *network) Send(now time.Duration, from, to string) (time.Duration, sim.Fate) {
 	j, ok := nw.index[to]
 	if !ok {
-		return now, false // the clients' node
-	}
-	if nw.down != nil && nw.down(j) {
-		return 0, true
+		return now, sim.Arrives // the clients' node
 	}
 	i, ok := nw.index[from]
 	if !ok {
-		return now, false // from the clients
+		if nw.down != nil && nw.down(j) {
+			return 0, sim.Lost // the clients' connection fails; they never knew it
+		}
+		return now, sim.Arrives // from the clients
 	}
 	if nw.cut(now, from, to) || (nw.cfg.Loss > 0 && nw.rng.Float64() < nw.cfg.Loss) {
-		return 0, true
+		return 0, sim.Lost
+	}
+	if nw.down != nil && nw.down(j) {
+		// A process that is down refuses the connection: its sender
+		// learns it a round trip later.
+		return now + 2*nw.cfg.Latency, sim.Refused
 	}
 	at := now + nw.cfg.Latency
 	if nw.cfg.Jitter > 0 {
@@ -57,7 +63,7 @@ func (nw *network) Send(now time.Duration, from, to string) (time.Duration, bool
 	l := i*nw.n + j
 	at = max(at, nw.last[l])
 	nw.last[l] = at
-	return at, false
+	return at, sim.Arrives
 }
 
 func (nw *network) cut(now time.Duration, from, to string) bool {
