@@ -15,7 +15,7 @@ DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
 .PHONY: fidelity scenarios overload poison
-.PHONY: gpu-test ptx torch
+.PHONY: gpu-test ptx torch proto
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
 # batches of up to 100, model "echo", on 127.0.0.1:8080; ARGS are more
@@ -130,3 +130,10 @@ gpu-test:
 CLANG ?= $(shell command -v clang || command -v clang-14)
 ptx:
 	cd cudabridge && $(CLANG) -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
+
+# Regenerates the OIP gRPC code (engine/grpcapi/oippb/*.pb.go, committed)
+# from its .proto files: needs protoc (apt-get install protobuf-compiler)
+# and the plugins, go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+# google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2, on PATH.
+proto:
+	cd engine/grpcapi/oippb && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate .

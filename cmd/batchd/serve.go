@@ -55,6 +55,8 @@ func fileFlag[T any](define func(*flag.FlagSet, string, T, string) *T, get func(
 var serveFlags = []serveFlag{
 	{"addr", "http.addr", "listen address (host:port; port 0 picks a free one)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.HTTP.Addr })},
+	{"grpc-addr", "grpc.addr", "gRPC listen address of the Open Inference Protocol (host:port; port 0 picks a free one; empty: no gRPC)",
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.GRPC.Addr })},
 	{"backend", "devices.backend", "what runs the batches: emulated (batchstring), cpu or cuda (the bytenet model; cuda: every visible GPU), or worker (--worker-cmd)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Devices.Backend })},
 	{"worker-cmd", "devices.worker.cmd", "with --backend worker: the program each device runs, and its arguments, split at spaces (\"python3 model.py\"; an argument with a space needs the file)",

@@ -33,6 +33,7 @@ const (
 // written as Go durations ("100ms", "1m30s").
 type File struct {
 	HTTP    HTTP    `yaml:"http"`
+	GRPC    GRPC    `yaml:"grpc"`
 	Engine  Engine  `yaml:"engine"`
 	Devices Devices `yaml:"devices"`
 	Policy  Policy  `yaml:"policy"`
@@ -95,6 +96,21 @@ type HTTP struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// Metrics says who may read GET /metrics.
 	Metrics Metrics `yaml:"metrics"`
+}
+
+// GRPC is the Open Inference Protocol over gRPC (engine/grpcapi), on a
+// port of its own, beside HTTP: the same API keys, registry, limits and
+// metrics as the REST routes.
+type GRPC struct {
+	// Addr is the listen address; empty (the default) serves no gRPC.
+	Addr string `yaml:"addr"`
+	// MsgMaxBytes bounds a received message; more is ResourceExhausted.
+	MsgMaxBytes int `yaml:"msg_max_bytes"`
+	// StreamInFlightMax bounds the requests of one ModelStreamInfer
+	// stream in the engine at once; past it the stream is not read.
+	StreamInFlightMax int `yaml:"stream_in_flight_max"`
+	// ConnStreamsMax bounds the concurrent calls of one connection.
+	ConnStreamsMax uint32 `yaml:"conn_streams_max"`
 }
 
 // Metrics says who may read GET /metrics, whose series name every tenant

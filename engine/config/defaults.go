@@ -20,6 +20,7 @@ func Default() *File {
 	h := defaultHTTP()
 	return &File{
 		HTTP: h,
+		GRPC: defaultGRPC(),
 		Engine: Engine{
 			Seed:               e.Seed,
 			InFlightMax:        e.InFlightMax,

@@ -7,6 +7,8 @@
 //
 //	http:     listen address, body and input limits, timeouts,
 //	          who may read /metrics
+//	grpc:     the Open Inference Protocol over gRPC: listen address (empty: off),
+//	          message and per-stream bounds
 //	engine:   seed, in-flight bound, backend call bound
 //	devices:  count, emulated latency (or a latency model), warm models, fault knobs
 //	policy:   batch max, queue bounds, SLO, margin, key policy, priority aging, ...
@@ -36,6 +38,6 @@
 //
 // Imported by: cmd/batchd, engine/fidelity, engine/server. It imports
 // actors, actors/devicemodel (the fault plan), actors/schema (the schema it
-// shares with scenarios), engine, engine/httpapi, engine/jobs and
-// engine/workerproc (devices.worker).
+// shares with scenarios), engine, engine/grpcapi, engine/httpapi,
+// engine/jobs and engine/workerproc (devices.worker).
 package config

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/batchd/batchd/actors/schema"
+	"github.com/batchd/batchd/engine/grpcapi"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -68,4 +69,21 @@ func (f *File) HTTPConfig() (httpapi.Config, error) {
 		return httpapi.Config{}, fmt.Errorf("config: %w: %w", ErrInvalid, err)
 	}
 	return c, nil
+}
+
+// defaultGRPC takes its limits from grpcapi.DefaultConfig; no address:
+// gRPC is off unless a file or --grpc-addr gives one.
+func defaultGRPC() GRPC {
+	g := grpcapi.DefaultConfig()
+	return GRPC{MsgMaxBytes: g.MsgMaxBytes, StreamInFlightMax: g.StreamInFlightMax, ConnStreamsMax: g.ConnStreamsMax}
+}
+
+// GRPCConfig returns the gRPC server's configuration (Logger is the
+// caller's to set). Call it on a validated File.
+func (f *File) GRPCConfig() grpcapi.Config {
+	c := grpcapi.DefaultConfig()
+	c.MsgMaxBytes = f.GRPC.MsgMaxBytes
+	c.StreamInFlightMax = f.GRPC.StreamInFlightMax
+	c.ConnStreamsMax = f.GRPC.ConnStreamsMax
+	return c
 }

@@ -49,6 +49,7 @@ func (f *File) Validate() error {
 	f.DefaultTenant.Check(v.Validator, "default_tenant")
 	v.jobs()
 	v.process()
+	v.grpc()
 	if err := v.Err(); err != nil {
 		return err
 	}
@@ -84,6 +85,27 @@ func (v *validator) http() {
 	v.DurIn("http.scrape_timeout", h.ScrapeTimeout, time.Millisecond, time.Minute)
 	v.DurIn("http.shutdown_timeout", h.ShutdownTimeout, time.Millisecond, shutdownMaxMax)
 }
+
+func (v *validator) grpc() {
+	g := v.f.GRPC
+	if g.Addr != "" {
+		if _, port, err := net.SplitHostPort(g.Addr); err != nil {
+			v.Bad("grpc.addr", "%q: want host:port (127.0.0.1:8081, :8081) or empty (no gRPC): %v", g.Addr, err)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			v.Bad("grpc.addr", "%q: port %q: want 0 to 65535", g.Addr, port)
+		}
+	}
+	v.IntIn("grpc.msg_max_bytes", g.MsgMaxBytes, 1, int(bodyMaxBytesMax))
+	v.IntIn("grpc.stream_in_flight_max", g.StreamInFlightMax, 1, streamInFlightMaxMax)
+	v.IntIn("grpc.conn_streams_max", int(g.ConnStreamsMax), 1, connStreamsMaxMax)
+}
+
+// streamInFlightMaxMax and connStreamsMaxMax bound grpc's per-stream and
+// per-connection settings: each request in flight holds a goroutine.
+const (
+	streamInFlightMaxMax = 1 << 16
+	connStreamsMaxMax    = 1 << 16
+)
 
 func (v *validator) process() {
 	p := v.f.Process

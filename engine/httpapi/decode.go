@@ -268,24 +268,9 @@ func decodeV2Binary(header, bin []byte, hasBinary bool, lim limits) (v2Req, *api
 	}
 	t := b.Inputs[0]
 	name := truncate(t.Name)
-	if t.Datatype != "BYTES" {
-		return v2Req{}, badRequest("input %q: datatype %q, want BYTES", name, truncate(t.Datatype))
-	}
-	if len(t.Shape) > shapeRankMax {
-		return v2Req{}, badRequest("input %q: shape of rank %d, over %d", name, len(t.Shape), shapeRankMax)
-	}
-	n := int64(1)
-	for _, d := range t.Shape {
-		if d < 0 || d > int64(lim.itemsMax) {
-			return v2Req{}, badRequest("input %q: shape %v: each dimension must be 0 to %d", name, t.Shape, lim.itemsMax)
-		}
-		n *= d
-		if n > int64(lim.itemsMax) {
-			return v2Req{}, badRequest("input %q: shape %v: more than %d elements", name, t.Shape, lim.itemsMax)
-		}
-	}
-	if len(t.Shape) == 0 || n == 0 {
-		return v2Req{}, badRequest("input %q: shape %v: want 1 to %d elements", name, t.Shape, lim.itemsMax)
+	n, aerr := tensorElements(name, t.Datatype, t.Shape, lim)
+	if aerr != nil {
+		return v2Req{}, aerr
 	}
 	var size *int64
 	if t.Parameters != nil {
@@ -322,6 +307,33 @@ func decodeV2Binary(header, bin []byte, hasBinary bool, lim limits) (v2Req, *api
 	}
 	r.inputs = inputs
 	return r, nil
+}
+
+// tensorElements checks an OIP input tensor's datatype and shape (name is
+// already truncated for messages) and returns its number of elements: the
+// one input batchd takes is BYTES, of rank 1 to shapeRankMax, with 1 to
+// itemsMax elements.
+func tensorElements(name, datatype string, shape []int64, lim limits) (int64, *apiError) {
+	if datatype != "BYTES" {
+		return 0, badRequest("input %q: datatype %q, want BYTES", name, truncate(datatype))
+	}
+	if len(shape) > shapeRankMax {
+		return 0, badRequest("input %q: shape of rank %d, over %d", name, len(shape), shapeRankMax)
+	}
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 || d > int64(lim.itemsMax) {
+			return 0, badRequest("input %q: shape %v: each dimension must be 0 to %d", name, shape, lim.itemsMax)
+		}
+		n *= d
+		if n > int64(lim.itemsMax) {
+			return 0, badRequest("input %q: shape %v: more than %d elements", name, shape, lim.itemsMax)
+		}
+	}
+	if len(shape) == 0 || n == 0 {
+		return 0, badRequest("input %q: shape %v: want 1 to %d elements", name, shape, lim.itemsMax)
+	}
+	return n, nil
 }
 
 // flatData returns the n elements of a tensor's JSON data, flat or nested

@@ -4,8 +4,10 @@
 // metrics.
 //
 // Imported by: engine/server (serve), engine/config (its defaults; and
-// tests). It imports actors, engine (the FrontDoor interface it takes the
-// engine through, and the engine's sentinel errors), engine/jobs and
+// tests), engine/grpcapi (the OIP over gRPC runs through its exported
+// OIP methods: Authenticate, ResolveModel, Ready, OIPInfer,
+// GRPCResponse). It imports actors, engine (the FrontDoor interface it
+// takes the engine through, and the engine's sentinel errors), engine/jobs and
 // engine/httpapi/metrics (the Prometheus series), never a runtime adapter;
 // its tests run on a fake front door (enginetest.Door) as well as on the
 // real engine.

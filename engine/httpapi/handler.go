@@ -426,8 +426,16 @@ func (h *Handler) auth(r *http.Request) (*tenantKey, *apiError) {
 	if h.keys == nil {
 		return openKey, nil
 	}
+	return h.authBearer(r.Header.Get("Authorization"))
+}
+
+// authBearer returns the key an Authorization value ("Bearer KEY")
+// authenticates with: the header's, or gRPC's authorization metadata.
+func (h *Handler) authBearer(a string) (*tenantKey, *apiError) {
+	if h.keys == nil {
+		return openKey, nil
+	}
 	const scheme = "Bearer "
-	a := r.Header.Get("Authorization")
 	if len(a) <= len(scheme) || !strings.EqualFold(a[:len(scheme)], scheme) {
 		return nil, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "missing bearer token"}
 	}

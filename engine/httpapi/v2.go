@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/batchd/batchd/actors"
 )
@@ -182,22 +184,10 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
-	if version == "" && mi != nil {
-		version = mi.pick()
-	}
-	c := common{version: version}
-	reqs := make([]actors.Request, len(in.inputs))
-	for i, input := range in.inputs {
-		reqs[i] = request(k, model, c, input, start)
-	}
-	results := h.fanOut(r.Context(), reqs, start)
-	for i, res := range results {
-		if res.err != nil {
-			e := *res.err
-			e.msg = "data[" + strconv.Itoa(i) + "]: " + e.msg
-			h.fail(w, r, &e)
-			return
-		}
+	results, aerr := h.runV2(r.Context(), k, mi, model, common{version: version}, in.inputs, start)
+	if aerr != nil {
+		h.fail(w, r, aerr)
+		return
 	}
 	resp := v2InferResponse{
 		ModelName:    model,
@@ -214,6 +204,29 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 		resp.Outputs[0].Data[i] = res.rep.Output
 	}
 	h.writeJSON(w, r, http.StatusOK, resp)
+}
+
+// runV2 runs the elements of an OIP input tensor through the engine
+// together, on one version (c's, or one drawn by the routing weights),
+// and returns their results in order, or the first failed element's
+// error.
+func (h *Handler) runV2(ctx context.Context, k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) ([]doResult, *apiError) {
+	if c.version == "" && mi != nil {
+		c.version = mi.pick()
+	}
+	reqs := make([]actors.Request, len(inputs))
+	for i, input := range inputs {
+		reqs[i] = request(k, model, c, input, start)
+	}
+	results := h.fanOut(ctx, reqs, start)
+	for i, res := range results {
+		if res.err != nil {
+			e := *res.err
+			e.msg = "data[" + strconv.Itoa(i) + "]: " + e.msg
+			return nil, &e
+		}
+	}
+	return results, nil
 }
 
 // splitInferBody splits an OIP infer body at its

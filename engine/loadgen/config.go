@@ -89,6 +89,14 @@ type Config struct {
 	Seed uint64
 	// Interval is the width of the report's time series. Default 1 s.
 	Interval time.Duration
+	// GRPC, when set, is the host:port of a gRPC server (batchd serve
+	// --grpc-addr): the load goes to the Open Inference Protocol's
+	// ModelInfer there, one element with raw contents a request, instead
+	// of to URL. Loopback only, as URL, unless AllowRemote.
+	GRPC string
+	// GRPCStream sends the gRPC load over ModelStreamInfer streams (4,
+	// round robin, many requests in flight on each, matched by id).
+	GRPCStream bool
 	// RSSPID, when positive, is a process whose resident memory (VmRSS in
 	// /proc/PID/status) is sampled every Interval into the time series.
 	RSSPID int
@@ -168,6 +176,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("load config: TimeoutMs %d: must not be negative", c.TimeoutMs)
 	case c.Interval < 10*time.Millisecond || c.Interval > c.Duration:
 		return fmt.Errorf("load config: Interval %v: want 10ms to Duration", c.Interval)
+	case c.GRPCStream && c.GRPC == "":
+		return fmt.Errorf("load config: GRPCStream without GRPC: name the gRPC server")
+	case c.GRPC != "" && !c.AllowRemote && !grpcLoopback(c.GRPC):
+		return fmt.Errorf("load config: GRPC %q: %w (allow it with AllowRemote, --allow-remote)", c.GRPC, ErrRemote)
 	case c.RSSPID < 0:
 		return fmt.Errorf("load config: RSSPID %d: must not be negative", c.RSSPID)
 	case c.SlowOver < 0 || c.SlowOver > c.Timeout:
@@ -184,4 +196,10 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// grpcLoopback reports whether a gRPC target host:port is on loopback.
+func grpcLoopback(target string) bool {
+	host, _, err := net.SplitHostPort(target)
+	return err == nil && isLoopback(host)
 }

@@ -1,7 +1,7 @@
 // Package loadgen is the load generator behind `batchd load`: open-loop
 // arrivals at a fixed or Poisson rate, or a closed loop of connections that
 // send as fast as they are answered, against
-// POST /v1/models/{model}/infer, with latency percentiles from
+// POST /v1/models/{model}/infer (or gRPC), with latency percentiles from
 // HdrHistogram.
 //
 // Open-loop latency is measured from each request's intended send time,
@@ -13,8 +13,14 @@
 // kept with SleepUntil (sleep.go): a Go timer, then the kernel's nanosleep
 // for the last 2 ms, as Go's timers alone wake up to a millisecond late.
 //
-// It is a client of the HTTP API, not part of the server: it imports
-// actors (for the outputs it checks) and nothing else of batchd.
+// With Config.GRPC it sends the same load over the Open Inference
+// Protocol's gRPC service instead (ModelInfer, or with GRPCStream
+// ModelStreamInfer streams, many requests in flight on each, replies
+// matched by id), so REST and gRPC can be compared at the same rate.
+//
+// It is a client of the server's APIs, not part of the server: it imports
+// actors (for the outputs it checks), engine/grpcapi/oippb (the gRPC
+// messages) and nothing else of batchd.
 //
 // Imported by: cmd/batchd, engine/fidelity (and tests).
 package loadgen

@@ -40,6 +40,8 @@ type generator struct {
 
 	seq atomic.Uint64
 	rec *recorder
+	// grpc, when Config.GRPC is set, sends the load over gRPC instead.
+	grpc *grpcLoad
 }
 
 // Run sends the load cfg describes and returns its report. Sending stops at
@@ -52,6 +54,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	g, err := newGenerator(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.GRPC != "" {
+		if g.grpc, err = newGRPCLoad(cfg); err != nil {
+			return nil, err
+		}
+		defer g.grpc.close()
 	}
 
 	cpu0 := selfCPU()
@@ -242,6 +250,10 @@ func (g *generator) closedLoop(ctx context.Context, wg *sync.WaitGroup) {
 
 // one sends one request intended for time intended on c, and records it.
 func (g *generator) one(c *conn, intended time.Time) {
+	if g.grpc != nil {
+		g.oneGRPC(intended)
+		return
+	}
 	n := g.seq.Add(1)
 	input := makeInput(n, g.cfg.InputLen)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()

@@ -1,16 +1,17 @@
 // Package server assembles one batchd node from one configuration file
 // (engine/config): the backends, the engine (on the actor runtime this
 // build links: protoactor by default, hollywood with -tags hollywood),
-// the HTTP API and its metrics (engine/httpapi), the durable
+// the HTTP API and its metrics (engine/httpapi), the Open Inference
+// Protocol over gRPC when grpc.addr is set (engine/grpcapi), the durable
 // jobs (engine/jobs: the store and the runner that feeds it to the
 // engine), the request recorder (engine/record), and the memory releaser.
 // `batchd serve` is flag parsing, ApplyGC, and Run (New, Serve, and
 // Shutdown once a signal ends its ctx); everything between is here.
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
-// engine/config, engine/httpapi, engine/jobs, engine/record,
-// engine/workerproc (the worker backend) and cudabridge (the cpu and cuda
-// backends).
+// engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
+// engine/record, engine/workerproc (the worker backend) and cudabridge
+// (the cpu and cuda backends).
 //
 // # Backends
 //
@@ -29,7 +30,8 @@
 // start, naming it); the engine (bounded, the devices must register); the
 // recorder (serve --record), which then stands in front of the engine
 // for both the handler and the runner; the HTTP handler; the job runner;
-// the listener. Serve then serves HTTP and starts the memory releaser,
+// the listener; with grpc.addr, the gRPC server and its listener. Serve
+// then serves HTTP (and gRPC) and starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload.
 //
 // # Stop (Shutdown)
@@ -43,18 +45,22 @@
 //     hands it back to the store queued);
 //  3. the engine stops admitting (new requests get 503 at once), flushes
 //     its queues without lingering and answers every request in flight;
-//  4. the HTTP server goes on accepting, and answering 503, until
+//  4. the gRPC server's streams take no more requests and end
+//     (Unavailable) once theirs are answered, and it stops
+//     (GracefulStop, cut off at the bound);
+//  5. the HTTP server goes on accepting, and answering 503, until
 //     connections stop coming (closing a listener resets the connections
 //     in its accept queue), then closes its listener and waits for the
 //     synchronous handlers to finish writing.
 //
 // Then, each with a bound of its own where it needs one:
 //
-//  5. the engine's actors and goroutines stop;
-//  6. the recording is flushed and closed;
-//  7. the memory releaser stops;
-//  8. the job store is closed;
-//  9. the backends (GPUs) are released.
+//  6. the engine's actors and goroutines stop;
+//  7. the recording is flushed and closed;
+//  8. the memory releaser stops;
+//  9. the job store is closed;
+//
+// 10. the backends (GPUs) are released.
 //
 // Signals are the command's business: `batchd serve` calls Shutdown on
 // the first SIGTERM or SIGINT, and a second one ends the process.

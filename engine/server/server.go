@@ -14,6 +14,7 @@ import (
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/grpcapi"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -54,6 +55,9 @@ type Server struct {
 	h             *httpapi.Handler
 	ln            *quietListener
 	srv           *http.Server
+	// The gRPC server and its listener, when f.GRPC.Addr is set.
+	gsrv *grpcapi.Server
+	gln  net.Listener
 
 	mu          sync.Mutex
 	serving     bool
@@ -63,6 +67,8 @@ type Server struct {
 	stopErr     error         // Shutdown's result, set before stopped closes
 	serveDone   chan struct{} // closed when the HTTP server's Serve returned
 	serveErr    error         // its error, set before serveDone closes
+	gserveDone  chan struct{} // closed when the gRPC server's Serve returned
+	gserveErr   error         // its error, set before gserveDone closes
 	// serveFailed: Serve returns serveErr itself (it came before any stop).
 	serveFailed  bool
 	stopRelease  context.CancelFunc
@@ -158,11 +164,31 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	s.srv.ReadHeaderTimeout = f.HTTP.ReadHeaderTimeout
 	s.srv.IdleTimeout = f.HTTP.IdleTimeout
 	s.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	if f.GRPC.Addr == "" {
+		return nil
+	}
+	gcfg := f.GRPCConfig()
+	gcfg.Logger = log
+	if s.gsrv, err = grpcapi.New(s.h, gcfg); err != nil {
+		return fmt.Errorf("grpc server: %w", err)
+	}
+	if s.gln, err = net.Listen("tcp", f.GRPC.Addr); err != nil {
+		return fmt.Errorf("listen grpc: %w", err)
+	}
 	return nil
 }
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// GRPCAddr is the address the gRPC server listens on, nil when it serves
+// no gRPC (grpc.addr empty).
+func (s *Server) GRPCAddr() net.Addr {
+	if s.gln == nil {
+		return nil
+	}
+	return s.gln.Addr()
+}
 
 // Serve serves HTTP until ctx ends, Shutdown is called, or the listener
 // fails. When ctx ends or the listener fails it stops the server itself,
@@ -189,10 +215,19 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(s.serveDone)
 		s.serveErr = s.srv.Serve(s.ln)
 	}()
+	grpcAddr := ""
+	if s.gsrv != nil {
+		grpcAddr = s.gln.Addr().String()
+		s.gserveDone = make(chan struct{})
+		go func() {
+			defer close(s.gserveDone)
+			s.gserveErr = s.gsrv.Serve(s.gln)
+		}()
+	}
 	s.mu.Unlock()
 
 	f := s.f
-	s.log.Info("serving", "addr", s.Addr().String(), "runtime", engine.RuntimeName, "devices", f.Devices.Count,
+	s.log.Info("serving", "addr", s.Addr().String(), "grpc_addr", grpcAddr, "runtime", engine.RuntimeName, "devices", f.Devices.Count,
 		"latency", s.latency, "batch_max", f.Policy.BatchMax, "slo", f.Policy.SLO)
 	var err error
 	select {
@@ -246,7 +281,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // stop is the stop, written in one place: the order is the package
-// doc's (steps 1-4 within ctx, then 5-9). Every step skips what New did
+// doc's (steps 1-5 within ctx, then 6-10). Every step skips what New did
 // not open; serving says whether Serve started the HTTP server and the
 // memory releaser, serveFailed whether Serve reported the HTTP server's
 // failure itself.
@@ -268,6 +303,22 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	if s.eng != nil {
 		if err := s.eng.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+	}
+	// gRPC stops beside HTTP, once the drain has answered its calls:
+	// streams end (Unavailable), the rest is GracefulStop within ctx.
+	switch {
+	case s.gsrv != nil && serving:
+		if err := s.gsrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("grpc server: %w", err))
+		}
+		<-s.gserveDone
+		if s.gserveErr != nil {
+			errs = append(errs, fmt.Errorf("serve grpc: %w", s.gserveErr))
+		}
+	case s.gln != nil:
+		if err := s.gln.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("grpc listener: %w", err))
 		}
 	}
 	switch {

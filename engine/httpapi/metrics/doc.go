@@ -10,6 +10,7 @@
 // twice per request: they resolve each label set's series once and keep
 // them (WithLabelValues hashes and locks on every call).
 //
-// Imported by: engine/httpapi. It imports actors (the reply and signals
+// Imported by: engine/httpapi (which counts gRPC responses for
+// engine/grpcapi too). It imports actors (the reply and signals
 // types), engine/jobs (the runner's Stats) and Prometheus's client.
 package metrics

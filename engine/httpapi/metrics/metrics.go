@@ -47,6 +47,7 @@ type Metrics struct {
 
 	requests  *prometheus.CounterVec   // model, tenant, outcome, reason
 	responses *prometheus.CounterVec   // route, code
+	grpcResps *prometheus.CounterVec   // method, code
 	queueWait *prometheus.HistogramVec // model
 	compute   *prometheus.HistogramVec // model
 	latency   *prometheus.HistogramVec // model, outcome
@@ -61,7 +62,12 @@ type Metrics struct {
 	// keys, routes by the mux's patterns, status codes by net/http).
 	completedBy sync.Map // seriesKey → *completedSeries
 	responsesBy sync.Map // responseKey → prometheus.Counter
+	// grpcBy is responsesBy for gRPC: bounded by the service's methods
+	// and gRPC's 17 codes.
+	grpcBy sync.Map // grpcKey → prometheus.Counter
 }
+
+type grpcKey struct{ method, code string }
 
 type seriesKey struct{ model, tenant string }
 
@@ -132,6 +138,10 @@ func New(cfg Config) *Metrics {
 			Name: "batchd_http_responses_total",
 			Help: "HTTP responses by route pattern and status code.",
 		}, []string{"route", "code"}),
+		grpcResps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "batchd_grpc_responses_total",
+			Help: "gRPC responses (each reply of a stream included) by method and status code.",
+		}, []string{"method", "code"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "batchd_queue_wait_seconds",
 			Help:    "Time from arrival to dispatch on a device, per completed request.",
@@ -154,7 +164,7 @@ func New(cfg Config) *Metrics {
 		}, []string{"model"}),
 		models: newLabelSet(cfg.Models, cfg.ModelLabelsMax),
 	}
-	m.reg.MustRegister(m.requests, m.responses, m.queueWait, m.compute, m.latency, m.batchSize)
+	m.reg.MustRegister(m.requests, m.responses, m.grpcResps, m.queueWait, m.compute, m.latency, m.batchSize)
 	if cfg.Signals != nil {
 		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout, cfg.Devices))
 	}
@@ -221,6 +231,17 @@ func (m *Metrics) Response(route string, status int) {
 	c, ok := m.responsesBy.Load(k)
 	if !ok {
 		c, _ = m.responsesBy.LoadOrStore(k, m.responses.WithLabelValues(route, strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
+}
+
+// GRPCResponse counts one gRPC response: method is the RPC's short name,
+// code the status code's name (OK, NotFound, ...).
+func (m *Metrics) GRPCResponse(method, code string) {
+	k := grpcKey{method, code}
+	c, ok := m.grpcBy.Load(k)
+	if !ok {
+		c, _ = m.grpcBy.LoadOrStore(k, m.grpcResps.WithLabelValues(method, code))
 	}
 	c.(prometheus.Counter).Inc()
 }

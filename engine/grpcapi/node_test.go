@@ -1,0 +1,163 @@
+package grpcapi_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/server"
+)
+
+// nodeModules installs the node client's packages (testdata/node's
+// package.json and package-lock.json: @grpc/grpc-js, @grpc/proto-loader)
+// with npm ci into a cache directory named by the lockfile's hash, once,
+// and returns its node_modules. It skips the test, saying why, without
+// node and npm or when the registry cannot be reached.
+func nodeModules(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not on PATH (Debian: apt-get install nodejs npm): skipping the check with Google's node gRPC client", tool)
+		}
+	}
+	lock, err := os.ReadFile("testdata/node/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(lock)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "batchd", "grpc-node-"+hex.EncodeToString(sum[:6]))
+	mods := filepath.Join(dir, "node_modules")
+	if _, err := os.Stat(filepath.Join(mods, "@grpc", "proto-loader", "package.json")); err == nil {
+		return mods
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"package.json", "package-lock.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata/node", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(mods)
+		t.Skipf("npm ci of the node gRPC client failed (no npm registry?): %v\n%s", err, out)
+	}
+	return mods
+}
+
+// TestNodeClient runs a client no one here wrote, Google's
+// @grpc/grpc-js with @grpc/proto-loader loading the published proto
+// file, against a batchd server (engine/server, the emulated backend) on
+// 127.0.0.1: live, ready, metadata, infer with raw and with contents, two
+// errors, and a stream of 50 requests, one of them refused.
+func TestNodeClient(t *testing.T) {
+	mods := nodeModules(t)
+	f, err := config.Load("test.yaml", []byte("devices:\n  count: 2\n  latency: 5ms\npolicy:\n  slo: 5s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.HTTP.Addr = "127.0.0.1:0"
+	f.GRPC.Addr = "127.0.0.1:0"
+	f.Jobs.Dir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := server.New(ctx, f, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(context.Background()) }()
+	defer func() {
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	cmd := exec.CommandContext(ctx, "node", "client.js", s.GRPCAddr().String(), "../../oippb")
+	cmd.Dir = "testdata/node"
+	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Live     bool `json:"live"`
+		Ready    bool `json:"ready"`
+		Server   string
+		Metadata struct {
+			Versions []string
+			Input    string
+			Output   string
+		}
+		ModelReady bool `json:"model_ready"`
+		InferRaw   struct {
+			ID      string
+			Version string
+			Outputs []string
+		} `json:"infer_raw"`
+		InferContents    []string `json:"infer_contents"`
+		UnknownModelCode int      `json:"unknown_model_code"`
+		DatatypeCode     int      `json:"datatype_code"`
+		Stream           struct {
+			Got    map[string]string
+			Errors []struct{ ID, Error string }
+			Err    string
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("node client printed %s: %v", out, err)
+	}
+	want := func(in string) string { return actors.EmulatedOutput("echo", "v1", in) }
+	if !got.Live || !got.Ready || got.Server != "batchd" || !got.ModelReady ||
+		!reflect.DeepEqual(got.Metadata.Versions, []string{"v1"}) || got.Metadata.Input != "BYTES" || got.Metadata.Output != "output" {
+		t.Errorf("health and metadata: %s", out)
+	}
+	if got.InferRaw.ID != "raw-1" || got.InferRaw.Version != "v1" || !reflect.DeepEqual(got.InferRaw.Outputs, []string{want("a"), want("bé")}) {
+		t.Errorf("raw infer: %+v", got.InferRaw)
+	}
+	if !reflect.DeepEqual(got.InferContents, []string{want("c")}) {
+		t.Errorf("contents infer: %v", got.InferContents)
+	}
+	if got.UnknownModelCode != 5 || got.DatatypeCode != 3 {
+		t.Errorf("unknown model: code %d (want 5, NOT_FOUND); FP32 input: code %d (want 3, INVALID_ARGUMENT)", got.UnknownModelCode, got.DatatypeCode)
+	}
+	if got.Stream.Err != "" || len(got.Stream.Got) != 49 || len(got.Stream.Errors) != 1 || got.Stream.Errors[0].ID != "r3" {
+		t.Fatalf("stream: %d replies, errors %v, stream error %q; want 49, r3's", len(got.Stream.Got), got.Stream.Errors, got.Stream.Err)
+	}
+	for i := range 50 {
+		id := fmt.Sprint("r", i)
+		if i != 3 && got.Stream.Got[id] != want(fmt.Sprint("s", i)) {
+			t.Errorf("stream %s: %q, want %q", id, got.Stream.Got[id], want(fmt.Sprint("s", i)))
+		}
+	}
+}

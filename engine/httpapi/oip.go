@@ -1,0 +1,172 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+	"unicode/utf8"
+)
+
+// The Open Inference Protocol for another transport. engine/grpcapi
+// serves the protocol over gRPC through these few methods, so that a
+// gRPC request is authenticated, resolved against the registry,
+// validated, submitted, counted in /metrics and refused exactly as its
+// REST twin is, by the same code: nothing of the REST path is copied.
+
+// CallError is a refusal or failure as the REST API answers it: the HTTP
+// status and code of the package doc's table, the message, and the retry
+// hint of a 429 or 503. Another transport maps Status to its own codes.
+type CallError struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *CallError) Error() string { return e.Code + ": " + e.Message }
+
+func callError(e *apiError) *CallError {
+	if e == nil {
+		return nil
+	}
+	return &CallError{Status: e.status, Code: e.code, Message: e.msg, RetryAfter: e.retryAfter}
+}
+
+// Caller is an authenticated client: the tenant its key names, and the
+// models it may use.
+type Caller struct{ k *tenantKey }
+
+// Tenant is the tenant the caller's requests are accounted to.
+func (c Caller) Tenant() string { return c.k.tenant }
+
+// Authenticate returns the caller an Authorization value ("Bearer KEY",
+// from a header or gRPC's authorization metadata; "" for none)
+// authenticates, as the REST routes do: any value while there are no API
+// keys (the default tenant), else 401 for a missing or unknown key.
+func (h *Handler) Authenticate(authorization string) (Caller, *CallError) {
+	k, aerr := h.authBearer(authorization)
+	if aerr != nil {
+		return Caller{}, callError(aerr)
+	}
+	return Caller{k: k}, nil
+}
+
+// OIPModel is a model, and a version of it or none, that a caller may use
+// and the registry has (any, without a registry).
+type OIPModel struct {
+	mi      *modelInfo
+	name    string
+	version string
+}
+
+// ResolveModel checks that c may use model and that the registry has it
+// and version ("" for none), as the /v2/models/{model}[/versions/{v}]
+// routes do: 400 for a bad name, 403, 404.
+func (h *Handler) ResolveModel(c Caller, model, version string) (OIPModel, *CallError) {
+	mi, aerr := h.model(c.k, model)
+	if aerr == nil {
+		aerr = mi.checkVersion(version)
+	}
+	if aerr != nil {
+		return OIPModel{}, callError(aerr)
+	}
+	return OIPModel{mi: mi, name: model, version: version}, nil
+}
+
+// Name is the model's name.
+func (m OIPModel) Name() string { return m.name }
+
+// Versions are the versions the model metadata lists: the registry's, or
+// without one the version asked for, or none.
+func (m OIPModel) Versions() []string {
+	vs := []string{}
+	switch {
+	case m.mi != nil:
+		for _, v := range m.mi.cfg.Versions {
+			vs = append(vs, v.Name)
+		}
+	case m.version != "":
+		vs = append(vs, m.version)
+	}
+	return vs
+}
+
+// Ready reports what /v2/health/ready (model "") and
+// /v2/models/{model}/ready answer: whether a request for model can be
+// served now, and never once Shutdown has begun.
+func (h *Handler) Ready(ctx context.Context, model string) bool { return h.ready(ctx, model) }
+
+// OIPInput is an OIP infer request's one input tensor as another
+// transport decoded it. Its elements come either split already
+// (Elements: gRPC's contents.bytes_contents) or as binary tensor data
+// (Raw, with HasRaw: gRPC's raw_input_contents, each element a 4-byte
+// little-endian length and its bytes, as the REST binary extension's).
+type OIPInput struct {
+	Name     string
+	Datatype string
+	Shape    []int64
+	Elements [][]byte
+	Raw      []byte
+	HasRaw   bool
+}
+
+// OIPInfer runs an OIP infer request's input tensor on model m, as POST
+// /v2/models/{m}[/versions/{v}]/infer runs its body's: the tensor is
+// checked as the REST decoder checks it (BYTES, its shape, each element
+// valid UTF-8 within the input limit, the model's own included), every
+// element is one request in the batcher, submitted together, on one
+// version; timeout is the request's own (zero: the SLO's), capped at
+// TimeoutMax as REST caps timeout_ms. It returns the version they ran on
+// and the outputs in order, or the first failed element's error, and
+// counts every element in /metrics as REST does. ctx ending withdraws the
+// elements not answered yet.
+func (h *Handler) OIPInfer(ctx context.Context, c Caller, m OIPModel, in OIPInput, timeout time.Duration) (string, []string, *CallError) {
+	start := h.eng.Now()
+	lim := h.limitsFor(m.mi)
+	name := truncate(in.Name)
+	n, aerr := tensorElements(name, in.Datatype, in.Shape, lim)
+	if aerr != nil {
+		return "", nil, callError(aerr)
+	}
+	var inputs []string
+	switch {
+	case in.HasRaw && len(in.Elements) > 0:
+		return "", nil, callError(badRequest("input %q: both contents and raw contents; send one", name))
+	case in.HasRaw:
+		if inputs, aerr = bytesTensor(in.Raw, int(n), in.Shape, name, lim); aerr != nil {
+			return "", nil, callError(aerr)
+		}
+	default:
+		if int64(len(in.Elements)) != n {
+			return "", nil, callError(badRequest("input %q: %d elements for shape %v", name, len(in.Elements), in.Shape))
+		}
+		inputs = make([]string, len(in.Elements))
+		for i, e := range in.Elements {
+			switch {
+			case len(e) > lim.inputMaxBytes:
+				return "", nil, callError(badRequest("data[%d]: input of %d bytes, over the limit of %d", i, len(e), lim.inputMaxBytes))
+			case !utf8.Valid(e):
+				return "", nil, callError(badRequest("input %q: element %d is not valid UTF-8 (batchd's inputs are text)", name, i))
+			}
+			inputs[i] = string(e)
+		}
+	}
+	if timeout < 0 {
+		return "", nil, callError(badRequest("timeout %v: must be positive", timeout))
+	}
+	cm := common{version: m.version, timeout: min(timeout, h.cfg.TimeoutMax)}
+	results, aerr := h.runV2(ctx, c.k, m.mi, m.name, cm, inputs, start)
+	if aerr != nil {
+		return "", nil, callError(aerr)
+	}
+	outs := make([]string, len(results))
+	for i, r := range results {
+		outs[i] = r.rep.Output
+	}
+	return results[0].rep.Version, outs, nil
+}
+
+// GRPCResponse counts one gRPC response in /metrics
+// (batchd_grpc_responses_total{method,code}), as every HTTP response is
+// counted in batchd_http_responses_total. method is the RPC's short name,
+// code the gRPC status code's name.
+func (h *Handler) GRPCResponse(method, code string) { h.met.GRPCResponse(method, code) }

@@ -1,0 +1,61 @@
+package loadgen
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/enginetest"
+	"github.com/batchd/batchd/engine/grpcapi"
+	"github.com/batchd/batchd/engine/httpapi"
+)
+
+// emulated answers as the emulated backend does, at once.
+type emulated struct{ start time.Time }
+
+func (e emulated) Now() time.Duration { return time.Since(e.start) }
+
+func (e emulated) Do(_ context.Context, req actors.Request) (actors.Reply, error) {
+	return actors.Reply{Outcome: actors.Completed, Version: "v1", Output: actors.EmulatedOutput(req.Model, "v1", req.Input)}, nil
+}
+
+// TestGRPCLoad: the open loop over gRPC, unary and streamed, gets every
+// request answered with its own output (Check on).
+func TestGRPCLoad(t *testing.T) {
+	h, err := httpapi.New(enginetest.Door(emulated{time.Now()}), httpapi.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := grpcapi.New(h, grpcapi.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+	for _, stream := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.GRPC, cfg.GRPCStream = ln.Addr().String(), stream
+		cfg.Rate, cfg.Duration, cfg.Interval, cfg.Arrival = 400, 500*time.Millisecond, 100*time.Millisecond, Fixed
+		rep, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := rep.Requests; c.Sent < 150 || c.OK != c.Sent || c.WrongOutput != 0 {
+			t.Errorf("stream %v: %+v, want every request answered right", stream, c)
+		}
+	}
+}
