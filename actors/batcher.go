@@ -1051,10 +1051,7 @@ func (b *Batcher) arm(ctx Context, now time.Duration) {
 // s's service catches up with t's, perItem being the weighted service one
 // item of a full batch is charged, and then at s's weight for t's items and
 // the new one), of what s holds and sends meanwhile (at its recent rate,
-// for budget). A tenant behind s is not counted as overtaking it: batches
-// are charged whole when they leave, so whoever was charged last looks
-// ahead by up to a batch, and a wait shortened by that lead admitted
-// requests that then expired (scenario fair-share: 214 of gold's).
+// for budget).
 //
 // Counting only what s holds now, a light tenant sharing a key with
 // heavier ones that keep their queues full was told the wait of the key's
@@ -1080,7 +1077,7 @@ func (q *keyQueue) aheadOf(t *tenantState, served, perItem float64, budget, now 
 			continue
 		}
 		w := s.tenant.weight
-		before := max(served-s.tenant.served, 0)*w/perItem + float64(own+1)*w/t.weight
+		before := (served-s.tenant.served)*w/perItem + float64(own+1)*w/t.weight
 		sent := s.arrived.rateNow(now, q.model.slo) * max(budget, 0).Seconds()
 		n += int(max(min(before, float64(s.items.len())+sent), 0))
 	}
