@@ -41,6 +41,9 @@ type subQueue struct {
 	tenant *tenantState
 	prio   int8
 	items  deque
+	// arrived counts its new requests per window of the model's SLO: how
+	// fast it refills while others wait (see aheadOf).
+	arrived arrivals
 }
 
 func (q *keyQueue) sub(t *tenantState, prio int8) *subQueue {
@@ -69,6 +72,7 @@ func (q *keyQueue) push(t *tenantState, it Item) {
 	s := q.sub(t, it.Req.Priority)
 	if it.Attempt == 0 {
 		s.items.pushBack(it)
+		s.arrived.arrival(it.Enqueue, q.model.slo)
 	} else {
 		s.items.insertByEnqueue(it)
 	}

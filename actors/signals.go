@@ -7,16 +7,21 @@ import (
 
 // keySignals are a key's running measures.
 type keySignals struct {
-	// Arrivals are counted per window of SignalWindow: cur in the window
-	// that began at curStart, prev in the one before.
-	cur, prev int
-	curStart  time.Duration
+	// Arrivals are counted per window of SignalWindow.
+	arrivals
 	// sizes holds the last batch sizes, a ring.
 	sizes  [16]int
 	nSizes int
 }
 
-func (s *keySignals) roll(now, window time.Duration) {
+// arrivals counts arrivals per window: cur in the window that began at
+// curStart, prev in the one before.
+type arrivals struct {
+	cur, prev int
+	curStart  time.Duration
+}
+
+func (s *arrivals) roll(now, window time.Duration) {
 	if now < s.curStart+window {
 		return
 	}
@@ -28,14 +33,14 @@ func (s *keySignals) roll(now, window time.Duration) {
 	s.curStart = now - (now-s.curStart)%window
 }
 
-func (s *keySignals) arrival(now, window time.Duration) {
+func (s *arrivals) arrival(now, window time.Duration) {
 	s.roll(now, window)
 	s.cur++
 }
 
 // rateNow is the arrival rate over the last window, sliding: the previous
 // window's count weighted by how much of it the last window still covers.
-func (s *keySignals) rateNow(now, window time.Duration) float64 {
+func (s *arrivals) rateNow(now, window time.Duration) float64 {
 	s.roll(now, window)
 	f := float64(now-s.curStart) / float64(window)
 	return (float64(s.prev)*(1-f) + float64(s.cur)) / window.Seconds()
