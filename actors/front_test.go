@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -200,5 +201,26 @@ func TestFrontBounds(t *testing.T) {
 	rs = replies(ctx.take())
 	if len(rs) != 1 || rs[0].Reason != ReasonAttempts {
 		t.Fatalf("after 3 restarts got %+v, want one attempts failure", rs)
+	}
+}
+
+// BenchmarkFrontRoundTrip is the request actor's cost per request: a
+// Submit routed to its owner and the Reply delivered to its waiter.
+func BenchmarkFrontRoundTrip(b *testing.B) {
+	f, _ := NewFront(DefaultFrontConfig("n001"))
+	ctx := newFakeCtx(Address{Node: "n001", ID: 2})
+	for i := range 30 {
+		f.Receive(ctx, member.Update{Node: fmt.Sprintf("n%03d", i), Inc: 1, Kind: member.Alive})
+	}
+	ctx.take()
+	var id uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		id++
+		f.Receive(ctx, Submit{Req: Request{ID: id, Model: "m", Input: "x", ReplyTo: waiter}})
+		sub := ctx.sent[0].msg.(Submit).Req
+		f.Receive(ctx, Reply{ID: sub.ID, Outcome: Completed, Output: "y"})
+		ctx.sent = ctx.sent[:0]
+		clear(ctx.timers)
 	}
 }
