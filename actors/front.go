@@ -149,9 +149,9 @@ type placement struct {
 }
 
 type frontEntry struct {
-	req      Request // as the door gave it (its ID and ReplyTo)
-	cur      uint64  // the current submission's ID
-	ids      []uint64
+	req      Request  // as the door gave it (its ID and ReplyTo)
+	cur      uint64   // the current submission's ID
+	old      []uint64 // superseded submissions' IDs (nil until a resubmission)
 	owner    placement
 	resubmit int
 	expireAt time.Duration
@@ -248,8 +248,10 @@ func (f *Front) submit(ctx Context, req Request) {
 func (f *Front) send(ctx Context, e *frontEntry, owner placement) {
 	f.seq++
 	id := f.idBase | f.seq&(1<<40-1)
+	if e.cur != 0 {
+		e.old = append(e.old, e.cur)
+	}
 	e.cur, e.owner = id, owner
-	e.ids = append(e.ids, id)
 	f.byID[id] = e
 	r := e.req
 	r.ID, r.ReplyTo = id, ctx.Self()
@@ -285,7 +287,8 @@ func (f *Front) reply(ctx Context, m Reply) {
 // finish delivers m to e's waiter, under the waiter's ID, and forgets e.
 func (f *Front) finish(ctx Context, e *frontEntry, m Reply) {
 	e.done = true
-	for _, id := range e.ids {
+	delete(f.byID, e.cur)
+	for _, id := range e.old {
 		delete(f.byID, id)
 	}
 	delete(f.byReq, e.req.ID)

@@ -62,6 +62,7 @@ type Window struct {
 const violationsMax = 20
 
 type reqRec struct {
+	seen    bool // a front accepted it
 	node    int32
 	life    int32
 	answers int32
@@ -74,8 +75,10 @@ type reqRec struct {
 // checker watches every delivery of a run: requests accepted by a front,
 // the answers their waiters get, the batches devices are handed.
 type checker struct {
-	r      *run
-	recs   map[uint64]*reqRec
+	r *run
+	// recs are indexed by request ID - 1: the sources number requests
+	// densely (source k of N sends k+1, k+1+N, ...).
+	recs   []reqRec
 	index  map[string]int
 	rep    Report
 	lat    []time.Duration
@@ -86,7 +89,7 @@ type checker struct {
 }
 
 func newChecker(r *run) *checker {
-	c := &checker{r: r, recs: map[uint64]*reqRec{}, index: map[string]int{}, servedBy: map[string][]string{}}
+	c := &checker{r: r, index: map[string]int{}, servedBy: map[string][]string{}}
 	for i, n := range r.names {
 		c.index[n] = i
 	}
@@ -144,12 +147,13 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 		if !ok || !c.r.up[i] {
 			return
 		}
-		if c.recs[m.Req.ID] != nil {
-			c.violate("request %d submitted twice", m.Req.ID)
+		rec := c.rec(m.Req.ID)
+		if rec == nil || rec.seen {
+			c.violate("request %d submitted twice, or its ID is out of range", m.Req.ID)
 			return
 		}
 		c.rep.Accepted++
-		c.recs[m.Req.ID] = &reqRec{node: int32(i), life: int32(c.r.life[i]), model: m.Req.Model,
+		*rec = reqRec{seen: true, node: int32(i), life: int32(c.r.life[i]), model: m.Req.Model,
 			version: m.Req.Version, inHash: actors.InputHash(m.Req.Input), arrival: m.Req.Arrival}
 		if w := c.window(m.Req.Arrival); w != nil {
 			w.Arrived++
@@ -170,6 +174,23 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 	}
 }
 
+// recsMax bounds the requests a run checks (a 100-node minute at 50,000
+// req/s is 3 M): 96 bytes each, 1.5 GB at the bound.
+const recsMax = 16 << 20
+
+// rec returns the record of request id, growing the table; nil past
+// recsMax or for ID 0.
+func (c *checker) rec(id uint64) *reqRec {
+	if id == 0 || id > recsMax {
+		return nil
+	}
+	if int(id) > len(c.recs) {
+		n := max(int(id), 2*len(c.recs), 1024)
+		c.recs = append(c.recs, make([]reqRec, min(n, recsMax)-len(c.recs))...)
+	}
+	return &c.recs[id-1]
+}
+
 func (c *checker) window(arrival time.Duration) *Window {
 	k := int(arrival / time.Second)
 	if k < 0 || k >= len(c.wins) {
@@ -179,9 +200,9 @@ func (c *checker) window(arrival time.Duration) *Window {
 }
 
 func (c *checker) answer(at time.Duration, node int, m actors.Reply) {
-	rec := c.recs[m.ID]
+	rec := c.rec(m.ID)
 	switch {
-	case rec == nil:
+	case rec == nil || !rec.seen:
 		c.violate("%v: an answer for request %d, which no front accepted", at, m.ID)
 		return
 	case int(rec.node) != node:
@@ -253,14 +274,9 @@ func (c *checker) report(offered int64, res *swim.Result, wall time.Duration) Re
 	rep := c.rep
 	rep.Seed, rep.Nodes, rep.Offered = c.r.cfg.Seed, c.r.cfg.Nodes, offered
 	// Every accepted request: answered once if its front lived on.
-	ids := make([]uint64, 0, len(c.recs))
-	for id := range c.recs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		rec := c.recs[id]
-		if rec.answers > 0 {
+	for k := range c.recs {
+		rec, id := &c.recs[k], uint64(k)+1
+		if !rec.seen || rec.answers > 0 {
 			continue
 		}
 		if c.r.up[rec.node] && c.r.life[rec.node] == int(rec.life) {

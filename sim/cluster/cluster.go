@@ -119,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cluster config: Duration %v, Drain %v: want (0, %v]", c.Duration, c.Drain, MaxDuration)
 	case c.Link.Latency < 0 || c.Link.Jitter < 0 || c.Link.Loss < 0 || c.Link.Loss >= 1:
 		return fmt.Errorf("cluster config: Link %+v: delays must not be negative, loss in [0, 1)", c.Link)
+	case c.Rate*(c.Duration.Seconds()+1) > 0.9*recsMax:
+		return fmt.Errorf("cluster config: Rate %v for %v: more requests than the checker holds (%d)", c.Rate, c.Duration, recsMax)
 	case c.Grace < 0:
 		return fmt.Errorf("cluster config: Grace %v: must not be negative", c.Grace)
 	}
