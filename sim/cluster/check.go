@@ -25,6 +25,8 @@ type Report struct {
 	Lost, WithFront int64
 	// Twice are requests whose waiter got more than one answer (must be 0).
 	Twice int64
+	// TenantCompleted counts the completed requests by tenant.
+	TenantCompleted map[string]int64
 	// Latency of the completed requests, arrival to answer, in ms.
 	LatencyP50Ms, LatencyP95Ms, LatencyP99Ms float64
 	// Batches run, and their mean size; Declined batches a device sent
@@ -68,6 +70,7 @@ type reqRec struct {
 	answers int32
 	model   string
 	version string
+	tenant  string
 	inHash  uint64
 	arrival time.Duration
 }
@@ -153,7 +156,7 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 			return
 		}
 		c.rep.Accepted++
-		*rec = reqRec{seen: true, node: int32(i), life: int32(c.r.life[i]), model: m.Req.Model,
+		*rec = reqRec{seen: true, node: int32(i), life: int32(c.r.life[i]), model: m.Req.Model, tenant: m.Req.Tenant,
 			version: m.Req.Version, inHash: actors.InputHash(m.Req.Input), arrival: m.Req.Arrival}
 		if w := c.window(m.Req.Arrival); w != nil {
 			w.Arrived++
@@ -224,6 +227,10 @@ func (c *checker) answer(at time.Duration, node int, m actors.Reply) {
 			c.violate("%v: request %d got an output that is not its own", at, m.ID)
 		}
 		c.rep.Completed++
+		if c.rep.TenantCompleted == nil {
+			c.rep.TenantCompleted = map[string]int64{}
+		}
+		c.rep.TenantCompleted[rec.tenant]++
 		d := at - rec.arrival
 		c.lat = append(c.lat, d)
 		if w != nil {

@@ -207,6 +207,12 @@ func Run(cfg Config) (Report, error) {
 		for _, m := range cfg.Models {
 			tc.Mix = append(tc.Mix, sim.ModelMix{Model: m, Version: "v1", Weight: 1})
 		}
+		if len(cfg.Batcher.Tenants) > 0 {
+			tc.Tenants = nil
+			for _, t := range cfg.Batcher.Tenants {
+				tc.Tenants = append(tc.Tenants, t.Name)
+			}
+		}
 		tc.Target = actors.Address{Node: name, ID: FrontID}
 		tc.ReplyTo = actors.Address{Node: name, ID: WaiterID}
 		tc.IDFirst, tc.IDStep = uint64(i)+1, n

@@ -7,6 +7,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/batchd/batchd/actors"
+
 	"github.com/batchd/batchd/sim/swim"
 )
 
@@ -139,4 +141,47 @@ func settledAt(cfg Config) time.Duration {
 		sw.Nodes = append(sw.Nodes, NodeName(i))
 	}
 	return sw.QuietAt() + sw.SettleBound()
+}
+
+// TestPropertyClusterFairness: tenants of different weights, sending from
+// every node's front into one model at twice the fleet's capacity, each
+// get their weighted share of the completed requests (±10%): the model's
+// one accumulator shares it, whichever fronts the requests came through.
+func TestPropertyClusterFairness(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.Seed = rapid.Uint64().Draw(t, "seed")
+		cfg.Nodes = rapid.IntRange(2, 5).Draw(t, "nodes")
+		cfg.DevicesPerNode = rapid.IntRange(1, 2).Draw(t, "devices")
+		n := rapid.IntRange(2, 4).Draw(t, "tenants")
+		var total, heaviest float64
+		weights := map[string]float64{}
+		for i := range n {
+			w := rapid.IntRange(1, 4).Draw(t, "weight")
+			name := fmt.Sprintf("t%d", i)
+			cfg.Batcher.Tenants = append(cfg.Batcher.Tenants, actors.TenantConfig{Name: name, Weight: w})
+			weights[name] = float64(w)
+			total += float64(w)
+			heaviest = max(heaviest, float64(w))
+		}
+		capacity := float64(cfg.Nodes*cfg.DevicesPerNode) * 1000
+		// Every tenant offers 1.5 times the heaviest share (the sources
+		// spread the rate evenly over the tenants): all are backlogged.
+		cfg.Rate = 1.5 * capacity * float64(n) * heaviest / total
+		cfg.Duration, cfg.Drain = 6*time.Second, 2*time.Second
+		rep, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.ViolationCount != 0 || rep.Lost != 0 {
+			t.Fatalf("%d violations (%v), %d lost", rep.ViolationCount, rep.Violations, rep.Lost)
+		}
+		for name, w := range weights {
+			share := float64(rep.Completed) * w / total
+			got := float64(rep.TenantCompleted[name])
+			if got < 0.9*share || got > 1.1*share {
+				t.Fatalf("tenant %s (weight %g of %g): %0.f completed, share %.0f (±10%%); all %v", name, w, total, got, share, rep.TenantCompleted)
+			}
+		}
+	})
 }
