@@ -119,6 +119,7 @@ const (
 	devBusy
 	devDown        // failed; restarting
 	devQuarantined // failed too often; out until it announces itself again
+	devOffered     // sent an Offer; waiting for its Claim (or its busy word)
 )
 
 type devState struct {
@@ -135,6 +136,8 @@ type devState struct {
 	cost time.Duration
 	// For the busy fraction.
 	registered, busySince, busyTotal time.Duration
+	// offers: the device takes offers before batches (DeviceReady.Offers).
+	offers bool
 	// nodeInc is the incarnation of the device's node when it announced
 	// itself (in a cluster): a higher one means the node restarted and
 	// forgot its batch.
@@ -234,8 +237,10 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		d.phase = devDown // lent to another batcher until it announces itself
 		d.freeAt = ctx.Now() + b.compute()
 		b.freeValid = false
+	case Claim:
+		b.claimed(ctx, m)
 	case DeviceBusy:
-		if d := b.devs[m.Device]; d != nil && d.phase == devIdle && d.incarnation == m.Incarnation {
+		if d := b.devs[m.Device]; d != nil && (d.phase == devIdle || d.phase == devOffered) && d.incarnation == m.Incarnation {
 			b.unready(d)
 			d.phase = devDown // lent to another batcher until it announces itself
 			d.freeAt = ctx.Now() + b.compute()
@@ -631,7 +636,45 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 	}
 	d.incarnation = m.Incarnation
 	d.models = m.Models
+	d.offers = m.Offers
 	b.setIdle(d)
+}
+
+// claimed answers a device's Claim of this batcher's Offer: the batch the
+// policy picks for it now, or Reannounce if nothing is due any more.
+func (b *Batcher) claimed(ctx Context, m Claim) {
+	d := b.devs[m.Device]
+	if d == nil || d.phase != devOffered {
+		ctx.Send(m.Device, Reannounce{}) // a stale claim: let it offer itself again
+		return
+	}
+	now := ctx.Now()
+	if best, _ := b.pick(d, now); best != nil && b.dispatch(ctx, best, d, now) {
+		return
+	}
+	b.setIdle(d)
+	ctx.Send(m.Device, Reannounce{})
+}
+
+// pick is the key the policy dispatches to d now (nil if none is due),
+// and whether any key is due at all (due-ness does not depend on the
+// device).
+func (b *Batcher) pick(d *devState, now time.Duration) (best *keyQueue, anyDue bool) {
+	var bestHead *subQueue
+	for _, q := range b.order {
+		if !b.due(q, now) {
+			continue
+		}
+		anyDue = true
+		if !d.holds(q.key.Model) {
+			continue
+		}
+		head := q.best(now, b.cfg.PriorityAging)
+		if best == nil || b.before(q, head, best, bestHead, now) {
+			best, bestHead = q, head
+		}
+	}
+	return best, anyDue
 }
 
 // membership applies a cluster membership update: the devices of a node
@@ -781,22 +824,7 @@ func (b *Batcher) schedule(ctx Context) {
 	b.sweep(now)
 	for i := 0; i < len(b.ready); {
 		d := b.ready[i]
-		var best *keyQueue
-		var bestHead *subQueue
-		anyDue := false
-		for _, q := range b.order {
-			if !b.due(q, now) {
-				continue
-			}
-			anyDue = true
-			if !d.holds(q.key.Model) {
-				continue
-			}
-			head := q.best(now, b.cfg.PriorityAging)
-			if best == nil || b.before(q, head, best, bestHead, now) {
-				best, bestHead = q, head
-			}
-		}
+		best, anyDue := b.pick(d, now)
 		if !anyDue {
 			// Due-ness does not depend on the device: no other ready
 			// device would find a key either. (A fleet of hundreds of
@@ -808,6 +836,16 @@ func (b *Batcher) schedule(ctx Context) {
 			continue
 		}
 		b.ready = slices.Delete(b.ready, i, i+1)
+		if d.offers {
+			// The device chooses between its batchers: offer, and send
+			// the batch when it claims it.
+			d.phase = devOffered
+			d.freeAt = now
+			b.freeValid = false
+			head := best.best(now, b.cfg.PriorityAging)
+			ctx.Send(d.addr, Offer{Device: d.addr, From: ctx.Self(), Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)})
+			continue
+		}
 		if !b.dispatch(ctx, best, d, now) {
 			// Everything it took was answered Expired: the device is
 			// still free, and the queue is shorter, so this ends.

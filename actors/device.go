@@ -67,6 +67,7 @@ const (
 	deviceIdle devicePhase = iota + 1
 	deviceRunning
 	deviceRestarting
+	deviceClaiming // claimed an offer; waiting for its batch
 )
 
 type watchdogFired struct{ job uint64 }
@@ -90,10 +91,21 @@ const ClusterHeartbeat = time.Second
 
 type deviceBeat struct{}
 
+// ClusterOfferWindow is how long a device that serves several batchers
+// gathers their offers before it claims the best: a few link latencies.
+const ClusterOfferWindow = 500 * time.Microsecond
+
+type offerWindow struct{ gen uint64 }
+type claimTimeout struct{ gen uint64 }
+
 // deviceCluster is what a device in a cluster keeps: its membership view,
 // from which it finds the owners of its models.
 type deviceCluster struct {
 	view *member.View
+	// offers gathered in the window open since the first one; offerGen
+	// tells a stale window's timer.
+	offers   []Offer
+	offerGen uint64
 	// shunned are nodes a message to which came back Undeliverable; the
 	// device serves no accumulator there until the view next changes
 	// about them.
@@ -170,6 +182,21 @@ func (d *Device) route(ctx Context) {
 	}
 }
 
+// offered gathers an Offer while the device is idle: the first opens the
+// window. Offers that come while it runs or claims are stale: the batcher
+// hears the device is busy, or its next DeviceReady.
+func (d *Device) offered(ctx Context, o Offer) {
+	c := d.cluster
+	if c == nil || d.phase != deviceIdle || len(c.offers) >= 64 {
+		return
+	}
+	c.offers = append(c.offers, o)
+	if len(c.offers) == 1 {
+		c.offerGen++
+		ctx.After(ClusterOfferWindow, offerWindow{gen: c.offerGen})
+	}
+}
+
 // toBatchers sends msg to every batcher the device serves.
 func (d *Device) toBatchers(ctx Context, msg Message) {
 	for _, b := range d.batchers {
@@ -192,6 +219,27 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		ctx.After(ClusterHeartbeat, deviceBeat{})
 	case member.Update:
 		d.membership(ctx, m)
+	case Offer:
+		d.offered(ctx, m)
+	case offerWindow:
+		if c := d.cluster; c != nil && m.gen == c.offerGen && d.phase == deviceIdle && len(c.offers) > 0 {
+			best := c.offers[0]
+			for _, o := range c.offers[1:] {
+				if o.Level > best.Level || o.Level == best.Level && o.Slack < best.Slack {
+					best = o
+				}
+			}
+			c.offers = c.offers[:0]
+			d.phase = deviceClaiming
+			c.offerGen++
+			ctx.Send(best.From, Claim{Device: ctx.Self()})
+			ctx.After(20*ClusterOfferWindow, claimTimeout{gen: c.offerGen})
+		}
+	case claimTimeout:
+		if c := d.cluster; c != nil && m.gen == c.offerGen && d.phase == deviceClaiming {
+			d.phase = deviceIdle // the claim or its batch was lost
+			d.ready(ctx)
+		}
 	case Undeliverable:
 		if c := d.cluster; c != nil && m.To.ID == c.accumulator && !shuns(c.shunned, m.To.Node) {
 			u, _ := c.view.Get(m.To.Node)
@@ -199,11 +247,15 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			d.route(ctx)
 		}
 	case RunBatch:
-		if d.phase != deviceIdle && d.cluster != nil {
+		if d.phase != deviceIdle && d.phase != deviceClaiming && d.cluster != nil {
 			ctx.Send(m.From, BatchDeclined{Device: ctx.Self(), BatchID: m.Batch.ID})
 			return
 		}
-		if d.phase != deviceIdle {
+		if d.cluster != nil {
+			d.cluster.offers = d.cluster.offers[:0]
+			d.cluster.offerGen++
+		}
+		if d.phase != deviceIdle && d.phase != deviceClaiming {
 			panic(fmt.Sprintf("batchd: device %v got batch %d while not idle", ctx.Self(), m.Batch.ID))
 		}
 		if len(m.Batch.Items) == 0 {
@@ -250,6 +302,10 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		switch d.phase {
 		case deviceIdle:
 			d.ready(ctx)
+		case deviceClaiming:
+			// The claimed batcher had nothing due any more.
+			d.phase = deviceIdle
+			d.ready(ctx)
 		case deviceRunning:
 			d.reannounce = true // once the batch is done (see next)
 		}
@@ -269,7 +325,7 @@ func (d *Device) announce(ctx Context) {
 
 // ready tells the batcher the device is idle, in its current incarnation.
 func (d *Device) ready(ctx Context) {
-	d.toBatchers(ctx, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models})
+	d.toBatchers(ctx, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models, Offers: len(d.batchers) > 1})
 }
 
 // next starts the next run of the batch, or reports the batch done.

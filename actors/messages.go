@@ -187,7 +187,29 @@ type DeviceReady struct {
 	Incarnation uint64
 	// Models the device holds warm; empty means any.
 	Models []string
+	// Offers: the device serves several batchers (a cluster device whose
+	// models have different owners). A batcher with a batch due for it
+	// sends an Offer instead of the batch, and the batch only when the
+	// device Claims it.
+	Offers bool
 }
+
+// Offer tells a device that offered itself (DeviceReady.Offers) that From
+// has a batch due for it: Level is its head's effective priority, Slack
+// what its most urgent request has left once the batch has run. The device
+// gathers offers for ClusterOfferWindow and Claims the best one: the
+// highest level, then the least slack (earliest deadline first between
+// models, whose batchers' fair shares are their own).
+type Offer struct {
+	Device, From Address
+	Level        int8
+	Slack        time.Duration
+}
+
+// Claim asks the batcher whose Offer won for the batch. A batcher with
+// nothing due any more answers Reannounce, and the device offers itself
+// again.
+type Claim struct{ Device Address }
 
 // Reannounce asks a device to announce itself again with DeviceReady: a
 // batcher sends it to its configured devices when it starts, since one
