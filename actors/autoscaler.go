@@ -36,16 +36,19 @@ type AutoscalerConfig struct {
 }
 
 // DefaultAutoscalerConfig is a policy for fixed 100 ms batches and a 200 ms
-// SLO: act when a batch would wait half a batch time, or a request's slack
-// is under 20 ms; remove a device after 30 s of low signals, one per 10 s.
+// SLO: act when a batch would wait a batch time (more batches queued than
+// devices: under light load the batcher keeps its devices busy with small
+// batches, so a wait shorter than one batch is the next device coming
+// free, not a backlog), or a queued request is late with no device idle;
+// remove a device after 30 s of low signals, one per 10 s.
 func DefaultAutoscalerConfig() AutoscalerConfig {
 	return AutoscalerConfig{
 		DevicesMin: 1,
 		DevicesMax: 16,
 		ColdStart:  30 * time.Second,
-		WaitUp:     50 * time.Millisecond,
-		SlackUp:    20 * time.Millisecond,
-		WaitDown:   0,
+		WaitUp:     100 * time.Millisecond,
+		SlackUp:    0,
+		WaitDown:   50 * time.Millisecond,
 		DownWindow: 30 * time.Second,
 		Cooldown:   10 * time.Second,
 	}
@@ -93,7 +96,7 @@ type ScaleTo struct {
 //   - Up: when the recommendation exceeds the fleet asked for, to the
 //     recommendation; on pressure (a predicted wait of WaitUp, a slack
 //     under SlackUp) one device more, unless devices it asked for are
-//     still in their cold start. A device busy all the time with no queue
+//     still in their cold start (or its first Cooldown). A device busy all the time with no queue
 //     behind it asks for nothing.
 //   - Down: after the signals stayed low for DownWindow, one device at a
 //     time, one per Cooldown, never below the recommendation.
@@ -153,7 +156,10 @@ func (a *Autoscaler) pressure(s Signals) (bool, string) {
 func (a *Autoscaler) decide(ctx Context, s Signals) {
 	now := ctx.Now()
 	hot, why := a.pressure(s)
-	booting := s.DevicesHealthy < a.target && a.changedOK && now < a.up+a.cfg.ColdStart
+	// Devices asked for and not announced yet are booting: until their
+	// cold start and a cooldown after it (a reading taken as they come up
+	// still shows the queue they are about to take) pressure adds none.
+	booting := s.DevicesHealthy < a.target && a.changedOK && now < a.up+a.cfg.ColdStart+a.cfg.Cooldown
 	want, reason := a.target, ""
 	switch {
 	case s.DevicesNeeded > a.target:

@@ -88,9 +88,10 @@ func TestAutoscalerUpOnPredictedWait(t *testing.T) {
 	}
 }
 
-// TestAutoscalerColdStart: while the device it asked for boots, pressure
-// alone adds no more; once the cold start is over and pressure remains,
-// the next one comes.
+// TestAutoscalerColdStart: while the device it asked for boots (its cold
+// start and a cooldown after it), pressure alone adds no more; after that,
+// with the device still missing and pressure still there, the next one
+// comes.
 func TestAutoscalerColdStart(t *testing.T) {
 	cfg := testScalerConfig()
 	s := newScaler(t, cfg, 3)
@@ -99,12 +100,12 @@ func TestAutoscalerColdStart(t *testing.T) {
 	if got := s.at(time.Second, hot); len(got) != 1 || got[0].Devices != 4 {
 		t.Fatalf("first pressure: %+v; want ScaleTo 4", got)
 	}
-	for at := 2 * time.Second; at < time.Second+cfg.ColdStart; at += time.Second {
+	for at := 2 * time.Second; at < time.Second+cfg.ColdStart+cfg.Cooldown; at += time.Second {
 		if got := s.at(at, hot); len(got) != 0 {
 			t.Fatalf("at %v, during the cold start: decided %+v; want nothing", at, got)
 		}
 	}
-	if got := s.at(time.Second+cfg.ColdStart, hot); len(got) != 1 || got[0].Devices != 5 {
+	if got := s.at(time.Second+cfg.ColdStart+cfg.Cooldown, hot); len(got) != 1 || got[0].Devices != 5 {
 		t.Fatalf("after the cold start, pressure still: %+v; want ScaleTo 5", got)
 	}
 }
