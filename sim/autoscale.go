@@ -204,14 +204,14 @@ type provisioner struct {
 	stop    time.Duration // the end of the safety phase
 	phases  []slotPhase   // the provisioner's view: parked, booting (counts as up) or active
 	// since[i] is when slot i was last asked to boot; up[i] says it counts.
-	since  []time.Duration
-	up     []bool
+	since []time.Duration
+	up    []bool
 	// draining[i]: slot i was told down and its drain has not ended.
 	draining []bool
-	paid   time.Duration
-	report ledger.ScalingReport
-	ready  int // the batcher's healthy devices at the last reading
-	target int
+	paid     time.Duration
+	report   ledger.ScalingReport
+	ready    int // the batcher's healthy devices at the last reading
+	target   int
 }
 
 type provisionerTick struct{}
