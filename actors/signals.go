@@ -60,6 +60,13 @@ type Signals struct {
 	DevicesNeeded int
 	// DevicesHealthy counts registered devices that are not quarantined.
 	DevicesHealthy int
+	// WaitPredicted is the queue wait predicted for a full batch that
+	// joined the queues now: behind every batch already queued (full
+	// batches of each key, and its remainder), on the devices' predicted
+	// free times. Zero while an idle device would take it at once. It is
+	// the leading indicator an autoscaler reads (see Autoscaler): it rises
+	// as soon as the queues outgrow the fleet, before any request is late.
+	WaitPredicted time.Duration
 	// Overrun is what the batcher adds to every batch it plans with, learnt
 	// from how long its batches ran (BatcherConfig.LearnOverrun); 0
 	// without it.
@@ -145,10 +152,41 @@ func (b *Batcher) Signals(now time.Duration) Signals {
 		s.Devices = append(s.Devices, DeviceSignal{Device: d.addr, BusyFraction: frac, Healthy: d.phase != devQuarantined})
 	}
 	s.DevicesHealthy = b.healthy
+	s.WaitPredicted = b.queueWait(now)
 	s.Overrun = b.overrun.Learnt()
 	s.DevicesNeeded = int(math.Ceil(need / b.cfg.TargetUtilization))
 	if pressure {
 		s.DevicesNeeded = max(s.DevicesNeeded, b.healthy+1)
 	}
 	return s
+}
+
+// queueWait is Signals.WaitPredicted: predictWait's count of the batches
+// ahead under the slack policy, for a batch of no key in particular.
+func (b *Batcher) queueWait(now time.Duration) time.Duration {
+	ahead := 0
+	var work time.Duration
+	for _, q := range b.order {
+		bmax := q.model.batchMax
+		n := q.n / bmax
+		ahead += n
+		work += time.Duration(n) * b.predict(bmax, q.maxLen)
+		if r := q.n % bmax; r > 0 {
+			ahead++
+			work += b.predict(r, q.maxLen)
+		}
+	}
+	if ahead < len(b.ready) {
+		return 0
+	}
+	free := b.freeTimes()
+	if len(free) == 0 {
+		return b.cfg.NoDeviceRetryAfter
+	}
+	per := time.Duration(0)
+	if ahead > 0 {
+		per = work / time.Duration(ahead)
+	}
+	start := max(now, free[ahead%len(free)]) + time.Duration(ahead/len(free))*per
+	return start - now
 }

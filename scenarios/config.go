@@ -49,6 +49,10 @@ func (s *Scenario) SimConfig(seed uint64) (sim.Config, error) {
 	s.Policy.Apply(b)
 	// A fleet larger than the policy's bound is the scenario's to ask for.
 	b.DevicesMax = max(b.DevicesMax, cfg.Devices)
+	if a := s.Autoscale; a != nil {
+		cfg.Autoscale = &sim.AutoscaleConfig{Policy: a.Config(), Every: a.Every}
+		b.DevicesMax = max(b.DevicesMax, a.DevicesMax)
+	}
 	b.Models = schema.ModelConfigs(s.Models)
 	b.DefaultTenant = s.DefaultTenant.Config("")
 	priority := map[string]int8{}

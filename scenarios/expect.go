@@ -94,6 +94,11 @@ var metricDoc = map[string]string{
 	"p95_step_max_ms":         "largest p95 of any timeline step (arrivals per sample_every)",
 	"p99_step_max_ms":         "largest p99 of any timeline step",
 	"slo_attainment_step_min": "smallest SLO attainment of any timeline step with requests",
+	"device_hours":            "device-hours over the safety phase: the static fleet's, or the autoscaled fleet's (booting and draining devices count); run-wide only",
+	"device_hours_ratio":      "device_hours over the static fleet's (the nodes' devices over the safety phase): 1 without autoscale; run-wide only",
+	"scaled_devices_max":      "most devices up (booting or running) at once; the nodes' devices without autoscale; run-wide only",
+	"scaled_devices_min":      "fewest devices up at once; the nodes' devices without autoscale; run-wide only",
+	"scale_decisions":         "the autoscaler's decisions; 0 without autoscale; run-wide only",
 }
 
 // Metrics returns the metric names a check may use, sorted, each with
@@ -116,6 +121,7 @@ var runOnly = map[string]bool{
 	"accepted": true, "lost": true, "duplicated": true, "violations": true, "retried": true,
 	"device_utilisation": true, "device_utilization": true, "device_busy_max": true, "device_busy_min": true, "batch_size_mean": true, "batches": true, "queued_high": true,
 	"fairness_jain": true, "fairness_jain_weighted": true,
+	"device_hours": true, "device_hours_ratio": true, "scaled_devices_max": true, "scaled_devices_min": true, "scale_decisions": true,
 }
 
 // groupOnly are the metrics only a tenant, model or version has.
@@ -434,6 +440,8 @@ func observeRun(rep *sim.Report, metric string) (float64, bool) {
 		return lat(rep.ComputeMs.P95)
 	case "compute_p99_ms":
 		return lat(rep.ComputeMs.P99)
+	case "device_hours", "device_hours_ratio", "scaled_devices_max", "scaled_devices_min", "scale_decisions":
+		return observeScaling(rep, metric)
 	case "accepted":
 		return float64(q.Accepted), true
 	case "lost":
@@ -564,4 +572,28 @@ func (c Check) observeSampled(rep *sim.Report) (float64, bool) {
 		}
 	}
 	return agg, n > 0
+}
+
+// observeScaling reads the fleet's size and cost: Report.Scaling, or the
+// static fleet of Workload.Devices when the run had no autoscaler.
+func observeScaling(rep *sim.Report, metric string) (float64, bool) {
+	sc := rep.Scaling
+	if sc == nil {
+		static := float64(rep.Workload.Devices)
+		sc = &sim.ScalingReport{
+			DeviceHours: static * rep.Workload.DurationS / 3600, DeviceHoursRatio: 1,
+			DevicesMin: rep.Workload.Devices, DevicesMax: rep.Workload.Devices,
+		}
+	}
+	switch metric {
+	case "device_hours":
+		return sc.DeviceHours, true
+	case "device_hours_ratio":
+		return sc.DeviceHoursRatio, true
+	case "scaled_devices_max":
+		return float64(sc.DevicesMax), true
+	case "scaled_devices_min":
+		return float64(sc.DevicesMin), true
+	}
+	return float64(len(sc.Decisions)), true
 }

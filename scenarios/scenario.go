@@ -57,6 +57,11 @@ type Scenario struct {
 	// Policy is the batcher's policy (the schema's, as in a serve config);
 	// every default is actors.DefaultBatcherConfig's.
 	Policy schema.Policy `yaml:"policy"`
+	// Autoscale, when present, runs the autoscaler on the fleet: the nodes'
+	// devices are the fleet it starts with (and the static fleet its
+	// device-hours are compared with), autoscale.devices_max the most it
+	// may grow to. Absent, the fleet is static.
+	Autoscale *schema.Autoscale `yaml:"autoscale"`
 	// Windows are increasing times that split the report by arrival time
 	// (per tenant), for expectations scoped to a window. Default: 0, every
 	// phase's start and end, and Duration.

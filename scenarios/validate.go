@@ -43,6 +43,9 @@ func (s *Scenario) validate(readProfile func(string) ([]byte, error)) error {
 	devices := v.nodes()
 	v.devices(readProfile)
 	s.Policy.Check(v.Validator, "policy")
+	if s.Autoscale != nil {
+		s.Autoscale.Check(v.Validator, "autoscale", devices)
+	}
 	models := v.models()
 	tenants := v.tenants()
 	v.traffic(models, tenants)

@@ -11,6 +11,7 @@ type (
 	Percentiles     = ledger.Percentiles
 	RequestCounts   = ledger.RequestCounts
 	AutoscaleSample = ledger.AutoscaleSample
+	ScalingReport   = ledger.ScalingReport
 )
 
 // OtherName is the name the per-tenant and per-model figures use for the

@@ -148,6 +148,11 @@ type Config struct {
 	// batches. Off by default, which keeps the traces of runs from before
 	// it.
 	Reannounce bool
+	// Autoscale, when set, runs the autoscaler: a pool of
+	// Autoscale.Policy.DevicesMax device slots of which the first Devices
+	// start up, grown and shrunk by the policy (see AutoscaleConfig, and
+	// Report.Scaling). Nil, the default, is the static fleet of Devices.
+	Autoscale *AutoscaleConfig
 	// Observers see every delivery of the run, after the ledger (see
 	// World.Observe). Those with a method Finish(end time.Duration) have it
 	// called once the run is over, with the time the world stopped. None by
@@ -198,6 +203,11 @@ func (c Config) resolved() Config {
 	}
 	if c.SignalsEvery == 0 {
 		c.SignalsEvery = time.Second
+	}
+	if c.Autoscale != nil && c.Autoscale.Every == 0 {
+		a := *c.Autoscale
+		a.Every = time.Second
+		c.Autoscale = &a
 	}
 	if len(c.Replay) > 0 {
 		c.Rate = float64(len(c.Replay)) / c.Duration.Seconds()
@@ -331,6 +341,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("sim config: Windows must be increasing and not negative")
 		}
 	}
+	if c.Autoscale != nil {
+		if err := c.Autoscale.validate(c.Devices, r.Batcher.DevicesMax); err != nil {
+			return fmt.Errorf("sim config: %w", err)
+		}
+	}
 	if err := r.Batcher.Validate(); err != nil {
 		return fmt.Errorf("sim config: %w", err)
 	}
@@ -421,7 +436,19 @@ func Run(cfg Config) (Report, error) {
 	if replay != nil {
 		w.Spawn(TrafficAddr, replay)
 	}
-	devices := make([]*Device, cfg.Devices)
+	pool := cfg.Devices
+	var prov *provisioner
+	if a := cfg.Autoscale; a != nil {
+		pool = a.Policy.DevicesMax
+		scaler, err := actors.NewAutoscaler(a.Policy, ProvisionerAddr, cfg.Devices)
+		if err != nil {
+			return Report{}, fmt.Errorf("sim: %w", err)
+		}
+		prov = newProvisioner(batcher, *a, cfg.Devices, cfg.Duration)
+		w.Spawn(AutoscalerAddr, scaler)
+		w.Spawn(ProvisionerAddr, prov)
+	}
+	devices := make([]*Device, pool)
 	for i := range devices {
 		addr := actors.Address{ID: DeviceAddrBase + uint64(i)}
 		dc := cfg.Device
@@ -440,7 +467,15 @@ func Run(cfg Config) (Report, error) {
 		devices[i].SetSchedule(i, cfg.FaultSchedule)
 		devices[i].SetLatencySpread(cfg.LatencySpread)
 		w.SetExecutor(addr, devices[i])
-		w.Spawn(addr, a)
+		if prov == nil {
+			w.Spawn(addr, a)
+			continue
+		}
+		sl := &slot{i: i, cold: cfg.Autoscale.Policy.ColdStart, dev: a}
+		if i < cfg.Devices {
+			sl.phase = slotActive
+		}
+		w.Spawn(addr, sl)
 	}
 
 	// Safety phase: traffic and faults.
@@ -512,7 +547,7 @@ func Run(cfg Config) (Report, error) {
 		Windows:       cfg.Windows,
 		Busy:          busy,
 		PerDevice:     perDevice,
-		Devices:       cfg.Devices,
+		Devices:       len(devices),
 		Safety:        cfg.Duration,
 		Simulated:     end,
 		Wall:          time.Since(wall),
@@ -521,6 +556,9 @@ func Run(cfg Config) (Report, error) {
 		Extra:         extra,
 		ExtraKinds:    extraKinds,
 	})
+	if prov != nil {
+		rep.Scaling = prov.finish(cfg.Devices)
+	}
 	return rep, nil
 }
 

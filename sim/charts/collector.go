@@ -185,6 +185,11 @@ type Series struct {
 	BinS float64
 	// Queue is the queued requests over time (Report.Autoscale).
 	Queue []Point
+	// Devices and Ready are the autoscaled fleet over time
+	// (Report.Scaling): devices up (booting or running) and the batcher's
+	// healthy ones; Load is the offered rate per timeline step
+	// (Report.Timeline), req/s. Empty without autoscale.
+	Devices, Ready, Load []Point
 	// BatchSizes counts the batches by size: BatchSizes[n] for size n,
 	// from 1 to the batch max (index 0 is unused).
 	BatchSizes []int64
@@ -224,6 +229,21 @@ func (c *Collector) Series(rep sim.Report) Series {
 	}
 	for _, a := range rep.Autoscale {
 		s.Queue = append(s.Queue, Point{X: a.T, Y: float64(a.QueueDepth)})
+	}
+	if sc := rep.Scaling; sc != nil {
+		for _, p := range sc.Series {
+			s.Devices = append(s.Devices, Point{X: p.T, Y: float64(p.Devices)})
+			s.Ready = append(s.Ready, Point{X: p.T, Y: float64(p.Ready)})
+		}
+		for i, st := range rep.Timeline {
+			w := rep.Workload.DurationS - st.FromS
+			if i+1 < len(rep.Timeline) {
+				w = rep.Timeline[i+1].FromS - st.FromS
+			}
+			if w > 0 {
+				s.Load = append(s.Load, Point{X: st.FromS + w/2, Y: float64(st.Offered) / w})
+			}
+		}
 	}
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Formats are the file formats every chart is written in.
@@ -53,6 +54,80 @@ func WriteRun(dir string, s Series) ([]string, error) {
 		if err != nil {
 			return out, err
 		}
+	}
+	if len(s.Devices) > 0 {
+		paths, err := saveScaling(s, dir)
+		out = append(out, paths...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// saveScaling draws the autoscaled fleet: devices, offered load and p95
+// over the same time axis, three panels stacked, as scaling.png and
+// scaling.svg.
+func saveScaling(s Series, dir string) ([]string, error) {
+	dev := plot.New()
+	dev.Title.Text = "Autoscaled fleet: devices, offered load and p95 over time"
+	dev.Y.Label.Text = "devices"
+	dev.Y.Min = 0
+	if err := plotutil.AddLines(dev, "up (booting or running)", xys(s.Devices), "ready (batcher)", xys(s.Ready)); err != nil {
+		return nil, err
+	}
+	dev.Legend.Top = true
+	load := plot.New()
+	load.Y.Label.Text = "offered (req/s)"
+	load.Y.Min = 0
+	if err := plotutil.AddLines(load, "offered", xys(s.Load)); err != nil {
+		return nil, err
+	}
+	lat := plot.New()
+	lat.X.Label.Text = "time (s)"
+	lat.Y.Label.Text = "p95 (ms)"
+	lat.Y.Min = 0
+	var p95 plotter.XYs
+	for _, b := range s.Bins {
+		if b.Completed > 0 {
+			p95 = append(p95, plotter.XY{X: b.FromS + s.BinS/2, Y: b.P95Ms})
+		}
+	}
+	if err := plotutil.AddLines(lat, "p95 (by arrival)", p95); err != nil {
+		return nil, err
+	}
+	rows := [][]*plot.Plot{{dev}, {load}, {lat}}
+	xmax := 0.0
+	for _, r := range rows {
+		r[0].Add(plotter.NewGrid())
+		xmax = max(xmax, r[0].X.Max)
+	}
+	for _, r := range rows {
+		r[0].X.Min, r[0].X.Max = 0, xmax
+	}
+	var out []string
+	for _, f := range Formats {
+		path := filepath.Join(dir, "scaling."+f)
+		c, err := draw.NewFormattedCanvas(width, 2*height, f)
+		if err != nil {
+			return out, fmt.Errorf("charts: %s: %w", path, err)
+		}
+		canvases := plot.Align(rows, draw.Tiles{Rows: 3, Cols: 1, PadY: vg.Points(4)}, draw.New(c))
+		for i, r := range rows {
+			r[0].Draw(canvases[i][0])
+		}
+		file, err := os.Create(path)
+		if err != nil {
+			return out, fmt.Errorf("charts: %w", err)
+		}
+		_, err = c.WriteTo(file)
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return out, fmt.Errorf("charts: %s: %w", path, err)
+		}
+		out = append(out, path)
 	}
 	return out, nil
 }

@@ -85,6 +85,8 @@ type Report struct {
 	// Timeline breaks all requests down by arrival time in steps of
 	// Config.TimelineEvery; absent when it is zero.
 	Timeline []TimelineStep `json:"timeline,omitempty"`
+	// Scaling is the autoscaled fleet; absent when the run had none.
+	Scaling *ScalingReport `json:"scaling,omitempty"`
 }
 
 // NameStats are the figures of one tenant's or one model's requests.
@@ -792,4 +794,40 @@ func speedup(simulated, wall float64) float64 {
 		return 0
 	}
 	return simulated / wall
+}
+
+// ScalingReport is the autoscaled fleet of a run (sim.Config.Autoscale):
+// what it cost and what the policy decided.
+type ScalingReport struct {
+	// DeviceHours counts each device from when it was asked to boot (its
+	// cold start is paid for) to the end of its drain, over the safety
+	// phase; StaticDeviceHours is the starting fleet's over the same
+	// time, and DeviceHoursRatio the one over the other.
+	DeviceHours       float64 `json:"device_hours"`
+	StaticDeviceHours float64 `json:"static_device_hours"`
+	DeviceHoursRatio  float64 `json:"device_hours_ratio"`
+	// DevicesMin and DevicesMax are the fewest and most devices up
+	// (booting or running) in Series.
+	DevicesMin int `json:"devices_min"`
+	DevicesMax int `json:"devices_max"`
+	// Decisions are the policy's ScaleTo, in order.
+	Decisions []ScaleDecision `json:"decisions"`
+	// Series has a point per reading of the signals and per decision.
+	Series []ScalingPoint `json:"series"`
+}
+
+// ScaleDecision is one actors.ScaleTo.
+type ScaleDecision struct {
+	T       float64 `json:"t"`
+	Devices int     `json:"devices"`
+	Reason  string  `json:"reason"`
+}
+
+// ScalingPoint is the fleet at time T (seconds): Devices up (booting or
+// running), Ready the batcher's healthy devices, Target the policy's.
+type ScalingPoint struct {
+	T       float64 `json:"t"`
+	Devices int     `json:"devices"`
+	Ready   int     `json:"ready"`
+	Target  int     `json:"target"`
 }
