@@ -12,6 +12,6 @@
 // its own output, to its own front; no batch mixes keys or passes the batch
 // bound; once membership has settled, one accumulator batches each model.
 //
-// Imported by: nothing (its tests hold the cluster properties and
-// figures; batchd sim will run it).
+// Imported by: cmd/batchd (batchd sim-cluster; its tests hold the cluster
+// properties and figures).
 package cluster
