@@ -292,6 +292,12 @@ func (f *Front) finish(ctx Context, e *frontEntry, m Reply) {
 		delete(f.byID, id)
 	}
 	delete(f.byReq, e.req.ID)
+	if f.expiry.done++; f.expiry.done > 1024 && f.expiry.done > len(f.expiry.items)/2 {
+		// Answered entries wait in the heap for their expiry time; with
+		// long deadlines they would pile up past InFlightMax. Keep them
+		// under half the heap.
+		f.expiry.compact()
+	}
 	m.ID = e.req.ID
 	if m.Arrival == 0 {
 		m.Arrival = e.req.Arrival
@@ -379,13 +385,14 @@ func (f *Front) expire(ctx Context) {
 		if !e.done && e.expireAt > now {
 			return
 		}
-		f.expiry.pop()
-		if e.done {
-			continue
+		if !e.done {
+			// Answered while still in the heap, as every entry is: the
+			// pop below takes it off the count again.
+			f.stats.Expired++
+			f.finish(ctx, e, Reply{Outcome: Expired, Reason: ReasonDeadline,
+				Err: "no answer by the deadline", Done: now})
 		}
-		f.stats.Expired++
-		f.finish(ctx, e, Reply{Outcome: Expired, Reason: ReasonDeadline,
-			Err: "no answer by the deadline", Done: now})
+		f.expiry.pop()
 	}
 }
 
@@ -410,7 +417,25 @@ func (f *Front) arm(ctx Context) {
 
 // expiryHeap is a min-heap of entries by expireAt (ties by submission
 // order). Answered entries stay until they reach the top.
-type expiryHeap struct{ items []*frontEntry }
+type expiryHeap struct {
+	items []*frontEntry
+	done  int // answered entries still in items
+}
+
+// compact drops the answered entries and restores the heap order.
+func (h *expiryHeap) compact() {
+	live := h.items[:0]
+	for _, e := range h.items {
+		if !e.done {
+			live = append(live, e)
+		}
+	}
+	clear(h.items[len(live):])
+	h.items, h.done = live, 0
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
 
 func (h *expiryHeap) len() int           { return len(h.items) }
 func (h *expiryHeap) peek() *frontEntry  { return h.items[0] }
@@ -430,11 +455,19 @@ func (h *expiryHeap) push(e *frontEntry) {
 
 func (h *expiryHeap) pop() *frontEntry {
 	top := h.items[0]
+	if top.done {
+		h.done--
+	}
 	last := len(h.items) - 1
 	h.swap(0, last)
 	h.items[last] = nil
 	h.items = h.items[:last]
-	for i := 0; ; {
+	h.down(0)
+	return top
+}
+
+func (h *expiryHeap) down(i int) {
+	for {
 		l, r, m := 2*i+1, 2*i+2, i
 		if l < len(h.items) && h.less(l, m) {
 			m = l
@@ -448,7 +481,6 @@ func (h *expiryHeap) pop() *frontEntry {
 		h.swap(i, m)
 		i = m
 	}
-	return top
 }
 
 func shuns(shunned map[string]uint64, node string) bool {

@@ -224,3 +224,30 @@ func BenchmarkFrontRoundTrip(b *testing.B) {
 		clear(ctx.timers)
 	}
 }
+
+// Answered requests with long deadlines do not pile up in the front: its
+// expiry heap is compacted once answered entries are most of it.
+func TestFrontStateBoundedWithLongDeadlines(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a")
+	// One request nobody answers, due first, keeps the answered ones from
+	// leaving the heap's top on their own.
+	f.Receive(ctx, Submit{Req: Request{ID: 100_000, Model: "m", Deadline: 30 * time.Minute, ReplyTo: waiter}})
+	for id := uint64(1); id <= 20_000; id++ {
+		f.Receive(ctx, Submit{Req: Request{ID: id, Model: "m", Deadline: time.Hour, ReplyTo: waiter}})
+		sub := ctx.sent[len(ctx.sent)-1].msg.(Submit).Req
+		f.Receive(ctx, Reply{ID: sub.ID, Outcome: Completed})
+		ctx.sent = ctx.sent[:0]
+	}
+	if n := f.expiry.len(); n > 2*1024+2 {
+		t.Fatalf("%d entries in the expiry heap after 20,000 answered requests, want at most ~2,048", n)
+	}
+	if f.expiry.done < 0 || f.expiry.done > f.expiry.len() {
+		t.Fatalf("done count %d of %d entries", f.expiry.done, f.expiry.len())
+	}
+	// The count stays right through expiry: the two live requests expire.
+	f.Receive(ctx, Submit{Req: Request{ID: 99_999, Model: "m", Deadline: 2 * time.Hour, ReplyTo: waiter}})
+	ctx.advance(f, 3*time.Hour)
+	if f.expiry.len() != 0 || f.expiry.done != 0 || f.Stats().Expired != 2 {
+		t.Fatalf("after expiry: %d entries, done %d, expired %d", f.expiry.len(), f.expiry.done, f.Stats().Expired)
+	}
+}
