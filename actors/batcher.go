@@ -251,10 +251,17 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 	case Undeliverable:
 		// A batch to a device whose node is down: re-queue it now. Other
 		// messages (a reply to a front that died) have no one to reach.
-		if rb, ok := m.Msg.(RunBatch); ok {
-			if d := b.devs[m.To]; d != nil && d.phase == devBusy && d.inflight.ID == rb.Batch.ID {
-				b.abort(ctx, d, ids(d.inflight.Items), "device's node unreachable")
-				d.phase = devQuarantined // until it announces itself again
+		d := b.devs[m.To]
+		switch rb, isBatch := m.Msg.(RunBatch); {
+		case d == nil:
+		case isBatch && d.phase == devBusy && d.inflight.ID == rb.Batch.ID:
+			b.abort(ctx, d, ids(d.inflight.Items), "device's node unreachable")
+			d.phase = devQuarantined // until it announces itself again
+			b.healthy--
+			b.freeValid = false
+		case d.phase == devOffered:
+			if _, isOffer := m.Msg.(Offer); isOffer {
+				d.phase = devQuarantined // its node is down: nothing was taken
 				b.healthy--
 				b.freeValid = false
 			}
