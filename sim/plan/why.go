@@ -46,8 +46,8 @@ func explain(r Result, opts Options, below *Probe, cost float64) Why {
 	w.StaggerRequests = round(opts.RPS*w.StaggerMs/1e3, 1)
 
 	add := func(format string, args ...any) { w.Lines = append(w.Lines, fmt.Sprintf(format, args...)) }
-	add("Batch fill: at %s a batch holds %.1f of %d requests on average (%.0f%%). The formula counts full batches; with the batch the linger really fills (%gms each) it asks for ceil(%g × %gms / %.1f) = %d devices at 100%% busy.",
-		devices(n, "", ""), p.BatchSizeMean, f.BatchMax, 100*w.Fill, cost, opts.RPS, cost, p.BatchSizeMean, w.FormulaAtFill)
+	add("Batch fill: at %s a batch holds %.1f of %d requests on average (%.0f%%). The formula counts full batches; with the batch the linger really fills (%gms each) the work is %g × %gms / %.1f = %.2f devices' worth of busy time.",
+		devices(n, "", ""), p.BatchSizeMean, f.BatchMax, 100*w.Fill, cost, opts.RPS, cost, p.BatchSizeMean, opts.RPS*cost/1e3/p.BatchSizeMean)
 	stagger := fmt.Sprintf("Stagger: %d devices free up one every %gms / %d = %.1fms on average, and the batcher holds a free device no longer than that (waiting longer fills no batch the next device would not), so a batch gathers about %g × %.1fms = %.0f requests",
 		n, cost, n, w.StaggerMs, opts.RPS, w.StaggerMs, w.StaggerRequests)
 	if w.StaggerRequests >= float64(f.BatchMax) {
