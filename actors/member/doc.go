@@ -24,5 +24,6 @@
 //
 // Imported by: actors (the front, the batcher and the device keep Views),
 // sim/swim (the simulator's SWIM model, which produces the Updates),
-// sim/cluster (the cluster simulator). It imports nothing of batchd.
+// sim/cluster (the cluster simulator), cluster (memberlist's events as
+// Updates). It imports nothing of batchd.
 package member

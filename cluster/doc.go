@@ -1,0 +1,18 @@
+// Package cluster is the live cluster's plumbing: membership with
+// hashicorp/memberlist served as the actors' membership messages
+// (member.Update), and each node's metadata (its incarnation, data-plane
+// address, devices and warm models). The data plane (messages between
+// nodes' actors) is not built yet.
+//
+// Why the incarnation is the node's own: memberlist keeps an incarnation
+// per node but does not expose it, and raises it when a node refutes a
+// suspicion as well as when it restarts. The actors need to tell a restart
+// (everything the node held is gone) from a refutation (nothing is), so a
+// node names each of its lives with a boot incarnation in its metadata
+// (Config.Incarnation, which grows across restarts), and Updates carry it.
+// memberlist does not report suspicion to its event delegate either, so
+// the actors see alive, dead and left from it, never suspect.
+//
+// Imported by: nothing (batchd serve --join will; its tests run real
+// memberlist nodes on loopback).
+package cluster

@@ -1,0 +1,325 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/batchd/batchd/actors/member"
+)
+
+// Limits.
+const (
+	// MetaMax is memberlist's limit on a node's metadata.
+	MetaMax = memberlist.MetaMaxSize
+	// JoinMax bounds the addresses a node is given to join.
+	JoinMax = 64
+)
+
+// Config is one node's membership.
+type Config struct {
+	// Name is the node's name in the cluster, unique, stable across its
+	// restarts.
+	Name string
+	// Incarnation names this life of the node: it must grow across its
+	// restarts (the start time in milliseconds does).
+	Incarnation uint64
+	// BindAddr and BindPort are where memberlist listens (UDP and TCP);
+	// port 0 picks a free one.
+	BindAddr string
+	BindPort int
+	// Join lists members to join: host:port or a DNS name that resolves
+	// to several (a Kubernetes headless service). Empty: a cluster of one
+	// until others join it.
+	Join []string
+	// Meta is what the node tells the others of itself.
+	Meta Meta
+	// SecretKey, 16, 24 or 32 bytes, encrypts and authenticates gossip
+	// (memberlist's keyring): a node without it cannot join or inject.
+	SecretKey []byte
+	// ProbeInterval, ProbeTimeout, SuspicionMult and GossipInterval are
+	// memberlist's failure detector (DefaultConfig: its LAN settings).
+	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
+	SuspicionMult                               int
+	// Log receives memberlist's own log lines; nil discards them.
+	Log io.Writer
+}
+
+// DefaultConfig is memberlist's LAN settings for name: a 1 s probe
+// interval, 500 ms probe timeout, suspicion 4 × log10(N+1) probe intervals,
+// gossip every 200 ms; a dead node is declared in about 5 to 6 s in a
+// small cluster.
+func DefaultConfig(name string) Config {
+	lan := memberlist.DefaultLANConfig()
+	return Config{
+		Name: name, Incarnation: uint64(time.Now().UnixMilli()), BindAddr: "0.0.0.0", BindPort: 7946,
+		ProbeInterval: lan.ProbeInterval, ProbeTimeout: lan.ProbeTimeout,
+		GossipInterval: lan.GossipInterval, SuspicionMult: lan.SuspicionMult,
+	}
+}
+
+// Meta is a node's metadata, as it travels (EncodeMeta).
+type Meta struct {
+	Incarnation uint64
+	// DataAddr is where the node's actors take messages from other nodes.
+	DataAddr string
+	Devices  int
+	Models   []string
+	// Leaving: the node is leaving gracefully (Membership.Leave sets it
+	// before it goes: memberlist v0.5.4 tells its event delegate of a
+	// leave and a death alike).
+	Leaving bool
+}
+
+const metaVersion = 1
+
+// EncodeMeta writes m in at most MetaMax bytes: a version byte, a flags
+// byte (1: leaving), the incarnation and device count as uvarints, then the
+// address and the models as uvarint-length strings.
+func EncodeMeta(m Meta) ([]byte, error) {
+	var flags byte
+	if m.Leaving {
+		flags = 1
+	}
+	b := []byte{metaVersion, flags}
+	b = binary.AppendUvarint(b, m.Incarnation)
+	b = binary.AppendUvarint(b, uint64(m.Devices))
+	b = appendString(b, m.DataAddr)
+	b = binary.AppendUvarint(b, uint64(len(m.Models)))
+	for _, s := range m.Models {
+		b = appendString(b, s)
+	}
+	if len(b) > MetaMax {
+		return nil, fmt.Errorf("cluster: node metadata of %d bytes, memberlist takes %d: fewer or shorter model names", len(b), MetaMax)
+	}
+	return b, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// DecodeMeta reads what EncodeMeta wrote; anything else is an error.
+func DecodeMeta(b []byte) (Meta, error) {
+	var m Meta
+	if len(b) < 2 || b[0] != metaVersion || b[1] > 1 {
+		return m, errors.New("cluster: metadata: unknown version or flags")
+	}
+	m.Leaving = b[1] == 1
+	b = b[2:]
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	str := func() (string, bool) {
+		l, ok := next()
+		if !ok || l > uint64(len(b)) {
+			return "", false
+		}
+		s := string(b[:l])
+		b = b[l:]
+		return s, true
+	}
+	var ok bool
+	var devices, models uint64
+	if m.Incarnation, ok = next(); !ok {
+		return m, errors.New("cluster: metadata: bad incarnation")
+	}
+	if devices, ok = next(); !ok || devices > 1<<16 {
+		return m, errors.New("cluster: metadata: bad device count")
+	}
+	m.Devices = int(devices)
+	if m.DataAddr, ok = str(); !ok {
+		return m, errors.New("cluster: metadata: bad address")
+	}
+	if models, ok = next(); !ok || models > MetaMax {
+		return m, errors.New("cluster: metadata: bad model count")
+	}
+	for range models {
+		s, ok := str()
+		if !ok {
+			return m, errors.New("cluster: metadata: bad model name")
+		}
+		m.Models = append(m.Models, s)
+	}
+	if len(b) != 0 {
+		return m, errors.New("cluster: metadata: trailing bytes")
+	}
+	return m, nil
+}
+
+// Membership is one node's membership in a live cluster.
+type Membership struct {
+	ml   *memberlist.Memberlist
+	cfg  Meta
+	meta []byte // guarded by mu: memberlist reads it from its goroutines
+	// onUpdate is called, one at a time, with each change memberlist
+	// reports, as the actors' message.
+	onUpdate func(member.Update)
+	mu       sync.Mutex
+	bad      int // metadata that did not decode (counted, not applied)
+}
+
+// Start joins (or starts) the cluster. onUpdate receives the node's own
+// Alive first, then every join, update, death and departure, one at a time
+// and in order; it must not block.
+func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
+	switch {
+	case cfg.Name == "" || len(cfg.Name) > member.MaxNameLen:
+		return nil, fmt.Errorf("cluster: node name %q: want 1 to %d bytes", cfg.Name, member.MaxNameLen)
+	case cfg.Incarnation == 0:
+		return nil, errors.New("cluster: incarnation must not be 0")
+	case len(cfg.Join) > JoinMax:
+		return nil, fmt.Errorf("cluster: %d join addresses, at most %d", len(cfg.Join), JoinMax)
+	case onUpdate == nil:
+		return nil, errors.New("cluster: no update handler")
+	}
+	cfg.Meta.Incarnation = cfg.Incarnation
+	meta, err := EncodeMeta(cfg.Meta)
+	if err != nil {
+		return nil, err
+	}
+	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.BindPort
+	if cfg.ProbeInterval > 0 {
+		mc.ProbeInterval = cfg.ProbeInterval
+	}
+	if cfg.ProbeTimeout > 0 {
+		mc.ProbeTimeout = cfg.ProbeTimeout
+	}
+	if cfg.GossipInterval > 0 {
+		mc.GossipInterval = cfg.GossipInterval
+	}
+	if cfg.SuspicionMult > 0 {
+		mc.SuspicionMult = cfg.SuspicionMult
+	}
+	if len(cfg.SecretKey) > 0 {
+		mc.SecretKey = cfg.SecretKey
+	}
+	out := cfg.Log
+	if out == nil {
+		out = io.Discard
+	}
+	mc.Logger = log.New(out, "memberlist: ", 0)
+	mc.Delegate = delegate{m}
+	mc.Events = events{m}
+	if m.ml, err = memberlist.Create(mc); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if len(cfg.Join) > 0 {
+		if _, err := m.ml.Join(cfg.Join); err != nil {
+			m.ml.Shutdown()
+			return nil, fmt.Errorf("cluster: join %v: %w", cfg.Join, err)
+		}
+	}
+	return m, nil
+}
+
+// Addr is where the node's memberlist listens (the port it picked if it
+// was given 0): what another node joins.
+func (m *Membership) Addr() string {
+	n := m.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Members returns the live members as memberlist holds them, with their
+// metadata.
+func (m *Membership) Members() []Meta {
+	var out []Meta
+	for _, n := range m.ml.Members() {
+		if meta, err := DecodeMeta(n.Meta); err == nil {
+			out = append(out, meta)
+		}
+	}
+	return out
+}
+
+// BadMeta counts the nodes whose metadata did not decode (their updates
+// are dropped).
+func (m *Membership) BadMeta() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bad
+}
+
+// Leave tells the cluster the node is leaving (Left, not Dead), waits up to
+// timeout for it to spread, and stops.
+func (m *Membership) Leave(timeout time.Duration) error {
+	leaving := m.cfg
+	leaving.Leaving = true
+	meta, err := EncodeMeta(leaving)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.meta = meta
+	m.mu.Unlock()
+	if err := m.ml.UpdateNode(timeout); err != nil {
+		return fmt.Errorf("cluster: leave: %w", err)
+	}
+	err = m.ml.Leave(timeout)
+	if serr := m.ml.Shutdown(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Stop stops the node without a word, as a crash would: the others
+// declare it dead when their probes fail.
+func (m *Membership) Stop() error { return m.ml.Shutdown() }
+
+func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		m.mu.Lock()
+		m.bad++
+		m.mu.Unlock()
+		return
+	}
+	if meta.Leaving {
+		kind = member.Left
+	}
+	m.onUpdate(member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind})
+}
+
+type delegate struct{ m *Membership }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if len(d.m.meta) > limit {
+		return nil
+	}
+	return d.m.meta
+}
+func (delegate) NotifyMsg([]byte)                           {}
+func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (delegate) LocalState(join bool) []byte                { return nil }
+func (delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// events maps memberlist's notifications to membership messages (called
+// one at a time, in order).
+type events struct{ m *Membership }
+
+func (e events) NotifyJoin(n *memberlist.Node)   { e.m.update(n, member.Alive) }
+func (e events) NotifyUpdate(n *memberlist.Node) { e.m.update(n, member.Alive) }
+func (e events) NotifyLeave(n *memberlist.Node) {
+	kind := member.Dead
+	if n.State == memberlist.StateLeft {
+		kind = member.Left
+	}
+	e.m.update(n, kind)
+}
