@@ -228,3 +228,46 @@ func TestServeUpstreamNotReady(t *testing.T) {
 		}
 	}
 }
+
+// TestServeFanout: a node whose devices send each input alone to a
+// single-input API (JSON bodies, the model in the URL) answers every
+// request with that API's output for it; an input the API refuses fails
+// alone.
+func TestServeFanout(t *testing.T) {
+	var calls atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var in struct {
+			Input string `json:"input"`
+		}
+		if r.URL.Path != "/predict/echo" || json.NewDecoder(r.Body).Decode(&in) != nil || in.Input == "req-7" {
+			http.Error(w, "refused", http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"output": "out:" + in.Input})
+	}))
+	defer api.Close()
+	f, err := config.Load("fan.yaml", []byte("devices:\n  backend: fanout\n  count: 2\n  latency: 20ms\n  fanout:\n    url: "+api.URL+"/predict/{model}\n    body: json\n    concurrency: 4\npolicy:\n  slo: 5s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.HTTP.Addr = "127.0.0.1:0"
+	f.Jobs.Dir = t.TempDir()
+	front := serve(t, f)
+	inputs := inputsN(50)
+	codes, outs := inferAll(t, front.Addr(), inputs)
+	for i, in := range inputs {
+		if i == 7 {
+			if codes[i] == http.StatusOK || !strings.Contains(outs[i], "refused") {
+				t.Errorf("request 7: %d %q, want the API's refusal", codes[i], outs[i])
+			}
+			continue
+		}
+		if codes[i] != http.StatusOK || outs[i] != "out:"+in {
+			t.Errorf("request %d: %d %q", i, codes[i], outs[i])
+		}
+	}
+	if calls.Load() < int64(len(inputs)) {
+		t.Errorf("%d calls for %d inputs", calls.Load(), len(inputs))
+	}
+}
