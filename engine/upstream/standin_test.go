@@ -27,7 +27,7 @@ type oipStandIn struct {
 	hook func(w http.ResponseWriter, r *http.Request, inputs []string) bool
 }
 
-func newOIPStandIn(t *testing.T, hook func(w http.ResponseWriter, r *http.Request, inputs []string) bool) *oipStandIn {
+func newOIPStandIn(t testing.TB, hook func(w http.ResponseWriter, r *http.Request, inputs []string) bool) *oipStandIn {
 	t.Helper()
 	s := &oipStandIn{hook: hook}
 	mux := http.NewServeMux()
