@@ -37,7 +37,12 @@ type Upstream struct {
 	// place of the system's.
 	CAFile string `yaml:"ca_file"`
 	// Timeout bounds one batch's call; past it the batch is a device
-	// fault and is re-queued.
+	// fault and is re-queued. The engine's own bounds hold too, whichever
+	// ends first: the device's watchdog (devices.watchdog_multiple times
+	// the predicted latency, at least 250 ms) and engine.job_timeout_*.
+	// So set devices.latency (or latency_model) to the upstream's round
+	// trip for a batch: the batcher plans with it and the watchdog allows
+	// it.
 	Timeout time.Duration `yaml:"timeout"`
 	// ReadyTimeout bounds the wait at start for the server's
 	// /v2/health/ready: a server that is not ready by then stops batchd's

@@ -107,3 +107,11 @@ func snippet(b []byte) string {
 // there (yet, or any more), so the call never reached the upstream and is
 // safe to repeat.
 func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// replayable lets the Transport send req again, once, on a fresh
+// connection when a kept-alive one turns out to have been closed by the
+// upstream (its idle timeout racing our reuse): without it such a POST
+// fails, and a batch would be a device fault for a connection nobody
+// needed. An infer call computes a function of its inputs, so a repeat is
+// harmless. The key is present but empty, so it is not sent.
+func replayable(req *http.Request) { req.Header["Idempotency-Key"] = nil }

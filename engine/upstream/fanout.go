@@ -271,6 +271,7 @@ func (f *Fanout) call(ctx context.Context, target, input string) (string, time.D
 		return "", 0, err
 	}
 	req.Header.Set("Content-Type", ctype)
+	replayable(req)
 	if f.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.cfg.Token)
 	}

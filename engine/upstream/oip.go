@@ -254,6 +254,7 @@ func (s *Slot) call(ctx context.Context, model, version string, inputs []string)
 		return nil, err
 	}
 	u.auth(req)
+	replayable(req)
 	if headerLen > 0 {
 		req.Header.Set("Content-Type", "application/octet-stream")
 		req.Header.Set(headerInferLen, strconv.Itoa(headerLen))
