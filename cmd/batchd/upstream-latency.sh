@@ -3,13 +3,18 @@
 # upstream batchd (devices.backend: upstream) adds to the latency of the
 # upstream alone. Starts the upstream (the embedded default: 4 emulated
 # devices at 100 ms, batches of up to 100) on 127.0.0.1:18096 and the front
-# (FRONT_CONFIG, default: 4 slots on it, planned at 100 ms) on
+# (FRONT_CONFIG, default: 4 slots on it, planned at 105 ms) on
 # 127.0.0.1:18097, then sends RATE req/s for DURATION PAIRS times to each in
 # turn (alone, then behind) and prints each run's client p50/p95/p99 and
 # not-ok count, and the median p99 of each and their difference.
-# With FAIL_RATE (0.1: a tenth of the upstream's batches answer 500,
-# injected by the upstream's emulated batch errors... see below) the
-# upstream's devices fail that fraction of their batches instead.
+# The upstream runs UP_CONFIG (default: the embedded default with
+# policy.linger_max UP_LINGER=2ms: behind a front, which has batched
+# already, a second linger only adds latency; but the elements of one
+# /v2 call enter the upstream's batcher one by one, and with a linger
+# shorter than that takes, a front batch is split over devices). With ALONE_CONFIG, "alone"
+# is a third batchd of its own on 127.0.0.1:18095 running that file (the
+# same devices with the default linger, say), so each setup is measured as
+# it would be deployed.
 # Usage: sh upstream-latency.sh BATCHD (PAIRS=3 RATE=2000 DURATION=20s).
 # Not part of make test.
 set -eu
@@ -20,7 +25,8 @@ dur=${DURATION:-20s}
 up=127.0.0.1:18096
 front=127.0.0.1:18097
 data=$(mktemp -d)
-trap 'kill -TERM $upid $frontpid 2>/dev/null; rm -rf "$data"' EXIT
+pids=
+trap 'for p in $pids; do kill -TERM $p 2>/dev/null; wait $p 2>/dev/null; done; rm -rf "$data"' EXIT
 wait_ready() {
 	for i in $(seq 100); do
 		curl -sf "http://$1/v2/health/ready" >/dev/null 2>&1 && return 0
@@ -31,16 +37,13 @@ wait_ready() {
 }
 upcfg=${UP_CONFIG:-$data/up.yaml}
 if [ -z "${UP_CONFIG:-}" ]; then
-	# The embedded default, but a batch leaves at once when a device is
-	# free: behind a front, the front has batched already, and a second
-	# linger would only add latency.
 	cat >"$upcfg" <<YAML
 policy:
-  linger_max: ${UP_LINGER:-100us}
+  linger_max: ${UP_LINGER:-2ms}
 YAML
 fi
 "$bin" serve --config "$upcfg" --addr "$up" --data-dir "$data/up" --log-level warn >"$data/up.log" 2>&1 &
-upid=$!
+pids="$pids $!"
 wait_ready "$up"
 cfg=${FRONT_CONFIG:-$data/front.yaml}
 if [ -z "${FRONT_CONFIG:-}" ]; then
@@ -50,14 +53,21 @@ http:
 devices:
   backend: upstream
   count: 4
-  latency: 100ms
+  latency: 105ms
   upstream:
     url: http://$up
 YAML
 fi
 "$bin" serve --config "$cfg" --data-dir "$data/front" --log-level warn >"$data/front.log" 2>&1 &
-frontpid=$!
+pids="$pids $!"
 wait_ready "$front"
+alone=$up
+if [ -n "${ALONE_CONFIG:-}" ]; then
+	alone=127.0.0.1:18095
+	"$bin" serve --config "$ALONE_CONFIG" --addr "$alone" --data-dir "$data/alone" --log-level warn >"$data/alone.log" 2>&1 &
+	pids="$pids $!"
+	wait_ready "$alone"
+fi
 one() { # label, address
 	"$bin" load --url "http://$2" --rate "$rate" --duration "$dur" --json >"$data/out.json"
 	python3 - "$1" "$data/out.json" <<'PY'
@@ -71,7 +81,7 @@ PY
 }
 printf "target\tp50_ms\tp95_ms\tp99_ms\tsent\tnot_ok\n"
 for i in $(seq "$pairs"); do
-	one alone "$up"
+	one alone "$alone"
 	one behind "$front"
 done | tee "$data/runs.tsv"
 python3 - "$data/runs.tsv" <<'PY'
