@@ -42,7 +42,7 @@
 // simulator, in both builds.
 //
 // Imported by: engine/config, engine/enginetest,
-// engine/httpapi, engine/jobs, engine/record, engine/server,
+// engine/httpapi, engine/jobs, engine/record, engine/server, engine/upstream,
 // engine/workerproc (and tests).
 // It imports actors and actors/devicemodel and nothing else of batchd.
 package engine

@@ -163,9 +163,11 @@ type Devices struct {
 	// Backend is what runs the batches: "emulated" (the seeds'
 	// batchstring, with the faults below), "cpu" or "cuda" (the bytenet
 	// model of package cudabridge, in Go or on every visible GPU), or
-	// "worker" (a program of the operator's per device, Worker below).
+	// "worker" (a program of the operator's per device, Worker below),
+	// "upstream" (an Open Inference Protocol server, Upstream below) or
+	// "fanout" (a single-input API, Fanout below).
 	// EngineConfig always builds emulated backends; batchd serve replaces
-	// them for cpu, cuda and worker.
+	// them for the others.
 	Backend string `yaml:"backend"`
 	// Count is the number of devices.
 	Count int `yaml:"count"`
@@ -188,6 +190,12 @@ type Devices struct {
 	// Worker is the program each device runs its batches in, for backend
 	// worker.
 	Worker Worker `yaml:"worker"`
+	// Upstream is the Open Inference Protocol server the devices are
+	// slots on, for backend upstream.
+	Upstream Upstream `yaml:"upstream"`
+	// Fanout is the single-input API the devices send each input to, for
+	// backend fanout.
+	Fanout Fanout `yaml:"fanout"`
 }
 
 // The batcher's and the devices' settings are the schema's, shared with
@@ -348,6 +356,12 @@ func (f *File) Marshal() ([]byte, error) {
 	c := *f
 	if c.HTTP.Metrics.APIKey != "" {
 		c.HTTP.Metrics.APIKey = "(redacted)"
+	}
+	if c.Devices.Upstream.Token != "" {
+		c.Devices.Upstream.Token = "(redacted)"
+	}
+	if c.Devices.Fanout.Token != "" {
+		c.Devices.Fanout.Token = "(redacted)"
 	}
 	c.Tenants = append([]Tenant(nil), f.Tenants...)
 	for i := range c.Tenants {

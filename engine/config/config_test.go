@@ -168,7 +168,7 @@ func TestErrors(t *testing.T) {
 		{"queue over total", "policy:\n  queue_max: 20\n  queue_total_max: 10\n", []string{"bad.yaml:2: policy.queue_max: 20: want 1 to 10"}},
 		{"slo over timeout", "policy:\n  slo: 2m\n", []string{"bad.yaml:2: policy.slo: 2m0s: want 1ms to 1m0s"}},
 		{"key policy", "policy:\n  key_policy: round-robin\n", []string{`bad.yaml:2: policy.key_policy: "round-robin": want fair or slack`}},
-		{"backend", "devices:\n  backend: tpu\n", []string{`bad.yaml:2: devices.backend: "tpu": want emulated, cpu, cuda or worker`}},
+		{"backend", "devices:\n  backend: tpu\n", []string{`bad.yaml:2: devices.backend: "tpu": want emulated, cpu, cuda, worker, upstream or fanout`}},
 		{"worker without cmd", "devices:\n  backend: worker\n", []string{"bad.yaml:1: devices.worker.cmd: missing: the program each device runs"}},
 		{"worker cmd unused", "devices:\n  worker:\n    cmd: [python3, model.py]\n", []string{`bad.yaml:3: devices.worker.cmd: set, but devices.backend is "emulated"`}},
 		{"worker key typo", "devices:\n  worker:\n    cwd: [x]\n", []string{`bad.yaml:3: devices.worker.cwd: unknown key (did you mean "cmd"?)`}},
@@ -206,6 +206,19 @@ func TestErrors(t *testing.T) {
 		{"default tenant weight", "default_tenant:\n  weight: 0\n", []string{"bad.yaml:2: default_tenant.weight: 0: want 1 to"}},
 		{"gc percent", "process:\n  gc_percent: 5\n", []string{"bad.yaml:2: process.gc_percent: 5: want 25 to 10000"}},
 		{"memory limit", "process:\n  memory_limit_bytes: 1000\n", []string{"bad.yaml:2: process.memory_limit_bytes: 1000: want 0 (no limit) or 67108864 to"}},
+		{"upstream without url", "devices:\n  backend: upstream\n", []string{"bad.yaml:1: devices.upstream.url: missing: the upstream's address"}},
+		{"upstream url scheme", "devices:\n  backend: upstream\n  upstream:\n    url: ftp://h:1\n", []string{`bad.yaml:4: devices.upstream.url: "ftp://h:1": want http:// or https://`}},
+		{"upstream url, other backend", "devices:\n  upstream:\n    url: http://h:1\n", []string{`bad.yaml:3: devices.upstream.url: set, but devices.backend is "emulated"`}},
+		{"upstream timeout", "devices:\n  backend: upstream\n  upstream:\n    url: http://h:1\n    timeout: 0s\n", []string{"bad.yaml:5: devices.upstream.timeout: 0s"}},
+		{"upstream ca without https", "devices:\n  backend: upstream\n  upstream:\n    url: http://h:1\n    ca_file: /nonexistent.pem\n", []string{"bad.yaml:5: devices.upstream.ca_file: set, but the url is not https://", `devices.upstream.ca_file: "/nonexistent.pem": stat`}},
+		{"upstream both tokens", "devices:\n  backend: upstream\n  upstream:\n    url: http://h:1\n    token: abc\n    token_env: X\n", []string{"bad.yaml:5: devices.upstream.token: set token or token_env, not both"}},
+		{"upstream token env unset", "devices:\n  backend: upstream\n  upstream:\n    url: http://h:1\n    token_env: BATCHD_TEST_UNSET_KEY\n", []string{"bad.yaml:5: devices.upstream.token_env: $BATCHD_TEST_UNSET_KEY is empty or unset"}},
+		{"upstream output name", "devices:\n  backend: upstream\n  upstream:\n    url: http://h:1\n    output_name: \"\"\n", []string{`bad.yaml:5: devices.upstream.output_name: "": want a tensor's name`}},
+		{"upstream unknown key", "devices:\n  backend: upstream\n  upstream:\n    url: http://h:1\n    tiemout: 1s\n", []string{"bad.yaml:5: devices.upstream.tiemout: unknown key"}},
+		{"fanout body", "devices:\n  backend: fanout\n  fanout:\n    url: http://h:1/p/{model}\n    body: xml\n", []string{`bad.yaml:5: devices.fanout.body: "xml": want raw or json`}},
+		{"fanout attempts", "devices:\n  backend: fanout\n  fanout:\n    url: http://h:1/p\n    attempts: 0\n    concurrency: 0\n", []string{"bad.yaml:5: devices.fanout.attempts: 0: want 1 to 20", "bad.yaml:6: devices.fanout.concurrency: 0: want 1 to 4096"}},
+		{"fanout backoff", "devices:\n  backend: fanout\n  fanout:\n    url: http://h:1/p\n    backoff: 1s\n    backoff_max: 100ms\n", []string{"bad.yaml:6: devices.fanout.backoff_max: 100ms"}},
+		{"fanout url, other backend", "devices:\n  fanout:\n    url: http://h:1/p\n", []string{`bad.yaml:3: devices.fanout.url: set, but devices.backend is "emulated"`}},
 		{"several at once", "devices:\n  count: 0\npolicy:\n  slo: 0s\n", []string{"bad.yaml:2: devices.count", "bad.yaml:4: policy.slo"}},
 		{"several unknown at once", "a: 1\nb: 2\n", []string{"bad.yaml:1: a: unknown key", "bad.yaml:2: b: unknown key"}},
 	} {
@@ -460,5 +473,36 @@ func TestKeylessForTheSimulator(t *testing.T) {
 	}
 	if len(f.Tenants) != 2 || f.Tenants[0].Name != "alice" || f.Tenants[0].APIKey == f.Tenants[1].APIKey {
 		t.Errorf("tenants %+v: want both, with distinct stand-in keys", f.Tenants)
+	}
+}
+
+// TestUpstreamSections: a good devices.upstream and devices.fanout map onto
+// the backends' configurations, tokens from the environment included, and
+// --print-config hides the token.
+func TestUpstreamSections(t *testing.T) {
+	t.Setenv("BATCHD_TEST_UPSTREAM_TOKEN", "s3cret-from-env")
+	f, err := Load("up.yaml", []byte("devices:\n  backend: upstream\n  count: 3\n  upstream:\n    url: http://127.0.0.1:8000/\n    token_env: BATCHD_TEST_UPSTREAM_TOKEN\n    timeout: 2s\n    input_name: in0\n    binary_data: false\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := f.UpstreamConfig()
+	if u.URL != "http://127.0.0.1:8000/" || u.Token != "s3cret-from-env" || u.Slots != 3 || u.ConnsMax != 3 ||
+		u.Timeout != 2*time.Second || u.InputName != "in0" || u.OutputName != "output" || u.BinaryData || u.BatchMax != f.Policy.BatchMax {
+		t.Errorf("UpstreamConfig: %+v", u)
+	}
+	f, err = Load("fan.yaml", []byte("devices:\n  backend: fanout\n  fanout:\n    url: http://127.0.0.1:9000/predict/{model}\n    body: json\n    token: tok-in-file\n    concurrency: 8\n    attempts: 5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.FanoutConfig()
+	if c.URL != "http://127.0.0.1:9000/predict/{model}" || c.Body != "json" || c.Token != "tok-in-file" || c.Concurrency != 8 || c.Attempts != 5 {
+		t.Errorf("FanoutConfig: %+v", c)
+	}
+	out, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "tok-in-file") {
+		t.Errorf("Marshal shows the fanout token:\n%s", out)
 	}
 }

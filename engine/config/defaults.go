@@ -35,6 +35,8 @@ func Default() *File {
 			Supervision: schema.SupervisionOf(d),
 			Faults:      schema.FaultsOf(),
 			Worker:      defaultWorker(),
+			Upstream:    defaultUpstream(),
+			Fanout:      defaultFanout(),
 		},
 		Policy:        schema.PolicyOf(b),
 		Models:        []Model{defaultEcho()},

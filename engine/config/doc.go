@@ -39,5 +39,6 @@
 // Imported by: cmd/batchd, engine/fidelity, engine/server. It imports
 // actors, actors/devicemodel (the fault plan), actors/schema (the schema it
 // shares with scenarios), engine, engine/grpcapi, engine/httpapi,
-// engine/jobs and engine/workerproc (devices.worker).
+// engine/jobs, engine/upstream (devices.upstream, devices.fanout) and
+// engine/workerproc (devices.worker).
 package config

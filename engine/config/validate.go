@@ -125,11 +125,12 @@ func (v *validator) engine() {
 func (v *validator) devices() {
 	d := v.f.Devices
 	switch d.Backend {
-	case BackendEmulated, BackendCPU, BackendCUDA, BackendWorker:
+	case BackendEmulated, BackendCPU, BackendCUDA, BackendWorker, BackendUpstream, BackendFanout:
 	default:
-		v.Bad("devices.backend", "%q: want emulated, cpu, cuda or worker", d.Backend)
+		v.Bad("devices.backend", "%q: want emulated, cpu, cuda, worker, upstream or fanout", d.Backend)
 	}
 	v.checkWorker()
+	v.checkUpstream()
 	v.IntIn("devices.count", d.Count, 1, min(v.f.Policy.DevicesMax, schema.DevicesCountMax))
 	schema.CheckLatencySpread(v.Validator, "devices.latency_spread", d.LatencySpread)
 	if d.LatencyModel == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/upstream"
 	"github.com/batchd/batchd/engine/workerproc"
 )
 
@@ -48,8 +49,13 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 		c, err := f.EngineConfig(engine.LinkedRuntime)
 		return c, noop, err
 	}
-	if kind == config.BackendWorker {
+	switch kind {
+	case config.BackendWorker:
 		return workerConfig(f, log)
+	case config.BackendUpstream:
+		return upstreamConfig(f, log)
+	case config.BackendFanout:
+		return fanoutConfig(f, log)
 	}
 	lim, err := bytenetModel(f)
 	if err != nil {
@@ -86,7 +92,7 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 			backends = append(backends, d)
 		}
 	default:
-		return engine.Config{}, noop, fmt.Errorf("devices.backend %q: want emulated, cpu, cuda or worker", kind)
+		return engine.Config{}, noop, fmt.Errorf("devices.backend %q: want emulated, cpu, cuda, worker, upstream or fanout", kind)
 	}
 	if err := f.Validate(); err != nil {
 		closeAll()
@@ -143,6 +149,60 @@ func workerConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 	}
 	c.Backend = func(i int) engine.Backend { return backends[i] }
 	return c, closeAll, nil
+}
+
+// upstreamConfig is engineConfig for devices.backend upstream: the
+// devices are slots on one Open Inference Protocol server, sharing its
+// connection pool. The server must answer its /v2/health/ready within
+// devices.upstream.ready_timeout, or the start stops, saying what it saw:
+// an upstream that cannot be reached at start is far more often a wrong
+// address, port, token or CA than a blip, and a node that served anyway
+// would take traffic only to fail it (every batch a fault, every device
+// quarantined). Once serving, an upstream that goes away is the device
+// actor's business: faults, re-queues, backoff, quarantine, readiness.
+func upstreamConfig(f *config.File, log *slog.Logger) (engine.Config, func(), error) {
+	noop := func() {}
+	c, err := f.EngineConfig(engine.LinkedRuntime)
+	if err != nil {
+		return engine.Config{}, noop, err
+	}
+	u, err := upstream.NewOIP(f.UpstreamConfig())
+	if err != nil {
+		return engine.Config{}, noop, fmt.Errorf("devices.upstream: %w", err)
+	}
+	if err := u.Ready(context.Background()); err != nil {
+		u.Close()
+		return engine.Config{}, noop, fmt.Errorf("devices.upstream: %w", err)
+	}
+	log.Info("upstream ready", "url", f.Devices.Upstream.URL, "slots", f.Devices.Count)
+	slots := make([]*upstream.Slot, f.Devices.Count)
+	for i := range slots {
+		slots[i] = u.Slot(i)
+	}
+	c.Backend = func(i int) engine.Backend { return slots[i] }
+	return c, u.Close, nil
+}
+
+// fanoutConfig is engineConfig for devices.backend fanout: every device
+// sends its batches, one call per input, to one single-input API, under
+// the concurrency limit they share. There is no standard readiness
+// endpoint to ask, so nothing is asked at start.
+func fanoutConfig(f *config.File, _ *slog.Logger) (engine.Config, func(), error) {
+	noop := func() {}
+	c, err := f.EngineConfig(engine.LinkedRuntime)
+	if err != nil {
+		return engine.Config{}, noop, err
+	}
+	u, err := upstream.NewFanout(f.FanoutConfig())
+	if err != nil {
+		return engine.Config{}, noop, fmt.Errorf("devices.fanout: %w", err)
+	}
+	devs := make([]*upstream.FanoutDevice, f.Devices.Count)
+	for i := range devs {
+		devs[i] = u.Device(i)
+	}
+	c.Backend = func(i int) engine.Backend { return devs[i] }
+	return c, u.Close, nil
 }
 
 // bytenetModel makes f's registry serve bytenet: it adds the model, with

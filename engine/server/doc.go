@@ -10,8 +10,9 @@
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
 // engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
-// engine/record, engine/workerproc (the worker backend) and cudabridge
-// (the cpu and cuda backends).
+// engine/record, engine/upstream (the upstream and fanout backends),
+// engine/workerproc (the worker backend) and cudabridge (the cpu and cuda
+// backends).
 //
 // # Backends
 //
@@ -20,8 +21,13 @@
 // opens every visible GPU, one device each, and a missing driver stops
 // the start), or worker (devices.worker.cmd, one process per device,
 // engine/workerproc; every worker must answer its handshake before the
-// engine starts, or the start stops with the worker's last stderr lines). cudabridge does not import the engine, so an adapter here
-// maps its device faults and batch-size errors onto the engine's.
+// engine starts, or the start stops with the worker's last stderr lines),
+// upstream (devices.upstream: the devices are slots on an Open Inference
+// Protocol server, which must answer /v2/health/ready within
+// devices.upstream.ready_timeout or the start stops, saying what it saw)
+// or fanout (devices.fanout: one call per input to a single-input API,
+// engine/upstream). cudabridge does not import the engine, so an adapter
+// here maps its device faults and batch-size errors onto the engine's.
 //
 // # Start (New)
 //
