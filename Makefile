@@ -110,6 +110,7 @@ soak:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInfer$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV2Binary$$' -fuzztime $(FUZZTIME) ./engine/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./cluster
 	$(GO) test -run '^$$' -fuzz '^FuzzReadReply$$' -fuzztime $(FUZZTIME) ./engine/workerproc
 
 # The GPU check (the model on a GPU against its CPU reference): builds (no
