@@ -214,6 +214,7 @@ func (r *recorder) cpu(d time.Duration) {
 // Report is a run's outcome. Latencies are in milliseconds.
 type Report struct {
 	Mode        string  `json:"mode"` // "open" or "closed"
+	// URL is the target: the HTTP URL, or grpc://HOST:PORT with the RPC.
 	URL         string  `json:"url"`
 	Model       string  `json:"model"`
 	Arrival     string  `json:"arrival,omitempty"`
@@ -442,8 +443,15 @@ func (r *recorder) report(sendingEnded, finished time.Time) *Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg := r.cfg
+	target := cfg.URL
+	switch {
+	case cfg.GRPCStream:
+		target = "grpc://" + cfg.GRPC + " (ModelStreamInfer)"
+	case cfg.GRPC != "":
+		target = "grpc://" + cfg.GRPC + " (ModelInfer)"
+	}
 	rep := &Report{
-		URL:       cfg.URL,
+		URL:       target,
 		Model:     cfg.Model,
 		DurationS: cfg.Duration.Seconds(),
 		WarmupS:   cfg.Warmup.Seconds(),
