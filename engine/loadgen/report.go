@@ -213,7 +213,7 @@ func (r *recorder) cpu(d time.Duration) {
 
 // Report is a run's outcome. Latencies are in milliseconds.
 type Report struct {
-	Mode        string  `json:"mode"` // "open" or "closed"
+	Mode string `json:"mode"` // "open" or "closed"
 	// URL is the target: the HTTP URL, or grpc://HOST:PORT with the RPC.
 	URL         string  `json:"url"`
 	Model       string  `json:"model"`
