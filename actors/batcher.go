@@ -355,15 +355,30 @@ func (b *Batcher) predictWait(q *keyQueue, t *tenantState, budget, now time.Dura
 				work += b.predict(min(o.n, o.model.batchMax), o.maxLen)
 			}
 		default:
-			n := o.n / o.model.batchMax
+			n, w := b.batchesOf(o)
 			ahead += n
-			work += time.Duration(n) * b.predict(o.model.batchMax, o.maxLen)
-			if r := o.n % o.model.batchMax; r > 0 {
-				ahead++
-				work += b.predict(r, o.maxLen)
-			}
+			work += w
 		}
 	}
+	return b.waitBehind(ahead, work, now)
+}
+
+// batchesOf is what q holds as batches: its full ones and a partial one,
+// and their predicted work.
+func (b *Batcher) batchesOf(q *keyQueue) (n int, work time.Duration) {
+	bmax := q.model.batchMax
+	n = q.n / bmax
+	work = time.Duration(n) * b.predict(bmax, q.maxLen)
+	if r := q.n % bmax; r > 0 {
+		n++
+		work += b.predict(r, q.maxLen)
+	}
+	return n, work
+}
+
+// waitBehind is how long a batch waits for a device behind ahead batches
+// of work in all: each takes the next device to come free.
+func (b *Batcher) waitBehind(ahead int, work, now time.Duration) time.Duration {
 	if ahead < len(b.ready) {
 		// An idle device takes it: freeTimes would start with at least
 		// ahead+1 zeros. Below capacity this is most admissions, and it

@@ -174,7 +174,7 @@ func NewFront(cfg FrontConfig) (*Front, error) {
 		byReq:   map[uint64]*frontEntry{},
 		// The high 24 bits name the node's life; 40 bits of sequence
 		// are 12 days at a million requests a second.
-		idBase: (fnv64(cfg.Node) ^ cfg.Incarnation*0x9e3779b97f4a7c15) << 40,
+		idBase: (InputHash(cfg.Node) ^ cfg.Incarnation*0x9e3779b97f4a7c15) << 40,
 	}, nil
 }
 
@@ -508,13 +508,4 @@ func liveExcept(live []string, shunned map[string]uint64) []string {
 		}
 	}
 	return out
-}
-
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
 }

@@ -167,26 +167,9 @@ func (b *Batcher) queueWait(now time.Duration) time.Duration {
 	ahead := 0
 	var work time.Duration
 	for _, q := range b.order {
-		bmax := q.model.batchMax
-		n := q.n / bmax
+		n, w := b.batchesOf(q)
 		ahead += n
-		work += time.Duration(n) * b.predict(bmax, q.maxLen)
-		if r := q.n % bmax; r > 0 {
-			ahead++
-			work += b.predict(r, q.maxLen)
-		}
+		work += w
 	}
-	if ahead < len(b.ready) {
-		return 0
-	}
-	free := b.freeTimes()
-	if len(free) == 0 {
-		return b.cfg.NoDeviceRetryAfter
-	}
-	per := time.Duration(0)
-	if ahead > 0 {
-		per = work / time.Duration(ahead)
-	}
-	start := max(now, free[ahead%len(free)]) + time.Duration(ahead/len(free))*per
-	return start - now
+	return b.waitBehind(ahead, work, now)
 }

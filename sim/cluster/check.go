@@ -82,7 +82,6 @@ type checker struct {
 	// recs are indexed by request ID - 1: the sources number requests
 	// densely (source k of N sends k+1, k+1+N, ...).
 	recs   []reqRec
-	index  map[string]int
 	rep    Report
 	lat    []time.Duration
 	wins   []Window
@@ -92,22 +91,10 @@ type checker struct {
 }
 
 func newChecker(r *run) *checker {
-	c := &checker{r: r, index: map[string]int{}, servedBy: map[string][]string{}}
-	for i, n := range r.names {
-		c.index[n] = i
-	}
+	c := &checker{r: r, servedBy: map[string][]string{}}
 	// Ownership must be single once membership has settled after the
 	// last true event.
-	var last time.Duration
-	for _, e := range r.cfg.Events {
-		last = max(last, e.At, e.Until)
-	}
-	c.settle = 0
-	if len(r.cfg.Events) > 0 {
-		sw := r.cfg.SWIM
-		sw.Nodes = r.names
-		c.settle = last + sw.SettleBound()
-	}
+	c.settle = settledAt(r.cfg)
 	nw := int(r.cfg.Duration/time.Second) + 1
 	c.wins = make([]Window, nw)
 	for i := range c.wins {
@@ -122,8 +109,6 @@ func (c *checker) violate(format string, args ...any) {
 		c.rep.Violations = append(c.rep.Violations, fmt.Sprintf(format, args...))
 	}
 }
-
-func (c *checker) started(int) {}
 
 // crashed: the requests the node's front held die with it; its detection
 // is measured from now.
@@ -146,7 +131,7 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 		if from.Node != "" || to.ID != FrontID {
 			return // a front's submission to an accumulator
 		}
-		i, ok := c.index[to.Node]
+		i, ok := c.r.index[to.Node]
 		if !ok || !c.r.up[i] {
 			return
 		}
@@ -165,7 +150,7 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 		if to.ID != WaiterID {
 			return
 		}
-		i, ok := c.index[to.Node]
+		i, ok := c.r.index[to.Node]
 		if !ok {
 			return // to a crashed node's waiter: lost with it
 		}
@@ -319,4 +304,18 @@ func pct(d []time.Duration, q float64) float64 {
 	k := int(q*float64(len(d))+0.999999) - 1
 	k = min(max(k, 0), len(d)-1)
 	return float64(d[k]) / float64(time.Millisecond)
+}
+
+// settledAt is when membership has settled after cfg's last true event
+// (the SWIM model's bound; 0 without events).
+func settledAt(cfg Config) time.Duration {
+	if len(cfg.Events) == 0 {
+		return 0
+	}
+	sw := cfg.SWIM
+	sw.Events = cfg.Events
+	for i := range cfg.Nodes {
+		sw.Nodes = append(sw.Nodes, NodeName(i))
+	}
+	return sw.QuietAt() + sw.SettleBound()
 }

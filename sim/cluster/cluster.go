@@ -143,6 +143,7 @@ type run struct {
 	cfg   Config
 	w     *sim.World
 	names []string
+	index map[string]int // names[i] → i
 	up    []bool
 	life  []int    // the node's lives so far (0: its first)
 	inc   []uint64 // its incarnation in this life
@@ -161,13 +162,13 @@ func Run(cfg Config) (Report, error) {
 	for i := range cfg.Nodes {
 		r.names = append(r.names, NodeName(i))
 	}
-	index := map[string]int{}
+	r.index = map[string]int{}
 	for i, n := range r.names {
-		index[n] = i
+		r.index[n] = i
 	}
 	for i, e := range cfg.Events {
 		for _, n := range append(append([]string{e.Node}, e.A...), e.B...) {
-			if _, ok := index[n]; !ok && n != "" {
+			if _, ok := r.index[n]; !ok && n != "" {
 				return Report{}, fmt.Errorf("cluster config: Events[%d]: unknown node %q", i, n)
 			}
 		}
@@ -185,7 +186,7 @@ func Run(cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("cluster: membership model: %w", err)
 	}
 
-	net := newNetwork(cfg, index, sim.NewStream(cfg.Seed, "cluster/net"))
+	net := newNetwork(cfg, r.index, sim.NewStream(cfg.Seed, "cluster/net"))
 	net.down = func(i int) bool { return !r.up[i] }
 	wc := sim.DefaultWorldConfig(cfg.Seed)
 	wc.Network = net
@@ -259,12 +260,8 @@ type act struct {
 // and every membership delivery to a node in the life it was meant for.
 func (r *run) acts(res *swim.Result) []act {
 	var out []act
-	index := map[string]int{}
-	for i, n := range r.names {
-		index[n] = i
-	}
 	for _, e := range r.cfg.Events {
-		i := index[e.Node]
+		i := r.index[e.Node]
 		switch e.Kind {
 		case swim.Crash:
 			out = append(out, act{e.At, func() error { r.crash(i); return nil }})
@@ -284,7 +281,7 @@ func (r *run) acts(res *swim.Result) []act {
 	}
 	for _, d := range res.Deliveries {
 		d := d
-		i := index[d.Observer]
+		i := r.index[d.Observer]
 		out = append(out, act{d.At, func() error {
 			if !r.up[i] || r.life[i] != d.Life {
 				return nil
@@ -355,7 +352,6 @@ func (r *run) start(i int, inc uint64) error {
 		r.w.SetExecutor(addr, ex)
 		r.w.Spawn(addr, d)
 	}
-	r.check.started(i)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/batchd/batchd/sim"
@@ -71,16 +72,7 @@ func (nw *network) cut(now time.Duration, from, to string) bool {
 		if now < p.At || now >= p.Until {
 			continue
 		}
-		if in(from, p.A) && in(to, p.B) || !p.OneWay && in(from, p.B) && in(to, p.A) {
-			return true
-		}
-	}
-	return false
-}
-
-func in(n string, set []string) bool {
-	for _, s := range set {
-		if s == n {
+		if slices.Contains(p.A, from) && slices.Contains(p.B, to) || !p.OneWay && slices.Contains(p.B, from) && slices.Contains(p.A, to) {
 			return true
 		}
 	}

@@ -134,19 +134,6 @@ func TestPropertyClusterExactlyOnce(t *testing.T) {
 	})
 }
 
-// settledAt is when membership has settled after the run's last fault.
-func settledAt(cfg Config) time.Duration {
-	if len(cfg.Events) == 0 {
-		return 0
-	}
-	sw := cfg.SWIM
-	sw.Events = cfg.Events
-	for i := range cfg.Nodes {
-		sw.Nodes = append(sw.Nodes, NodeName(i))
-	}
-	return sw.QuietAt() + sw.SettleBound()
-}
-
 // TestPropertyClusterFairness: tenants of different weights, sending from
 // every node's front into one model at twice the fleet's capacity, each
 // get their weighted share of the completed requests (±10%): the model's
