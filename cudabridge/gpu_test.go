@@ -120,7 +120,7 @@ func TestGPUProfile(t *testing.T) {
 		cfg.Sizes = append(cfg.Sizes, n)
 	}
 	for k, d := range devs {
-		points, err := Profile(context.Background(), d, d.Limits(), cfg, time.Now)
+		points, err := Profile(context.Background(), ForwardBatch(d), d.Limits(), cfg, time.Now)
 		if err != nil {
 			t.Fatal(err)
 		}

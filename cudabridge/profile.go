@@ -105,9 +105,22 @@ func ProfileInputs(n, length int) []string {
 	return out
 }
 
-// Profile measures f over every size and length of c, lengths outer, and
-// returns the points in that order. now is the clock (time.Now).
-func Profile(ctx context.Context, f Forwarder, lim Limits, c ProfileConfig, now func() time.Time) ([]ProfilePoint, error) {
+// BatchFunc runs one batch of inputs and says whether it succeeded: what
+// Profile times. Any backend is one (a worker process, an upstream model
+// server), not only the bytenet model's.
+type BatchFunc func(ctx context.Context, inputs []string) error
+
+// ForwardBatch is f's Forward as a BatchFunc.
+func ForwardBatch(f Forwarder) BatchFunc {
+	return func(ctx context.Context, inputs []string) error {
+		_, err := f.Forward(ctx, inputs)
+		return err
+	}
+}
+
+// Profile measures run over every size and length of c, lengths outer,
+// and returns the points in that order. now is the clock (time.Now).
+func Profile(ctx context.Context, run BatchFunc, lim Limits, c ProfileConfig, now func() time.Time) ([]ProfilePoint, error) {
 	if err := c.Validate(lim); err != nil {
 		return nil, err
 	}
@@ -117,13 +130,13 @@ func Profile(ctx context.Context, f Forwarder, lim Limits, c ProfileConfig, now 
 		for _, n := range c.Sizes {
 			inputs := ProfileInputs(n, l)
 			for range c.Warmup {
-				if _, err := f.Forward(ctx, inputs); err != nil {
+				if err := run(ctx, inputs); err != nil {
 					return nil, fmt.Errorf("cudabridge: profile: batch of %d × %d bytes: %w", n, l, err)
 				}
 			}
 			for r := range times {
 				start := now()
-				if _, err := f.Forward(ctx, inputs); err != nil {
+				if err := run(ctx, inputs); err != nil {
 					return nil, fmt.Errorf("cudabridge: profile: batch of %d × %d bytes: %w", n, l, err)
 				}
 				times[r] = now().Sub(start)

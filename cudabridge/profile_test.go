@@ -28,7 +28,7 @@ func (c *clockedForwarder) Forward(_ context.Context, inputs []string) ([]Output
 func TestProfile(t *testing.T) {
 	f := &clockedForwarder{now: time.Unix(0, 0)}
 	cfg := ProfileConfig{Sizes: []int{1, 10}, Lengths: []int{4, 8}, Reps: 5, Warmup: 2}
-	points, err := Profile(context.Background(), f, DefaultLimits(), cfg, func() time.Time { return f.now })
+	points, err := Profile(context.Background(), ForwardBatch(f), DefaultLimits(), cfg, func() time.Time { return f.now })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,12 @@ import (
 // and where its latency tables go.
 type ProfileRun struct {
 	// Backend is "cuda" (every visible GPU, or Device) or "cpu" (the Go
-	// backend).
+	// backend), or the name of Target's backend.
 	Backend string
+	// Target, when set, is what to measure in place of Backend's bytenet
+	// devices: one device of a configured backend (a worker process, an
+	// upstream model server), opened by the caller.
+	Target *Target
 	// Device is, with cuda, the one GPU to measure (-1: all).
 	Device int
 	// Out is the latency table file to write (with several GPUs, one per
@@ -48,11 +52,19 @@ func TableLength(lengths []int) int {
 	return best
 }
 
+// Target is one device of any backend to profile: its name for the
+// summary and the file's header, how to run a batch on it, and the batch
+// sizes and input lengths it takes.
+type Target struct {
+	Name   string
+	Run    BatchFunc
+	Limits Limits
+}
+
 // profileTarget is one thing to measure.
 type profileTarget struct {
-	name string // for the file header and the summary
-	out  string // the file, or ""
-	f    Forwarder
+	Target
+	out string // the file, or ""
 }
 
 // Run measures every target of r in turn, printing its progress and a
@@ -65,12 +77,12 @@ func (r ProfileRun) Run(ctx context.Context, w io.Writer) error {
 	defer closeAll()
 	c := r.Config
 	for _, t := range targets {
-		fmt.Fprintf(w, "profiling %s: %d sizes × %d lengths × %d runs\n", t.name, len(c.Sizes), len(c.Lengths), c.Reps+c.Warmup)
-		points, err := Profile(ctx, t.f, DefaultLimits(), c, time.Now)
+		fmt.Fprintf(w, "profiling %s: %d sizes × %d lengths × %d runs\n", t.Name, len(c.Sizes), len(c.Lengths), c.Reps+c.Warmup)
+		points, err := Profile(ctx, t.Run, t.Limits, c, time.Now)
 		if err != nil {
 			return err
 		}
-		if err := WriteProfileSummary(w, t.name, c, points); err != nil {
+		if err := WriteProfileSummary(w, t.Name, c, points); err != nil {
 			return err
 		}
 		if t.out == "" {
@@ -78,7 +90,7 @@ func (r ProfileRun) Run(ctx context.Context, w io.Writer) error {
 		}
 		var b strings.Builder
 		header := []string{
-			fmt.Sprintf("batchd profile: %s, %s", t.name, time.Now().UTC().Format(time.RFC3339)),
+			fmt.Sprintf("batchd profile: %s, %s", t.Name, time.Now().UTC().Format(time.RFC3339)),
 			fmt.Sprintf("host: %s/%s, %d CPUs, GOMAXPROCS %d", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0)),
 			"command: " + r.Command,
 		}
@@ -88,20 +100,27 @@ func (r ProfileRun) Run(ctx context.Context, w io.Writer) error {
 		if err := os.WriteFile(t.out, []byte(b.String()), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "wrote %s (use: batchd sim --latency-table %s, or batchd serve --backend %s --latency-table %s)\n", t.out, t.out, r.Backend, t.out)
+		serve := "batchd serve --backend " + r.Backend
+		if r.Target != nil {
+			serve = "batchd serve --config FILE"
+		}
+		fmt.Fprintf(w, "wrote %s (use: batchd sim --latency-table %s, or %s --latency-table %s)\n", t.out, t.out, serve, t.out)
 	}
 	return nil
 }
 
 // targets opens what r asks to measure; closeAll closes it.
 func (r ProfileRun) targets() (targets []profileTarget, closeAll func(), err error) {
+	if r.Target != nil {
+		return []profileTarget{{Target: *r.Target, out: r.Out}}, func() {}, nil
+	}
 	if r.Backend == "cpu" {
 		c, err := NewCPU(DefaultLimits())
 		if err != nil {
 			return nil, nil, err
 		}
 		name := fmt.Sprintf("cpu backend (pure Go, one batch at a time, GOMAXPROCS %d)", runtime.GOMAXPROCS(0))
-		return []profileTarget{{name: name, out: r.Out, f: c}}, func() {}, nil
+		return []profileTarget{{Target: Target{Name: name, Run: ForwardBatch(c), Limits: DefaultLimits()}, out: r.Out}}, func() {}, nil
 	}
 	_, infos, err := ListDevices()
 	if err != nil {
@@ -131,7 +150,8 @@ func (r ProfileRun) targets() (targets []profileTarget, closeAll func(), err err
 			ext := filepath.Ext(out)
 			out = fmt.Sprintf("%s.gpu%d%s", strings.TrimSuffix(out, ext), info.Ordinal, ext)
 		}
-		targets = append(targets, profileTarget{name: fmt.Sprintf("GPU %d (%s)", info.Ordinal, info.Name), out: out, f: d})
+		name := fmt.Sprintf("GPU %d (%s)", info.Ordinal, info.Name)
+		targets = append(targets, profileTarget{Target: Target{Name: name, Run: ForwardBatch(d), Limits: DefaultLimits()}, out: out})
 	}
 	return targets, closeAll, nil
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/batchd/batchd/cudabridge"
+	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/server"
 )
 
 // intList parses "1,2,4" (spaces allowed).
@@ -43,12 +47,20 @@ func joinInts(v []int) string {
 	return strings.Join(s, ",")
 }
 
+// profileOptions is a profiling run and, with --config, the serve
+// configuration whose backend it measures.
+type profileOptions struct {
+	cudabridge.ProfileRun
+	file *config.File
+}
+
 // parseProfile reads `batchd profile`'s command line into a run.
-func parseProfile(args []string, stdout io.Writer) (cudabridge.ProfileRun, error) {
+func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o := cudabridge.ProfileRun{}
-	fs.StringVar(&o.Backend, "backend", "cuda", "what to measure: cuda (every visible GPU, or --device) or cpu (the Go backend)")
+	o := profileOptions{}
+	fs.StringVar(&o.Backend, "backend", "cuda", "what to measure: cuda (every visible GPU, or --device) or cpu (the Go backend); with --config, the file's devices.backend (worker, upstream, fanout, ...)")
+	path := fs.String("config", "", "a serve configuration file: measure device 0 of its devices.backend (a worker process, an upstream server) on its first model, as serve would run it")
 	fs.StringVar(&o.Out, "out", "", "profile file to write (with several GPUs, one per GPU: FILE.gpuN); empty: print only the summary")
 	fs.IntVar(&o.Device, "device", -1, "with --backend cuda, only this GPU (-1: all)")
 	sizes := fs.String("sizes", joinInts(cudabridge.DefaultProfileSizes()), "batch sizes to measure, increasing, 1 to 100")
@@ -58,10 +70,11 @@ func parseProfile(args []string, stdout io.Writer) (cudabridge.ProfileRun, error
 	fs.IntVar(&o.Config.Warmup, "warmup", 2, "untimed runs before each point's timed runs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: batchd profile [--backend cuda|cpu] [--out FILE] [--sizes 1,2,...,100] [--lengths 16,128,1024] [--reps N]")
+			fmt.Fprintln(stdout, "usage: batchd profile [--backend cuda|cpu | --config FILE] [--out FILE] [--sizes 1,2,...,100] [--lengths 16,128,1024] [--reps N]")
 			fmt.Fprintln(stdout)
 			fmt.Fprintln(stdout, "Measures the bytenet model's batch latency against batch size and input length")
-			fmt.Fprintln(stdout, "on each GPU (or the CPU) and writes a latency table that 'batchd sim")
+			fmt.Fprintln(stdout, "on each GPU (or the CPU), or your model's behind any backend a serve config")
+			fmt.Fprintln(stdout, "names (--config: worker, upstream, fanout), and writes a latency table that 'batchd sim")
 			fmt.Fprintln(stdout, "--latency-table FILE' and devices.latency_model.table read; the other lengths'")
 			fmt.Fprintln(stdout, "points are kept in the file as comments.")
 			fmt.Fprintln(stdout)
@@ -82,31 +95,61 @@ func parseProfile(args []string, stdout io.Writer) (cudabridge.ProfileRun, error
 	if c.Lengths, err = intList(*lengths); err != nil {
 		return o, usagef("--lengths: %v", err)
 	}
-	if o.Backend != "cuda" && o.Backend != "cpu" {
-		return o, usagef("--backend %q: want cuda or cpu", o.Backend)
+	backendSet, tableSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		backendSet = backendSet || f.Name == "backend"
+		tableSet = tableSet || f.Name == "table-length"
+	})
+	switch {
+	case *path != "":
+		data, err := os.ReadFile(*path)
+		if err != nil {
+			return o, usagef("--config: %w", err)
+		}
+		if o.file, err = config.Decode(*path, data); err != nil {
+			return o, usageError{err}
+		}
+		kind := cmp.Or(o.file.Devices.Backend, config.BackendEmulated)
+		if backendSet && o.Backend != kind {
+			return o, usagef("--backend %s, but %s says devices.backend %s", o.Backend, *path, kind)
+		}
+		o.Backend = kind
+	case o.Backend != "cuda" && o.Backend != "cpu":
+		return o, usagef("--backend %q: want cuda or cpu, or --config FILE whose devices say how to reach the backend", o.Backend)
+	default:
+		if err := c.Validate(cudabridge.DefaultLimits()); err != nil {
+			return o, usageError{err}
+		}
 	}
-	if err := c.Validate(cudabridge.DefaultLimits()); err != nil {
-		return o, usageError{err}
-	}
-	tableSet := false
-	fs.Visit(func(f *flag.Flag) { tableSet = tableSet || f.Name == "table-length" })
 	if !tableSet {
 		o.TableLen = cudabridge.TableLength(c.Lengths)
 	} else if !slices.Contains(c.Lengths, o.TableLen) {
 		return o, usagef("--table-length %d: must be one of --lengths (%s)", o.TableLen, *lengths)
 	}
-	o.Command = fmt.Sprintf("batchd profile --backend %s --sizes %s --lengths %s --reps %d --warmup %d",
-		o.Backend, joinInts(c.Sizes), joinInts(c.Lengths), c.Reps, c.Warmup)
+	target := "--backend " + o.Backend
+	if *path != "" {
+		target = "--config " + *path
+	}
+	o.Command = fmt.Sprintf("batchd profile %s --sizes %s --lengths %s --reps %d --warmup %d",
+		target, joinInts(c.Sizes), joinInts(c.Lengths), c.Reps, c.Warmup)
 	return o, nil
 }
 
 // runProfile is `batchd profile`.
-func runProfile(args []string, stdout, _ io.Writer) error {
+func runProfile(args []string, stdout, stderr io.Writer) error {
 	o, err := parseProfile(args, stdout)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if o.file != nil {
+		t, closeAll, err := server.ProfileTarget(o.file, slog.New(slog.NewTextHandler(stderr, nil)))
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		o.Target = &t
+	}
 	return o.Run(ctx, stdout)
 }
