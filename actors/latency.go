@@ -15,13 +15,20 @@ import (
 // padded to the batch's longest member, so padding shows in the cost. When
 // Table is set it replaces Base and PerItem: the cost of n items is read from
 // the table by linear interpolation between its points (and held flat past
-// its ends).
+// its ends). When FanoutConcurrency is set it replaces PerItem and Table:
+// the device is a single-item API called once per input, at most
+// FanoutConcurrency calls at once, each FanoutCall long, so a batch of n
+// costs Base + ⌈n/FanoutConcurrency⌉·FanoutCall.
 type LatencyModel struct {
 	Base          time.Duration
 	PerItem       time.Duration
 	PerPaddedByte time.Duration
 	// Table holds measured points, sorted by strictly increasing BatchSize.
 	Table []LatencyPoint
+	// FanoutConcurrency is how many single-item calls run at once;
+	// FanoutCall is one call's latency. Both or neither.
+	FanoutConcurrency int
+	FanoutCall        time.Duration
 }
 
 // LatencyPoint is one measured batch latency.
@@ -46,17 +53,35 @@ func (m LatencyModel) Validate() error {
 			return fmt.Errorf("latency model: table point %d: batch sizes must increase", i)
 		}
 	}
-	if len(m.Table) == 0 && m.Base+m.PerItem <= 0 {
+	switch {
+	case m.FanoutConcurrency < 0 || m.FanoutCall < 0:
+		return fmt.Errorf("latency model: negative fan-out")
+	case (m.FanoutConcurrency > 0) != (m.FanoutCall > 0):
+		return fmt.Errorf("latency model: a fan-out needs both a concurrency and a call latency")
+	case m.FanoutConcurrency > 0 && (m.PerItem > 0 || len(m.Table) > 0):
+		return fmt.Errorf("latency model: a fan-out replaces the per-item cost and the table")
+	case m.FanoutConcurrency == 0 && len(m.Table) == 0 && m.Base+m.PerItem <= 0:
 		return fmt.Errorf("latency model: a batch must cost more than zero")
 	}
 	return nil
+}
+
+// Fanout reports whether m is a single-item API fanned out.
+func (m LatencyModel) Fanout() bool { return m.FanoutConcurrency > 0 }
+
+// Waves is how many rounds of FanoutConcurrency calls a batch of n takes.
+func (m LatencyModel) Waves(n int) int {
+	return (n + m.FanoutConcurrency - 1) / m.FanoutConcurrency
 }
 
 // Predict returns the cost of a batch of n inputs whose longest is maxLen
 // bytes.
 func (m LatencyModel) Predict(n, maxLen int) time.Duration {
 	d := m.Base + time.Duration(n)*m.PerItem
-	if len(m.Table) > 0 {
+	switch {
+	case m.Fanout():
+		d = m.Base + time.Duration(m.Waves(n))*m.FanoutCall
+	case len(m.Table) > 0:
 		d = m.interpolate(n)
 	}
 	return d + time.Duration(n)*time.Duration(maxLen)*m.PerPaddedByte

@@ -143,7 +143,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad operator", "  - p95_ms < 200", "  - p95_ms ~ 200", `s.yaml:24: expect[0]: "p95_ms ~ 200": operator "~"`},
 		{"burst size on poisson", "    rate: 300", "    rate: 300\n    burst_size: 4", "s.yaml:14: traffic[0].burst_size: only a burst phase has a burst size"},
 		{"phase past duration", "name: tiny", "name: tiny\nduration: 2500ms", "traffic[1].duration: the phase ends at 3s, after the scenario's duration 2.5s"},
-		{"two latency models", "name: tiny", "name: tiny\ndevices: {latency: {fixed: 1s, base: 2s}}", "s.yaml:2: devices.latency: give one of fixed, base/per_item/table and profile"},
+		{"two latency models", "name: tiny", "name: tiny\ndevices: {latency: {fixed: 1s, base: 2s}}", "s.yaml:2: devices.latency: give one of fixed, base/per_item/table/fanout and profile"},
 		{"negative overrun cap", "name: tiny", "name: tiny\npolicy: {overrun_max: -1ms}", "s.yaml:2: policy.overrun_max: -1ms"},
 		{"missing profile", "name: tiny", "name: tiny\ndevices:\n  latency: {profile: p.csv}", `s.yaml:3: devices.latency.profile: "p.csv"`},
 	} {

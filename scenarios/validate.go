@@ -115,7 +115,7 @@ func (v *validator) nodes() int {
 func (v *validator) devices(readProfile func(string) ([]byte, error)) {
 	d := v.s.Devices
 	l := d.Latency
-	model := l.Base != 0 || l.PerItem != 0 || len(l.Table) > 0
+	model := l.Base != 0 || l.PerItem != 0 || len(l.Table) > 0 || l.Fanout != schema.Fanout{}
 	kinds := 0
 	for _, given := range []bool{l.Fixed != 0, model, l.Profile != ""} {
 		if given {
@@ -128,7 +128,7 @@ func (v *validator) devices(readProfile func(string) ([]byte, error)) {
 	}
 	switch {
 	case kinds > 1:
-		v.Bad("devices.latency", "give one of fixed, base/per_item/table and profile")
+		v.Bad("devices.latency", "give one of fixed, base/per_item/table/fanout and profile")
 	case l.Profile != "":
 		data, err := readProfile(l.Profile)
 		if err != nil {

@@ -186,7 +186,7 @@ func DefaultConfig() Config {
 
 // isZero reports a latency model left unset.
 func isZero(m actors.LatencyModel) bool {
-	return m.Base == 0 && m.PerItem == 0 && m.PerPaddedByte == 0 && len(m.Table) == 0
+	return m.Base == 0 && m.PerItem == 0 && m.PerPaddedByte == 0 && len(m.Table) == 0 && !m.Fanout() && m.FanoutCall == 0
 }
 
 // resolved returns the configuration with its defaults and derived fields

@@ -248,7 +248,8 @@ func (m *Model) SetSchedule(index int, all []ScheduledFault) {
 // SetLatencySpread makes the device's batch latency vary: each batch's cost
 // is multiplied by exp(σZ − σ²/2), Z standard normal, a log-normal factor
 // of mean 1 (the cost model stays right on average, wrong on each batch),
-// capped at 50. σ of zero, the default, switches it off and draws nothing.
+// capped at 50; under a fan-out model each call's is, and the batch ends
+// with its last call. σ of zero, the default, switches it off and draws nothing.
 func (m *Model) SetLatencySpread(sigma float64) error {
 	if !(sigma >= 0 && sigma <= LatencySpreadLimit) {
 		return fmt.Errorf("latency spread %v: need 0 to %v", sigma, float64(LatencySpreadLimit))
@@ -293,7 +294,14 @@ func (m *Model) Draw(now time.Duration, rng *rand.Rand, inputs []string) Fate {
 	}
 	// The scheduled faults and the spread come last and only when set, so
 	// a run without them draws exactly the numbers it always drew.
-	if m.spread > 0 {
+	if m.spread > 0 && m.latency.Fanout() {
+		// A fanned-out batch: each call varies on its own, and the batch
+		// lasts until its last call ends.
+		if span, want := m.fanoutSpan(rng, n), time.Duration(m.latency.Waves(n))*m.latency.FanoutCall; span != want {
+			latency = max(latency+span-want, 1)
+			slow = slow || span > want
+		}
+	} else if m.spread > 0 {
 		if x := min(math.Exp(m.spread*rng.NormFloat64()-m.spread*m.spread/2), spreadFactorMax); x != 1 {
 			latency = max(time.Duration(float64(latency)*x), 1)
 			// A long draw may pass the watchdog, which restarts the
@@ -335,6 +343,29 @@ func (m *Model) Draw(now time.Duration, rng *rand.Rand, inputs []string) Fate {
 		itemFail = nil
 	}
 	return Fate{Kind: FateDone, Took: latency, Slow: slow, ItemFail: itemFail}
+}
+
+// fanoutSpan draws the latency of each of n single-item calls (the
+// call's mean times the spread's log-normal factor, in input order) and
+// returns when the last ends, each call starting on the first of the
+// FanoutConcurrency slots to free up: a batch's span is set by its
+// stragglers, not by its mean call.
+func (m *Model) fanoutSpan(rng *rand.Rand, n int) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	slots := make([]time.Duration, min(m.latency.FanoutConcurrency, n))
+	for range n {
+		x := min(math.Exp(m.spread*rng.NormFloat64()-m.spread*m.spread/2), spreadFactorMax)
+		first := 0
+		for j, end := range slots {
+			if end < slots[first] {
+				first = j
+			}
+		}
+		slots[first] += max(time.Duration(float64(m.latency.FanoutCall)*x), 1)
+	}
+	return slices.Max(slots)
 }
 
 // slowBy returns the product of the factors of the slow faults whose span

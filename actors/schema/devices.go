@@ -58,6 +58,16 @@ type LatencyModel struct {
 	PerItem       time.Duration  `yaml:"per_item"`
 	PerPaddedByte time.Duration  `yaml:"per_padded_byte"`
 	Table         []LatencyPoint `yaml:"table"`
+	// Fanout models a single-item API called once per input, in place of
+	// per_item and table.
+	Fanout Fanout `yaml:"fanout"`
+}
+
+// Fanout is a single-item API behind a device: Concurrency calls at once,
+// each Call long.
+type Fanout struct {
+	Concurrency int           `yaml:"concurrency"`
+	Call        time.Duration `yaml:"call"`
 }
 
 // LatencyPoint is one measured batch latency.
@@ -68,7 +78,8 @@ type LatencyPoint struct {
 
 // LatencyModelOf is m as written in a file.
 func LatencyModelOf(m actors.LatencyModel) LatencyModel {
-	lm := LatencyModel{Base: m.Base, PerItem: m.PerItem, PerPaddedByte: m.PerPaddedByte}
+	lm := LatencyModel{Base: m.Base, PerItem: m.PerItem, PerPaddedByte: m.PerPaddedByte,
+		Fanout: Fanout{Concurrency: m.FanoutConcurrency, Call: m.FanoutCall}}
 	for _, p := range m.Table {
 		lm.Table = append(lm.Table, LatencyPoint{BatchSize: p.BatchSize, Latency: p.Latency})
 	}
@@ -77,7 +88,8 @@ func LatencyModelOf(m actors.LatencyModel) LatencyModel {
 
 // Model is the cost model the devices run and the batcher plans with.
 func (l LatencyModel) Model() actors.LatencyModel {
-	m := actors.LatencyModel{Base: l.Base, PerItem: l.PerItem, PerPaddedByte: l.PerPaddedByte}
+	m := actors.LatencyModel{Base: l.Base, PerItem: l.PerItem, PerPaddedByte: l.PerPaddedByte,
+		FanoutConcurrency: l.Fanout.Concurrency, FanoutCall: l.Fanout.Call}
 	for _, p := range l.Table {
 		m.Table = append(m.Table, actors.LatencyPoint{BatchSize: p.BatchSize, Latency: p.Latency})
 	}
@@ -96,8 +108,15 @@ func (l LatencyModel) Check(v *Validator, path string) {
 		}
 		v.DurIn(p+".latency", pt.Latency, time.Microsecond, time.Hour)
 	}
-	if len(l.Table) == 0 && l.Base+l.PerItem <= 0 {
-		v.Bad(path, "a batch must cost more than zero: set base or per_item")
+	switch f := l.Fanout; {
+	case f != Fanout{}:
+		v.IntIn(path+".fanout.concurrency", f.Concurrency, 1, 10_000)
+		v.DurIn(path+".fanout.call", f.Call, time.Microsecond, time.Hour)
+		if l.PerItem != 0 || len(l.Table) > 0 {
+			v.Bad(path+".fanout", "replaces per_item and table: give one")
+		}
+	case len(l.Table) == 0 && l.Base+l.PerItem <= 0:
+		v.Bad(path, "a batch must cost more than zero: set base, per_item, table or fanout")
 	}
 }
 
