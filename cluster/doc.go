@@ -13,6 +13,7 @@
 // memberlist does not report suspicion to its event delegate either, so
 // the actors see alive, dead and left from it, never suspect.
 //
-// Imported by: nothing (batchd serve --join will; its tests run real
-// memberlist nodes on loopback).
+// Imported by: engine/server (a node of a cluster: batchd serve --node
+// --join; its tests, and this package's, run real memberlist nodes on
+// loopback).
 package cluster

@@ -235,13 +235,20 @@ func (m *Membership) Addr() string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
-// Members returns the live members as memberlist holds them, with their
+// Node is a member as memberlist holds it: its name, gossip address and
 // metadata.
-func (m *Membership) Members() []Meta {
-	var out []Meta
+type Node struct {
+	Name, Addr string
+	Meta
+}
+
+// Members returns the live members as memberlist holds them, with their
+// metadata (those whose metadata does not decode are left out).
+func (m *Membership) Members() []Node {
+	var out []Node
 	for _, n := range m.ml.Members() {
 		if meta, err := DecodeMeta(n.Meta); err == nil {
-			out = append(out, meta)
+			out = append(out, Node{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta})
 		}
 	}
 	return out

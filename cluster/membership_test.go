@@ -78,8 +78,13 @@ func TestMembershipLifecycle(t *testing.T) {
 			return is(n, "a", 10, member.Alive)() && is(n, "b", 20, member.Alive)() && is(n, "c", 30, member.Alive)()
 		})
 	}
-	if ms := a.m.Members(); len(ms) != 3 || ms[0].Devices != 2 || ms[0].Models[0] != "echo" {
-		t.Fatalf("members %+v", ms)
+	ms := a.m.Members()
+	names := map[string]bool{}
+	for _, n := range ms {
+		names[n.Name] = n.Devices == 2 && len(n.Models) == 1 && n.Models[0] == "echo" && n.Addr != ""
+	}
+	if len(ms) != 3 || !names["a"] || !names["b"] || !names["c"] {
+		t.Fatalf("members %+v: want a, b and c, each with 2 devices, model echo and an address", ms)
 	}
 
 	cAddr := c.m.Addr()

@@ -25,5 +25,6 @@
 // Imported by: actors (the front, the batcher and the device keep Views),
 // sim/swim (the simulator's SWIM model, which produces the Updates),
 // sim/cluster (the cluster simulator), cluster (memberlist's events as
-// Updates). It imports nothing of batchd.
+// Updates), engine/server (a node's view of its cluster, for GET
+// /v1/cluster). It imports nothing of batchd.
 package member

@@ -46,7 +46,9 @@ var mayAlsoImport = map[string][]string{
 	// included, so it opens cudabridge's devices; cudabridge still
 	// imports no engine package (the adapter between them is the
 	// server's).
-	"engine/server": {"cudabridge"},
+	// It is also what joins a node to its cluster (memberlist, and the
+	// data plane to come), as it opens the GPUs.
+	"engine/server": {"cudabridge", "cluster"},
 }
 
 // modPkg is one package of the module, as `go list` sees it.

@@ -64,6 +64,15 @@ var serveFlags = []serveFlag{
 			v := fs.String(name, strings.Join(d.Devices.Worker.Cmd, " "), usage)
 			return func(f *config.File) { f.Devices.Worker.Cmd = strings.Fields(*v) }
 		}},
+	{"node", "cluster.node", "this node's name in a cluster of batchd nodes (empty: a single node)",
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.Node })},
+	{"join", "cluster.join", "with --node: members to join, host:port or DNS names, comma-separated",
+		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
+			v := fs.String(name, strings.Join(d.Cluster.Join, ","), usage)
+			return func(f *config.File) { f.Cluster.Join = strings.FieldsFunc(*v, func(r rune) bool { return r == ',' || r == ' ' }) }
+		}},
+	{"cluster-bind", "cluster.bind", "with --node: where the node gossips (host:port, UDP and TCP; port 0 picks a free one)",
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.Bind })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",

@@ -56,6 +56,9 @@ type File struct {
 	Jobs Jobs `yaml:"jobs"`
 	// Process is the Go runtime's settings for the server's process.
 	Process Process `yaml:"process"`
+	// Cluster makes the server a node of a cluster; without a node name
+	// it is a single node.
+	Cluster Cluster `yaml:"cluster"`
 
 	// src says where each key's value came from ("file.yaml:12" or
 	// "--devices"), by path; errors quote it.

@@ -219,6 +219,11 @@ func TestErrors(t *testing.T) {
 		{"fanout attempts", "devices:\n  backend: fanout\n  fanout:\n    url: http://h:1/p\n    attempts: 0\n    concurrency: 0\n", []string{"bad.yaml:5: devices.fanout.attempts: 0: want 1 to 20", "bad.yaml:6: devices.fanout.concurrency: 0: want 1 to 4096"}},
 		{"fanout backoff", "devices:\n  backend: fanout\n  fanout:\n    url: http://h:1/p\n    backoff: 1s\n    backoff_max: 100ms\n", []string{"bad.yaml:6: devices.fanout.backoff_max: 100ms"}},
 		{"fanout url, other backend", "devices:\n  fanout:\n    url: http://h:1/p\n", []string{`bad.yaml:3: devices.fanout.url: set, but devices.backend is "emulated"`}},
+		{"join without a node", "cluster:\n  join: [a:7946]\n", []string{"bad.yaml:2: cluster.join: needs cluster.node (--node)"}},
+		{"node name", "cluster:\n  node: -a b\n", []string{`bad.yaml:2: cluster.node: "-a b": want 1 to 128 letters`}},
+		{"cluster bind", "cluster:\n  node: a\n  bind: 7946\n", []string{`bad.yaml:3: cluster.bind: "7946": want host:port`}},
+		{"probe timeout over interval", "cluster:\n  node: a\n  probe_interval: 100ms\n  probe_timeout: 1s\n", []string{"bad.yaml:4: cluster.probe_timeout: 1s: want 1ms to 100ms"}},
+		{"gossip key unset", "cluster:\n  node: a\n  secret_key_env: BATCHD_TEST_UNSET_KEY\n", []string{"bad.yaml:3: cluster.secret_key_env: $BATCHD_TEST_UNSET_KEY is empty or unset"}},
 		{"several at once", "devices:\n  count: 0\npolicy:\n  slo: 0s\n", []string{"bad.yaml:2: devices.count", "bad.yaml:4: policy.slo"}},
 		{"several unknown at once", "a: 1\nb: 2\n", []string{"bad.yaml:1: a: unknown key", "bad.yaml:2: b: unknown key"}},
 	} {
@@ -504,5 +509,26 @@ func TestUpstreamSections(t *testing.T) {
 	}
 	if strings.Contains(string(out), "tok-in-file") {
 		t.Errorf("Marshal shows the fanout token:\n%s", out)
+	}
+}
+
+// TestGossipKey: the gossip key is base64 of 16, 24 or 32 bytes; anything
+// else is refused with what is wrong.
+func TestGossipKey(t *testing.T) {
+	f := Default()
+	f.Cluster.SecretKeyEnv = "BATCHD_TEST_GOSSIP_KEY"
+	for _, c := range []struct{ value, want string }{
+		{"MDEyMzQ1Njc4OWFiY2RlZg==", ""}, // 16 bytes
+		{"c2hvcnQ=", "holds 5 bytes"},
+		{"not base64!", "not base64"},
+	} {
+		t.Setenv("BATCHD_TEST_GOSSIP_KEY", c.value)
+		key, err := f.GossipKey()
+		switch {
+		case c.want == "" && (err != nil || len(key) != 16):
+			t.Errorf("%q: key of %d bytes, err %v; want 16 bytes", c.value, len(key), err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: err %v, want %q", c.value, err, c.want)
+		}
 	}
 }

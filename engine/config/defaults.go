@@ -43,6 +43,7 @@ func Default() *File {
 		DefaultTenant: schema.LimitsOf(b.DefaultTenant),
 		Jobs:          defaultJobs(),
 		Process:       Process{GCPercent: DefaultGCPercent},
+		Cluster:       defaultCluster(),
 	}
 }
 

@@ -50,6 +50,7 @@ func (f *File) Validate() error {
 	v.jobs()
 	v.process()
 	v.grpc()
+	v.cluster()
 	if err := v.Err(); err != nil {
 		return err
 	}

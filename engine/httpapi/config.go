@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"time"
 	"unicode/utf8"
@@ -112,6 +113,12 @@ type Config struct {
 	// ScrapeTimeout bounds one Signals call (and one Ready call). Default
 	// 2 s.
 	ScrapeTimeout time.Duration
+	// Cluster, when set, answers GET /v1/cluster (behind the metrics key,
+	// as /metrics is): the node's view of its cluster, as JSON. Nil: the
+	// server is a single node, and the route says so (404).
+	Cluster func() any
+	// Collectors are more series for /metrics (the cluster's).
+	Collectors []prometheus.Collector
 	// Logger receives the adapter's own logs (backend failures, a
 	// goroutine that had to be cut off). Nil discards them.
 	Logger *slog.Logger

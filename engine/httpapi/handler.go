@@ -189,9 +189,24 @@ func (h *Handler) routes() {
 		}
 		metricsHandler.ServeHTTP(w, r)
 	})
+	h.route(http.MethodGet, "/v1/cluster", h.v1Cluster)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such route: " + truncate(r.URL.Path)})
 	})
+}
+
+// v1Cluster is GET /v1/cluster: the node's view of its cluster, behind
+// the metrics key (it names the nodes and their addresses).
+func (h *Handler) v1Cluster(w http.ResponseWriter, r *http.Request) {
+	if aerr := h.metricsAuth(r); aerr != nil {
+		h.fail(w, r, aerr)
+		return
+	}
+	if h.cfg.Cluster == nil {
+		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "not a cluster: this server is a single node (set cluster.node, or serve --node)"})
+		return
+	}
+	h.writeJSON(w, r, http.StatusOK, h.cfg.Cluster())
 }
 
 // route registers a path for one method. The method is checked here rather
@@ -708,6 +723,7 @@ func newMetrics(cfg Config) *metrics.Metrics {
 		ScrapeTimeout:  cfg.ScrapeTimeout,
 		Devices:        cfg.Devices,
 		Jobs:           js,
+		Collectors:     cfg.Collectors,
 	})
 }
 

@@ -11,8 +11,8 @@
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
 // engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
 // engine/record, engine/upstream (the upstream and fanout backends),
-// engine/workerproc (the worker backend) and cudabridge (the cpu and cuda
-// backends).
+// engine/workerproc (the worker backend), cudabridge (the cpu and cuda
+// backends), cluster and actors/member (a node's membership in a cluster).
 //
 // # Backends
 //

@@ -58,6 +58,8 @@ type Server struct {
 	// The gRPC server and its listener, when f.GRPC.Addr is set.
 	gsrv *grpcapi.Server
 	gln  net.Listener
+	// cn is the node's cluster membership, when f.Cluster.Node is set.
+	cn *clusterNode
 
 	mu          sync.Mutex
 	serving     bool
@@ -140,6 +142,15 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	}
 	// /metrics labels devices by their index in this list, from 0.
 	hcfg.Devices = eng.Devices()
+	// A node of a cluster joins it once its devices are up, so it is
+	// never seen without them.
+	if f.Clustered() {
+		if s.cn, err = startCluster(f, len(hcfg.Devices), log); err != nil {
+			return err
+		}
+		hcfg.Cluster = func() any { return s.cn.status() }
+		hcfg.Collectors = s.cn.collectors()
+	}
 	// With a recording, the handler and the job runner call the engine
 	// through the recorder, which is closed (flushed) once every request
 	// has been answered.
@@ -188,6 +199,15 @@ func (s *Server) GRPCAddr() net.Addr {
 		return nil
 	}
 	return s.gln.Addr()
+}
+
+// ClusterAddr is where the node gossips, what another node joins ("" when
+// it is a single node).
+func (s *Server) ClusterAddr() string {
+	if s.cn == nil {
+		return ""
+	}
+	return s.cn.ml.Addr()
 }
 
 // Serve serves HTTP until ctx ends, Shutdown is called, or the listener
@@ -335,6 +355,13 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	case s.ln != nil:
 		if err := s.ln.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("listener: %w", err))
+		}
+	}
+	// A node of a cluster leaves once its work is done: the others see it
+	// Left, not Dead.
+	if s.cn != nil {
+		if err := s.cn.stop(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if s.eng != nil {

@@ -33,6 +33,8 @@ type Config struct {
 	// Jobs is the durable job runner whose counters the batchd_job_*
 	// series read. Nil: those series are not exported.
 	Jobs JobStats
+	// Collectors are more series, registered as they are (the cluster's).
+	Collectors []prometheus.Collector
 }
 
 // ReasonNone is the reason label of a request that was not refused.
@@ -165,6 +167,7 @@ func New(cfg Config) *Metrics {
 		models: newLabelSet(cfg.Models, cfg.ModelLabelsMax),
 	}
 	m.reg.MustRegister(m.requests, m.responses, m.grpcResps, m.queueWait, m.compute, m.latency, m.batchSize)
+	m.reg.MustRegister(cfg.Collectors...)
 	if cfg.Signals != nil {
 		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout, cfg.Devices))
 	}

@@ -1,0 +1,126 @@
+package config
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// Cluster is the node's place in a cluster of batchd nodes: its name and
+// how it finds the others (hashicorp/memberlist: gossip over UDP and TCP).
+// With no node name the server is a single node.
+type Cluster struct {
+	// Node is the node's name, unique in the cluster and the same across
+	// its restarts (a host name, a StatefulSet pod's name). Empty: no
+	// cluster.
+	Node string `yaml:"node"`
+	// Bind is where the node gossips (UDP and TCP), host:port; port 0
+	// picks a free one.
+	Bind string `yaml:"bind"`
+	// Join lists members to join at start, host:port or a DNS name (a
+	// Kubernetes headless service resolves to every pod). Empty: the
+	// first node of a new cluster.
+	Join []string `yaml:"join"`
+	// SecretKeyEnv names the environment variable that holds the gossip
+	// key, base64 of 16, 24 or 32 bytes: with it, gossip is encrypted and
+	// a node without the key can neither join nor inject. Empty: gossip
+	// in the clear (a trusted network only).
+	SecretKeyEnv string `yaml:"secret_key_env"`
+	// ProbeInterval, ProbeTimeout and SuspicionMult are the failure
+	// detector's (memberlist's LAN defaults: 1 s, 500 ms, 4): a dead node
+	// is declared in about 5 to 6 s on a LAN of a few nodes.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	ProbeTimeout  time.Duration `yaml:"probe_timeout"`
+	SuspicionMult int           `yaml:"suspicion_mult"`
+	// LeaveTimeout bounds the graceful leave on shutdown: telling the
+	// others the node is leaving, so they see it Left, not Dead.
+	LeaveTimeout time.Duration `yaml:"leave_timeout"`
+}
+
+// Limits on the cluster section.
+const (
+	clusterJoinMax    = 64 // cluster.JoinMax
+	clusterNodeLenMax = 128
+)
+
+// nodeName is what a node name may be: a DNS label's characters and dots,
+// so it is safe in logs, metrics labels and URLs.
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// envName is what an environment variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func defaultCluster() Cluster {
+	return Cluster{
+		Bind:          "0.0.0.0:7946",
+		Join:          []string{},
+		ProbeInterval: time.Second,
+		ProbeTimeout:  500 * time.Millisecond,
+		SuspicionMult: 4,
+		LeaveTimeout:  5 * time.Second,
+	}
+}
+
+// Clustered reports whether the server runs as a node of a cluster.
+func (f *File) Clustered() bool { return f.Cluster.Node != "" }
+
+// GossipKey is the gossip key from the variable cluster.secret_key_env
+// names: base64 of 16, 24 or 32 bytes (AES-128, -192 or -256); nil when
+// none is named.
+func (f *File) GossipKey() ([]byte, error) {
+	env := f.Cluster.SecretKeyEnv
+	if env == "" {
+		return nil, nil
+	}
+	v := os.Getenv(env)
+	if v == "" {
+		return nil, fmt.Errorf("$%s is empty or unset", env)
+	}
+	key, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("$%s is not base64: %w", env, err)
+	}
+	if n := len(key); n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("$%s holds %d bytes: want 16, 24 or 32 (AES-128, -192, -256)", env, n)
+	}
+	return key, nil
+}
+
+func (v *validator) cluster() {
+	c := v.f.Cluster
+	if c.Node == "" {
+		if len(c.Join) > 0 {
+			v.Bad("cluster.join", "needs cluster.node (--node): the node's name in the cluster")
+		}
+		return
+	}
+	if len(c.Node) > clusterNodeLenMax || !nodeName.MatchString(c.Node) {
+		v.Bad("cluster.node", "%q: want 1 to %d letters, digits, '.', '_' or '-', not starting with a symbol", c.Node, clusterNodeLenMax)
+	}
+	if _, port, err := net.SplitHostPort(c.Bind); err != nil {
+		v.Bad("cluster.bind", "%q: want host:port (0.0.0.0:7946): %v", c.Bind, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.Bad("cluster.bind", "%q: port %q: want 0 to 65535", c.Bind, port)
+	}
+	if len(c.Join) > clusterJoinMax {
+		v.Bad("cluster.join", "%d addresses: want at most %d", len(c.Join), clusterJoinMax)
+	}
+	for i, a := range c.Join {
+		if a == "" || len(a) > 255 {
+			v.Bad("cluster.join["+strconv.Itoa(i)+"]", "%q: want host:port or a DNS name", a)
+		}
+	}
+	if c.SecretKeyEnv != "" && !envName.MatchString(c.SecretKeyEnv) {
+		v.Bad("cluster.secret_key_env", "%q: not an environment variable's name", c.SecretKeyEnv)
+	} else if _, err := v.f.GossipKey(); err != nil {
+		v.Bad("cluster.secret_key_env", "%v", err)
+	}
+	v.DurIn("cluster.probe_interval", c.ProbeInterval, 10*time.Millisecond, time.Minute)
+	v.DurIn("cluster.probe_timeout", c.ProbeTimeout, time.Millisecond, c.ProbeInterval)
+	v.IntIn("cluster.suspicion_mult", c.SuspicionMult, 1, 100)
+	v.DurIn("cluster.leave_timeout", c.LeaveTimeout, 0, time.Minute)
+}

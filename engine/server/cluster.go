@@ -1,0 +1,177 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batchd/batchd/actors/member"
+	"github.com/batchd/batchd/cluster"
+	"github.com/batchd/batchd/engine/config"
+)
+
+// clusterNode is the server's membership in a cluster (cluster.node set):
+// memberlist finds the other nodes and tells this one who joined, left or
+// died; the node keeps the view those updates build, as the actors keep
+// theirs, for GET /v1/cluster and /metrics.
+type clusterNode struct {
+	ml    *cluster.Membership
+	self  string
+	inc   uint64
+	leave time.Duration
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	view   *member.View
+	events [member.Left + 1]int64 // updates applied, by kind
+}
+
+// clusterViewMax bounds the members a node keeps in its view.
+const clusterViewMax = 4096
+
+// startCluster joins f's cluster, telling the others the node's devices
+// and models. The gossip key comes from the variable cluster.secret_key_env
+// names.
+func startCluster(f *config.File, devices int, log *slog.Logger) (*clusterNode, error) {
+	c := f.Cluster
+	host, port, _ := net.SplitHostPort(c.Bind) // validated
+	p, _ := strconv.Atoi(port)
+	cfg := cluster.DefaultConfig(c.Node)
+	cfg.BindAddr, cfg.BindPort = host, p
+	cfg.Join = c.Join
+	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult = c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult
+	key, err := f.GossipKey()
+	if err != nil {
+		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
+	}
+	cfg.SecretKey = key
+	cfg.Meta = cluster.Meta{Devices: devices}
+	for _, m := range f.Models {
+		cfg.Meta.Models = append(cfg.Meta.Models, m.Name)
+	}
+	n := &clusterNode{self: c.Node, inc: cfg.Incarnation, leave: c.LeaveTimeout, log: log, view: member.NewView(clusterViewMax)}
+	ml, err := cluster.Start(cfg, n.apply)
+	if err != nil {
+		return nil, err
+	}
+	n.ml = ml
+	log.Info("cluster: joined", "node", c.Node, "incarnation", cfg.Incarnation, "gossip", ml.Addr(), "join", c.Join, "encrypted", cfg.SecretKey != nil)
+	return n, nil
+}
+
+// apply takes one membership update (memberlist calls it one at a time).
+func (n *clusterNode) apply(u member.Update) {
+	n.mu.Lock()
+	ch, err := n.view.Apply(u)
+	if err == nil && ch != member.Ignored {
+		n.events[u.Kind]++
+	}
+	n.mu.Unlock()
+	if err != nil {
+		n.log.Warn("cluster: update dropped", "update", u.String(), "err", err)
+		return
+	}
+	if ch != member.Ignored {
+		n.log.Info("cluster: member", "node", u.Node, "incarnation", u.Inc, "state", u.Kind.String())
+	}
+}
+
+// ClusterMember is one member as GET /v1/cluster shows it.
+type ClusterMember struct {
+	Node        string   `json:"node"`
+	Incarnation uint64   `json:"incarnation"`
+	State       string   `json:"state"`
+	Gossip      string   `json:"gossip,omitempty"`
+	Devices     int      `json:"devices"`
+	Models      []string `json:"models"`
+}
+
+// ClusterStatus is GET /v1/cluster: this node, every member it has heard
+// of (the dead and departed too, until they return), and the owner of
+// each model: the node whose accumulator batches it, the rendezvous
+// choice among the live members.
+type ClusterStatus struct {
+	Node        string            `json:"node"`
+	Incarnation uint64            `json:"incarnation"`
+	Members     []ClusterMember   `json:"members"`
+	Owners      map[string]string `json:"owners"`
+}
+
+// status is the node's view now.
+func (n *clusterNode) status() ClusterStatus {
+	meta := map[string]cluster.Node{}
+	for _, m := range n.ml.Members() {
+		meta[m.Name] = m
+	}
+	n.mu.Lock()
+	all, live := n.view.Members(), slices.Clone(n.view.Live())
+	n.mu.Unlock()
+	st := ClusterStatus{Node: n.self, Incarnation: n.inc, Members: make([]ClusterMember, 0, len(all)), Owners: map[string]string{}}
+	models := map[string]bool{}
+	for _, u := range all {
+		cm := ClusterMember{Node: u.Node, Incarnation: u.Inc, State: u.Kind.String(), Models: []string{}}
+		if m, ok := meta[u.Node]; ok && m.Incarnation == u.Inc {
+			cm.Gossip, cm.Devices, cm.Models = m.Addr, m.Devices, m.Models
+			for _, name := range m.Models {
+				models[name] = true
+			}
+		}
+		st.Members = append(st.Members, cm)
+	}
+	owners := member.NewOwners(live)
+	for name := range models {
+		if o, ok := owners.Owner(name); ok {
+			st.Owners[name] = o
+		}
+	}
+	return st
+}
+
+// collectors are the cluster's series for /metrics: members by state and
+// membership events by kind.
+func (n *clusterNode) collectors() []prometheus.Collector {
+	members := prometheus.NewDesc("batchd_cluster_members", "Members of the cluster this node knows of, by state (alive, suspect, dead, left).", []string{"state"}, nil)
+	events := prometheus.NewDesc("batchd_cluster_events_total", "Membership changes this node applied, by kind (alive: a join, a return or a refutation; suspect; dead; left).", []string{"kind"}, nil)
+	return []prometheus.Collector{collectorFunc{descs: []*prometheus.Desc{members, events}, collect: func(ch chan<- prometheus.Metric) {
+		n.mu.Lock()
+		var byState [member.Left + 1]int
+		for _, u := range n.view.Members() {
+			byState[u.Kind]++
+		}
+		ev := n.events
+		n.mu.Unlock()
+		for k := member.Alive; k <= member.Left; k++ {
+			ch <- prometheus.MustNewConstMetric(members, prometheus.GaugeValue, float64(byState[k]), k.String())
+			ch <- prometheus.MustNewConstMetric(events, prometheus.CounterValue, float64(ev[k]), k.String())
+		}
+	}}}
+}
+
+// collectorFunc is a prometheus.Collector of fixed descriptions.
+type collectorFunc struct {
+	descs   []*prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
+
+// stop leaves the cluster gracefully (the others see the node Left, not
+// Dead), within cluster.leave_timeout.
+func (n *clusterNode) stop() error {
+	if err := n.ml.Leave(n.leave); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
