@@ -69,7 +69,9 @@ var serveFlags = []serveFlag{
 	{"join", "cluster.join", "with --node: members to join, host:port or DNS names, comma-separated",
 		func(fs *flag.FlagSet, name, usage string, d *config.File) func(*config.File) {
 			v := fs.String(name, strings.Join(d.Cluster.Join, ","), usage)
-			return func(f *config.File) { f.Cluster.Join = strings.FieldsFunc(*v, func(r rune) bool { return r == ',' || r == ' ' }) }
+			return func(f *config.File) {
+				f.Cluster.Join = strings.FieldsFunc(*v, func(r rune) bool { return r == ',' || r == ' ' })
+			}
 		}},
 	{"cluster-bind", "cluster.bind", "with --node: where the node gossips (host:port, UDP and TCP; port 0 picks a free one)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.Bind })},
