@@ -44,7 +44,8 @@ var commands = []command{
 	{"plan", "size a fleet: the formula beside the smallest fleet the simulator shows holding the SLO", runPlan},
 	{"fidelity", "run one workload live and in the simulator and compare their percentiles", runFidelity},
 	{"devices", "list the GPUs the CUDA driver sees, or say why there are none", runDevices},
-	{"profile", "measure the bytenet model's batch latency on each GPU (or the CPU) into a latency table", runProfile},
+	{"profile", "measure a backend's batch latency (bytenet on each GPU or the CPU, or a serve config's backend) into a latency table", runProfile},
+	{"status", "show a node's view of its cluster: members, incarnations, states, devices, owners", runStatus},
 }
 
 func main() {

@@ -1,12 +1,20 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -172,6 +180,63 @@ func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 func (n *clusterNode) stop() error {
 	if err := n.ml.Leave(n.leave); err != nil {
 		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
+
+// FetchClusterStatus asks the node at base (http://host:port) for its
+// view of the cluster (GET /v1/cluster), with key as the bearer token
+// when the node's metrics are behind one.
+func FetchClusterStatus(ctx context.Context, base, key string) (ClusterStatus, error) {
+	var st ClusterStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/v1/cluster", nil)
+	if err != nil {
+		return st, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, statusBodyMax))
+	if err != nil {
+		return st, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET %s: %s: %s", req.URL, resp.Status, bytes.TrimSpace(body))
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fmt.Errorf("GET %s: %w", req.URL, err)
+	}
+	return st, nil
+}
+
+// statusBodyMax bounds the answer FetchClusterStatus reads: a view of
+// clusterViewMax members.
+const statusBodyMax = 8 << 20
+
+// WriteClusterStatus writes st as a table, a member a row (this node
+// marked *), then the owner of each model.
+func WriteClusterStatus(w io.Writer, st ClusterStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "node\tincarnation\tstate\tdevices\tmodels\tgossip")
+	for _, m := range st.Members {
+		name := m.Node
+		if name == st.Node {
+			name += " *"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", name, m.Incarnation, m.State, m.Devices, strings.Join(m.Models, ","), m.Gossip)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	models := slices.Sorted(maps.Keys(st.Owners))
+	fmt.Fprintln(w)
+	for _, m := range models {
+		fmt.Fprintf(w, "model %s: owner %s\n", m, st.Owners[m])
 	}
 	return nil
 }
