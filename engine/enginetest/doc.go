@@ -6,8 +6,10 @@
 // register actor.proto); a future runtime plugs in the same way. It also
 // holds Door, which makes an engine.FrontDoor of a fake engine for the
 // tests of the front door's consumers (engine/httpapi, engine/jobs,
-// engine/record). It imports actors, actors/actorstest and engine.
+// engine/record), and NodeModules, which installs the npm packages of the
+// unmodified clients the protocol tests run. It imports actors,
+// actors/actorstest and engine.
 //
 // Imported by: nothing (only the tests of engine, engine/httpapi,
-// engine/jobs and engine/record).
+// engine/jobs, engine/record, engine/grpcapi and engine/openai).
 package enginetest

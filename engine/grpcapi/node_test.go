@@ -3,8 +3,6 @@ package grpcapi_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,57 +16,9 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/server"
 )
-
-// nodeModules installs the node client's packages (testdata/node's
-// package.json and package-lock.json: @grpc/grpc-js, @grpc/proto-loader)
-// with npm ci into a cache directory named by the lockfile's hash, once,
-// and returns its node_modules. It skips the test, saying why, without
-// node and npm or when the registry cannot be reached.
-func nodeModules(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not on PATH (Debian: apt-get install nodejs npm): skipping the check with Google's node gRPC client", tool)
-		}
-	}
-	lock, err := os.ReadFile("testdata/node/package-lock.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "batchd", "grpc-node-"+hex.EncodeToString(sum[:6]))
-	mods := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(mods, "@grpc", "proto-loader", "package.json")); err == nil {
-		return mods
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"package.json", "package-lock.json"} {
-		b, err := os.ReadFile(filepath.Join("testdata/node", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(mods)
-		t.Skipf("npm ci of the node gRPC client failed (no npm registry?): %v\n%s", err, out)
-	}
-	return mods
-}
 
 // TestNodeClient runs a client no one here wrote, Google's
 // @grpc/grpc-js with @grpc/proto-loader loading the published proto
@@ -76,7 +26,7 @@ func nodeModules(t *testing.T) string {
 // 127.0.0.1: live, ready, metadata, infer with raw and with contents, two
 // errors, and a stream of 50 requests, one of them refused.
 func TestNodeClient(t *testing.T) {
-	mods := nodeModules(t)
+	mods := enginetest.NodeModules(t, "testdata/node", filepath.Join("@grpc", "proto-loader", "package.json"))
 	f, err := config.Load("test.yaml", []byte("devices:\n  count: 2\n  latency: 5ms\npolicy:\n  slo: 5s\n"))
 	if err != nil {
 		t.Fatal(err)
