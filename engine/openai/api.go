@@ -22,9 +22,9 @@ const (
 // completionRequest is POST /v1/completions' body: the fields batchd
 // reads (others are ignored).
 type completionRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	MaxTokens     *int            `json:"max_tokens"`
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	MaxTokens *int            `json:"max_tokens"`
 	commonParams
 	Echo   bool   `json:"echo"`
 	Suffix string `json:"suffix"`

@@ -19,6 +19,6 @@
 // without knowing. Unknown fields are ignored, as OpenAI's clients send
 // fields of newer API versions.
 //
-// Imported by: nothing yet (the server mounts it once a generation engine
+// Imported by: nothing (the server mounts it once a generation engine
 // runs live; its tests run the official openai npm client against it).
 package openai
