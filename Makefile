@@ -99,8 +99,9 @@ poison: build
 
 # The property tests with CHECKS cases each, then the chaos suite longer:
 # the malformed-input corpus and the overload five times over, 100,000
-# requests on random keys, and FUZZTIME of fuzzing for each request decoder
-# and for the worker protocol's reply decoder.
+# requests on random keys, and FUZZTIME of fuzzing for each request decoder,
+# the worker protocol's reply decoder, the node metadata's and the cluster
+# data plane's (envelopes and stream frames).
 FUZZTIME ?= 60s
 soak:
 	$(GO) test -count=1 -timeout 60m -run Property ./sim ./actors ./sim/swim ./actors/member -args -rapid.checks=$(CHECKS)
@@ -111,6 +112,8 @@ soak:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV2Binary$$' -fuzztime $(FUZZTIME) ./engine/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./cluster
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./cluster/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime $(FUZZTIME) ./cluster/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzReadReply$$' -fuzztime $(FUZZTIME) ./engine/workerproc
 
 # The GPU check (the model on a GPU against its CPU reference): builds (no
@@ -133,8 +136,10 @@ ptx:
 	cd cudabridge && $(CLANG) -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -ffp-contract=off -S -o model.ptx model.cu
 
 # Regenerates the OIP gRPC code (engine/grpcapi/oippb/*.pb.go, committed)
-# from its .proto files: needs protoc (apt-get install protobuf-compiler)
+# and the cluster data plane's (cluster/wire/*.pb.go, committed) from their
+# .proto files: needs protoc (apt-get install protobuf-compiler)
 # and the plugins, go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 # google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2, on PATH.
 proto:
 	cd engine/grpcapi/oippb && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate .
+	cd cluster/wire && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate .

@@ -15,8 +15,9 @@
 // anything else of batchd).
 //
 // Imported by: actors/actorstest, actors/devicemodel, actors/schema,
-// cmd/batchd, engine, engine/config, engine/enginetest, engine/fidelity,
-// engine/httpapi, engine/httpapi/metrics, engine/jobs, engine/loadgen,
-// engine/record, engine/server, scenarios, sim, sim/charts, sim/cluster,
-// sim/flushcheck, sim/ledger (and tests).
+// cluster/transport, cluster/wire, cmd/batchd, engine, engine/config,
+// engine/enginetest, engine/fidelity, engine/httpapi,
+// engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
+// engine/server, scenarios, sim, sim/charts, sim/cluster, sim/flushcheck,
+// sim/ledger (and tests).
 package actors

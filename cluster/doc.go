@@ -2,7 +2,7 @@
 // hashicorp/memberlist served as the actors' membership messages
 // (member.Update), and each node's metadata (its incarnation, data-plane
 // address, devices and warm models). The data plane (messages between
-// nodes' actors) is not built yet.
+// nodes' actors) is in cluster/transport, its schema in cluster/wire.
 //
 // Why the incarnation is the node's own: memberlist keeps an incarnation
 // per node but does not expose it, and raises it when a node refutes a

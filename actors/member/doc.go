@@ -25,6 +25,7 @@
 // Imported by: actors (the front, the batcher and the device keep Views),
 // sim/swim (the simulator's SWIM model, which produces the Updates),
 // sim/cluster (the cluster simulator), cluster (memberlist's events as
-// Updates), engine/server (a node's view of its cluster, for GET
-// /v1/cluster). It imports nothing of batchd.
+// Updates), cluster/transport (it follows membership), cluster/wire
+// (Updates on the wire), engine/server (a node's view of its cluster, for
+// GET /v1/cluster). It imports nothing of batchd.
 package member

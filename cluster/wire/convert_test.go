@@ -235,3 +235,30 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFrame: any bytes as a stream frame (what the server reads before it
+// checks anything) either fail to decode or decode to a Hello or a Data
+// whose payload goes through the envelope decoder without a panic.
+func FuzzFrame(f *testing.F) {
+	hello, _ := proto.Marshal(&Frame{Body: &Frame_Hello{Hello: &Hello{Version: Version, Node: []byte("a"), Peer: []byte("b"), Nonce: make([]byte, 32)}}})
+	e, _ := Encode(actors.Address{Node: "a"}, actors.Address{Node: "b"}, actors.Cancel{ID: 1})
+	payload, _ := Marshal([]*Envelope{e})
+	data, _ := proto.Marshal(&Frame{Body: &Frame_Data{Data: &Data{Seq: 1, Envelopes: payload, Mac: make([]byte, 32)}}})
+	f.Add(hello)
+	f.Add(data)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fr Frame
+		if err := proto.Unmarshal(b, &fr); err != nil {
+			return
+		}
+		if d := fr.GetData(); d != nil {
+			envs, err := Unmarshal(d.GetEnvelopes())
+			if err != nil {
+				return
+			}
+			for _, e := range envs {
+				Decode(e)
+			}
+		}
+	})
+}

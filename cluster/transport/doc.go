@@ -1,0 +1,50 @@
+// Package transport is the cluster's data plane: it carries actor
+// messages between nodes over gRPC, one long-lived bidirectional stream
+// per ordered pair of nodes (the sender dials the peer's data-plane
+// address, its memberlist Meta.DataAddr), in the schema of cluster/wire.
+//
+// Sending. Send(from, to, msg) never blocks: the message joins its peer's
+// bounded queue, and the peer's one writer goroutine writes what is queued
+// in frames of up to Config.Batch messages (a busy link shares one write
+// among many messages). A message comes back to its sender as
+// actors.Undeliverable{To, Msg}, through Deliver, when its node is unknown
+// (not, or no longer, a member: Apply follows membership), when its peer
+// is unreachable (the last connection attempt failed or the stream broke:
+// answered in Send itself, so actors re-route at once), when the peer's
+// queue is full, and for what was queued when a stream broke or a
+// connection attempt failed. As on the simulator's lossy links, messages
+// already written to a stream that then breaks may be lost without a word.
+// Messages from one sender to one node arrive in the order sent. Messages
+// for the node itself never need the transport (the runtime keeps them);
+// Send hands them to Deliver if it gets them.
+//
+// Reconnecting. After a failure a peer's writer waits a backoff that
+// doubles from Config.BackoffMin to Config.BackoffMax, each wait drawn in
+// [d/2, d), and dials again, until membership removes the peer. A
+// connection attempt, handshake included, is bounded by DialTimeout.
+//
+// Authentication: the cluster's gossip key, not mTLS. Every node already
+// holds the gossip key (memberlist refuses a node without it), so a key
+// derived from it (HMAC-SHA256 with a fixed label) authenticates the data
+// plane with nothing more to issue, rotate or mount. The handshake is a
+// challenge-response: each side sends a 32-byte nonce and proves the key
+// with an HMAC over both nonces and both names (the server first, so a
+// client never talks to an impostor), and the session key derived from
+// the same proves every Data frame (HMAC over its sequence number and
+// payload). So a client without the key is refused, a recorded stream
+// cannot be replayed (fresh nonces), and a frame cannot be injected,
+// reordered or replayed into an established stream, even on a plain TCP
+// link. The key does not hide the messages: TLS (Config.TLS, TLS 1.3,
+// mutual with a CA file) encrypts them, and the key check still runs
+// under it. A node's name is proven only to be a member's: members trust
+// each other.
+//
+// Bounds: the queue per peer (Config.Queue), the peers (PeersMax), a
+// frame's size (wire.FrameMax, also gRPC's receive limit), the streams
+// per client connection, the handshake's time on the server
+// (HandshakeTimeout); idle streams are kept alive and a vanished peer
+// found by gRPC keepalives (5 s + 2 s).
+//
+// Imported by: nothing (the engine will wire Send and Deliver into
+// its runtime; its tests run real transports on loopback).
+package transport

@@ -1,0 +1,579 @@
+package transport
+
+import (
+	"context"
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/member"
+	"github.com/batchd/batchd/cluster/wire"
+)
+
+// Defaults and limits.
+const (
+	QueueDefault     = 4096
+	BatchDefault     = 256
+	BackoffMinimum   = 20 * time.Millisecond
+	BackoffMaximum   = 2 * time.Second
+	DialTimeoutMax   = 2 * time.Second
+	HandshakeTimeout = 2 * time.Second
+	// PeersMax bounds the peers a transport holds (member.DefaultLimit).
+	PeersMax = member.DefaultLimit
+	// QueueMax bounds Config.Queue.
+	QueueMax = 1 << 20
+	// streamsMax bounds the streams one client connection may open.
+	streamsMax = 4
+)
+
+// Config is one node's data plane.
+type Config struct {
+	// Node is this node's name: what it tells peers, and the Node of the
+	// addresses it takes messages for.
+	Node string
+	// Listen is where peers reach this node (host:port; port 0 picks a
+	// free one, see Addr): the data-plane address in its memberlist Meta.
+	Listen string
+	// Key is the cluster's gossip key (16, 24 or 32 bytes): the streams'
+	// handshake proves both sides hold it, and every frame carries an HMAC
+	// under a key derived from it and the handshake's nonces.
+	Key []byte
+	// TLS, when set, encrypts the streams (and, with a CA, makes them
+	// mutual TLS).
+	TLS *TLSFiles
+	// Queue bounds each peer's send queue, in messages (QueueDefault).
+	Queue int
+	// Batch bounds the messages written in one frame (BatchDefault).
+	Batch int
+	// BackoffMin and BackoffMax bound the wait between a peer's
+	// connection attempts: it doubles from BackoffMin after each failure,
+	// up to BackoffMax, each wait drawn in [d/2, d).
+	BackoffMin, BackoffMax time.Duration
+	// DialTimeout bounds a connection attempt, handshake included
+	// (DialTimeoutMax).
+	DialTimeout time.Duration
+}
+
+// Deliver takes a message for a local actor: one that came from a peer,
+// or an Undeliverable for a local sender (from is then the zero Address:
+// the transport). It is called from the transport's goroutines and from
+// Send, concurrently: it must be safe for that and must not block. It may
+// call Send (no lock of the transport is held while it runs).
+type Deliver func(from, to actors.Address, msg actors.Message)
+
+// Stats counts what a transport did.
+type Stats struct {
+	// Sent counts messages written to a peer's stream; Received, messages
+	// from peers handed to Deliver.
+	Sent, Received uint64
+	// Undeliverable counts messages that came back to their senders.
+	Undeliverable uint64
+	// Dropped counts messages from peers that did not decode or were not
+	// for this node.
+	Dropped uint64
+	// Refused counts inbound streams refused at the handshake; Connects,
+	// outbound streams established.
+	Refused, Connects uint64
+}
+
+// Transport is one node's end of the data plane: it sends actor messages
+// to peers over one gRPC stream each and hands what peers send to Deliver.
+type Transport struct {
+	cfg     Config
+	key     []byte
+	deliver Deliver
+	srv     *grpc.Server
+	lis     net.Listener
+	client  []grpc.DialOption
+
+	mu     sync.Mutex
+	peers  map[string]*peer
+	closed bool
+	wg     sync.WaitGroup
+
+	sent, received, undeliverable, dropped, refused, connects atomic.Uint64
+}
+
+type item struct {
+	from, to actors.Address
+	msg      actors.Message
+	env      *wire.Envelope
+}
+
+// peer is one peer's send side: a bounded queue and the goroutine that
+// keeps a stream to it.
+type peer struct {
+	node, addr string
+	q          chan item
+	cancel     context.CancelFunc
+	mu         sync.Mutex
+	// down: the last connection attempt failed or the stream broke;
+	// Send answers Undeliverable at once until a stream is up again.
+	down bool
+	done chan struct{}
+}
+
+// New starts a node's transport: it listens on cfg.Listen at once.
+func New(cfg Config, deliver Deliver) (*Transport, error) {
+	switch {
+	case cfg.Node == "" || len(cfg.Node) > member.MaxNameLen:
+		return nil, fmt.Errorf("transport: node name %q: want 1 to %d bytes", cfg.Node, member.MaxNameLen)
+	case len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32:
+		return nil, fmt.Errorf("transport: a key of %d bytes: want the cluster's gossip key, 16, 24 or 32", len(cfg.Key))
+	case deliver == nil:
+		return nil, errors.New("transport: no Deliver")
+	case cfg.Queue < 0 || cfg.Queue > QueueMax:
+		return nil, fmt.Errorf("transport: queue of %d: want 0 (default) to %d", cfg.Queue, QueueMax)
+	}
+	if cfg.Queue == 0 {
+		cfg.Queue = QueueDefault
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = BatchDefault
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = BackoffMinimum
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = max(cfg.BackoffMin, BackoffMaximum)
+	}
+	if cfg.DialTimeout <= 0 || cfg.DialTimeout > DialTimeoutMax {
+		cfg.DialTimeout = DialTimeoutMax
+	}
+	srvCreds, cliCreds, err := credentialsFor(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}}
+	frameMax := wire.FrameMax + 64<<10 // the frame's own fields
+	t.client = []grpc.DialOption{
+		grpc.WithTransportCredentials(cliCreds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(frameMax), grpc.MaxCallRecvMsgSize(4<<10)),
+		// A peer whose host vanished without a reset is found by the
+		// keepalive; membership usually declares it dead first.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+	}
+	t.srv = grpc.NewServer(grpc.Creds(srvCreds), grpc.MaxRecvMsgSize(frameMax), grpc.MaxConcurrentStreams(streamsMax),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+	wire.RegisterDataPlaneServer(t.srv, &server{t: t})
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		_ = t.srv.Serve(lis) // ends at Close
+	}()
+	return t, nil
+}
+
+// Addr is where the transport listens: the data-plane address to
+// advertise.
+func (t *Transport) Addr() string { return t.lis.Addr().String() }
+
+// Stats returns the counts so far.
+func (t *Transport) Stats() Stats {
+	return Stats{Sent: t.sent.Load(), Received: t.received.Load(), Undeliverable: t.undeliverable.Load(),
+		Dropped: t.dropped.Load(), Refused: t.refused.Load(), Connects: t.connects.Load()}
+}
+
+// SetPeer tells the transport where node's data plane listens (its
+// memberlist Meta.DataAddr): messages for it go there from now on. A new
+// address replaces the old one; what was queued for the old one comes
+// back Undeliverable.
+func (t *Transport) SetPeer(node, addr string) error {
+	if node == t.cfg.Node {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errors.New("transport: closed")
+	}
+	old := t.peers[node]
+	if old != nil && old.addr == addr {
+		return nil
+	}
+	if old == nil && len(t.peers) >= PeersMax {
+		return fmt.Errorf("transport: %d peers already", PeersMax)
+	}
+	if old != nil {
+		old.cancel()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &peer{node: node, addr: addr, q: make(chan item, t.cfg.Queue), cancel: cancel, done: make(chan struct{})}
+	t.peers[node] = p
+	t.wg.Add(1)
+	go t.run(ctx, p)
+	return nil
+}
+
+// RemovePeer forgets node (membership says it died or left): what was
+// queued for it, and anything sent to it from now on, comes back
+// Undeliverable.
+func (t *Transport) RemovePeer(node string) {
+	t.mu.Lock()
+	p := t.peers[node]
+	delete(t.peers, node)
+	t.mu.Unlock()
+	if p != nil {
+		p.cancel()
+	}
+}
+
+// Apply follows membership: an alive node at addr becomes (or stays) a
+// peer, a dead or departed one is removed; a suspect keeps its stream.
+func (t *Transport) Apply(u member.Update, addr string) error {
+	switch u.Kind {
+	case member.Alive:
+		return t.SetPeer(u.Node, addr)
+	case member.Dead, member.Left:
+		t.RemovePeer(u.Node)
+	}
+	return nil
+}
+
+// Send queues msg from the local actor from for the actor to on another
+// node, and never blocks. A message to an unknown node, to a peer that is
+// unreachable (its last connection attempt failed or its stream broke),
+// past its peer's queue bound, or that the schema cannot carry, comes back
+// at once as Undeliverable{To: to, Msg: msg} to from. A message to this
+// node is handed to Deliver directly (the runtime should keep those).
+//
+// What was written to a stream that then broke may be lost without a
+// word, as the simulator's lossy links lose messages: the actors'
+// re-announcements, retries and deadlines cover it.
+func (t *Transport) Send(from, to actors.Address, msg actors.Message) {
+	if to.Node == t.cfg.Node {
+		t.deliver(from, to, msg)
+		return
+	}
+	env, err := wire.Encode(from, to, msg)
+	if err != nil {
+		t.bounce(item{from: from, to: to, msg: msg})
+		return
+	}
+	t.mu.Lock()
+	p := t.peers[to.Node]
+	t.mu.Unlock()
+	if p == nil || !p.enqueue(item{from: from, to: to, msg: msg, env: env}) {
+		t.bounce(item{from: from, to: to, msg: msg})
+	}
+}
+
+func (p *peer) enqueue(it item) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return false
+	}
+	select {
+	case p.q <- it:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *peer) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+}
+
+func (t *Transport) bounce(it item) {
+	t.undeliverable.Add(1)
+	if _, nested := it.msg.(actors.Undeliverable); nested {
+		return // an Undeliverable's own sender is the transport
+	}
+	t.deliver(actors.Address{}, it.from, actors.Undeliverable{To: it.to, Msg: it.msg})
+}
+
+// drain answers everything queued for p Undeliverable. Once p is down or
+// stopped nothing new is queued, so the queue ends empty.
+func (t *Transport) drain(p *peer) {
+	for {
+		select {
+		case it := <-p.q:
+			t.bounce(it)
+		default:
+			return
+		}
+	}
+}
+
+// Close stops the transport: every peer's queue comes back Undeliverable,
+// streams close, the listener closes.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	for _, p := range t.peers {
+		p.cancel()
+	}
+	t.peers = map[string]*peer{}
+	t.mu.Unlock()
+	t.srv.Stop()
+	t.wg.Wait()
+	return nil
+}
+
+// run keeps a stream to p until p is removed: connect, pump, and after a
+// failure mark p down, answer its queue Undeliverable, and wait a
+// jittered, doubling, bounded backoff before the next attempt.
+func (t *Transport) run(ctx context.Context, p *peer) {
+	defer t.wg.Done()
+	defer close(p.done)
+	backoff := t.cfg.BackoffMin
+	for {
+		connected := t.connect(ctx, p)
+		p.setDown(true)
+		t.drain(p)
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			backoff = t.cfg.BackoffMin
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, t.cfg.BackoffMax)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// connect makes one connection attempt and, once it is up, pumps p's
+// queue into it until it fails or ctx ends. It says whether the stream
+// came up.
+func (t *Transport) connect(ctx context.Context, p *peer) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn, err := grpc.NewClient(p.addr, t.client...)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	// The dial and the handshake must end within DialTimeout.
+	timer := time.AfterFunc(t.cfg.DialTimeout, cancel)
+	// Not WaitForReady: a refused connection fails the attempt at once.
+	stream, err := wire.NewDataPlaneClient(conn).Stream(ctx)
+	if err != nil {
+		return false
+	}
+	session, err := t.clientHandshake(stream, p.node)
+	if !timer.Stop() || err != nil {
+		return false
+	}
+	t.connects.Add(1)
+	p.setDown(false)
+	// The server sends nothing after the handshake: a Recv that returns
+	// means the stream is gone (the peer died, or closed it).
+	go func() {
+		_, _ = stream.Recv()
+		cancel()
+	}()
+	t.pump(ctx, stream, p, session)
+	return true
+}
+
+func (t *Transport) clientHandshake(stream wire.DataPlane_StreamClient, peer string) ([]byte, error) {
+	cn, err := nonce()
+	if err != nil {
+		return nil, err
+	}
+	self := t.cfg.Node
+	if err := stream.Send(&wire.Frame{Body: &wire.Frame_Hello{Hello: &wire.Hello{Version: wire.Version, Node: []byte(self), Peer: []byte(peer), Nonce: cn}}}); err != nil {
+		return nil, err
+	}
+	f, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	h := f.GetHello()
+	if h == nil || h.Version != wire.Version || string(h.Node) != peer || len(h.Nonce) != nonceLen ||
+		!hmac.Equal(h.Proof, proof(t.key, "server", cn, h.Nonce, self, peer)) {
+		return nil, errors.New("transport: the peer's handshake does not prove the cluster's key")
+	}
+	if err := stream.Send(&wire.Frame{Body: &wire.Frame_Hello{Hello: &wire.Hello{Version: wire.Version, Proof: proof(t.key, "client", cn, h.Nonce, self, peer)}}}); err != nil {
+		return nil, err
+	}
+	return proof(t.key, "session", cn, h.Nonce, self, peer), nil
+}
+
+// pump writes p's queue to the stream, up to Batch messages and
+// wire.FrameMax bytes a frame. A frame that fails to go out comes back
+// Undeliverable.
+func (t *Transport) pump(ctx context.Context, stream wire.DataPlane_StreamClient, p *peer, session []byte) {
+	var seq uint64
+	batch := make([]item, 0, t.cfg.Batch)
+	envs := make([]*wire.Envelope, 0, t.cfg.Batch)
+	var held *item // an item that did not fit the last frame
+	for {
+		batch, envs = batch[:0], envs[:0]
+		size := 0
+		add := func(it item) bool {
+			n := proto.Size(it.env) + 8
+			if len(batch) > 0 && size+n > wire.FrameMax {
+				return false
+			}
+			if n > wire.FrameMax {
+				t.bounce(it)
+				return true
+			}
+			size += n
+			batch, envs = append(batch, it), append(envs, it.env)
+			return true
+		}
+		if held != nil {
+			add(*held)
+			held = nil
+		} else {
+			select {
+			case <-ctx.Done():
+				return
+			case it := <-p.q:
+				add(it)
+			}
+		}
+	fill:
+		for len(batch) < t.cfg.Batch {
+			select {
+			case it := <-p.q:
+				if !add(it) {
+					held = &it
+					break fill
+				}
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		payload, err := wire.Marshal(envs)
+		if err == nil {
+			seq++
+			err = stream.Send(&wire.Frame{Body: &wire.Frame_Data{Data: &wire.Data{Seq: seq, Envelopes: payload, Mac: frameMAC(session, seq, payload)}}})
+		}
+		if err != nil {
+			for _, it := range batch {
+				t.bounce(it)
+			}
+			if held != nil {
+				t.bounce(*held)
+			}
+			return
+		}
+		t.sent.Add(uint64(len(batch)))
+	}
+}
+
+// server takes peers' streams.
+type server struct {
+	wire.UnimplementedDataPlaneServer
+	t *Transport
+}
+
+var errRefused = status.Error(codes.Unauthenticated, "transport: the handshake does not prove the cluster's key")
+
+func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
+	t := s.t
+	type result struct {
+		peer    string
+		session []byte
+		err     error
+	}
+	// The handshake runs beside a timer: a client that opens a stream and
+	// says nothing is dropped after HandshakeTimeout.
+	done := make(chan result, 1)
+	go func() {
+		peer, session, err := t.serverHandshake(stream)
+		done <- result{peer, session, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(HandshakeTimeout):
+		t.refused.Add(1)
+		return status.Error(codes.DeadlineExceeded, "transport: no handshake")
+	}
+	if r.err != nil {
+		t.refused.Add(1)
+		return r.err
+	}
+	var seq uint64
+	for {
+		f, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		d := f.GetData()
+		if d == nil || d.Seq != seq+1 || !hmac.Equal(d.Mac, frameMAC(r.session, d.Seq, d.Envelopes)) {
+			t.refused.Add(1)
+			return status.Error(codes.Unauthenticated, "transport: a frame out of order or without the session's MAC")
+		}
+		seq++
+		envs, err := wire.Unmarshal(d.Envelopes)
+		if err != nil {
+			t.dropped.Add(1)
+			continue
+		}
+		for _, e := range envs {
+			from, to, msg, err := wire.Decode(e)
+			if err != nil || from.Node != r.peer || to.Node != t.cfg.Node {
+				t.dropped.Add(1)
+				continue
+			}
+			t.received.Add(1)
+			t.deliver(from, to, msg)
+		}
+	}
+}
+
+func (t *Transport) serverHandshake(stream wire.DataPlane_StreamServer) (string, []byte, error) {
+	f, err := stream.Recv()
+	if err != nil {
+		return "", nil, err
+	}
+	h := f.GetHello()
+	self := t.cfg.Node
+	if h == nil || h.Version != wire.Version || string(h.Peer) != self || len(h.Nonce) != nonceLen ||
+		len(h.Node) == 0 || len(h.Node) > member.MaxNameLen {
+		return "", nil, errRefused
+	}
+	peer, cn := string(h.Node), h.Nonce
+	sn, err := nonce()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := stream.Send(&wire.Frame{Body: &wire.Frame_Hello{Hello: &wire.Hello{Version: wire.Version, Node: []byte(self), Nonce: sn,
+		Proof: proof(t.key, "server", cn, sn, peer, self)}}}); err != nil {
+		return "", nil, err
+	}
+	if f, err = stream.Recv(); err != nil {
+		return "", nil, err
+	}
+	if h := f.GetHello(); h == nil || !hmac.Equal(h.Proof, proof(t.key, "client", cn, sn, peer, self)) {
+		return "", nil, errRefused
+	}
+	return peer, proof(t.key, "session", cn, sn, peer, self), nil
+}
