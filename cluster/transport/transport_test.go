@@ -346,7 +346,7 @@ func TestWithoutKeyRefused(t *testing.T) {
 
 // certs writes a CA and a node certificate it signed (for 127.0.0.1) into
 // dir, and returns the files.
-func certs(t *testing.T, dir string) *TLSFiles {
+func certs(t testing.TB, dir string) *TLSFiles {
 	t.Helper()
 	write := func(name, typ string, der []byte) string {
 		p := filepath.Join(dir, name)
