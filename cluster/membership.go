@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,10 +37,17 @@ type Config struct {
 	// port 0 picks a free one.
 	BindAddr string
 	BindPort int
-	// Join lists members to join: host:port or a DNS name that resolves
-	// to several (a Kubernetes headless service). Empty: a cluster of one
-	// until others join it.
+	// Join lists members to join: IP:port, name:port (each of the name's
+	// A and AAAA addresses: a Kubernetes headless service), or SRVPrefix
+	// and a name (each SRV target at its port); see ResolveJoin. Empty: a
+	// cluster of one until others join it.
 	Join []string
+	// JoinEvery, when set, resolves Join again every period and joins the
+	// addresses that are not members yet; a Join that reaches no one at
+	// start is then not an error (the node waits as a cluster of one).
+	JoinEvery time.Duration
+	// Resolver resolves Join's names; nil: net.DefaultResolver.
+	Resolver Resolver
 	// Meta is what the node tells the others of itself.
 	Meta Meta
 	// SecretKey, 16, 24 or 32 bytes, encrypts and authenticates gossip
@@ -170,6 +178,11 @@ type Membership struct {
 	onUpdate func(member.Update)
 	mu       sync.Mutex
 	bad      int // metadata that did not decode (counted, not applied)
+	// stop ends the rejoin loop (JoinEvery); closed once by halt.
+	stop     chan struct{}
+	stopOnce sync.Once
+	// rejoined closes when the rejoin loop has ended (nil: none runs).
+	rejoined chan struct{}
 }
 
 // Start joins (or starts) the cluster. onUpdate receives the node's own
@@ -219,11 +232,29 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	if m.ml, err = memberlist.Create(mc); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	var r Resolver = net.DefaultResolver
+	if cfg.Resolver != nil {
+		r = cfg.Resolver
+	}
 	if len(cfg.Join) > 0 {
-		if _, err := m.ml.Join(cfg.Join); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		addrs, err := ResolveJoin(ctx, r, cfg.Join)
+		cancel()
+		if err == nil {
+			_, err = m.ml.Join(addrs)
+		}
+		if err != nil && cfg.JoinEvery <= 0 {
 			m.ml.Shutdown()
 			return nil, fmt.Errorf("cluster: join %v: %w", cfg.Join, err)
 		}
+	}
+	m.stop = make(chan struct{})
+	if len(cfg.Join) > 0 && cfg.JoinEvery > 0 {
+		m.rejoined = make(chan struct{})
+		go func() {
+			defer close(m.rejoined)
+			m.rejoin(r, cfg.Join, cfg.JoinEvery, m.stop)
+		}()
 	}
 	return m, nil
 }
@@ -277,6 +308,7 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	if err := m.ml.UpdateNode(timeout); err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}
+	m.halt()
 	err = m.ml.Leave(timeout)
 	if serr := m.ml.Shutdown(); err == nil {
 		err = serr
@@ -286,7 +318,18 @@ func (m *Membership) Leave(timeout time.Duration) error {
 
 // Stop stops the node without a word, as a crash would: the others
 // declare it dead when their probes fail.
-func (m *Membership) Stop() error { return m.ml.Shutdown() }
+func (m *Membership) Stop() error {
+	m.halt()
+	return m.ml.Shutdown()
+}
+
+// halt ends the rejoin loop and waits for it.
+func (m *Membership) halt() {
+	m.stopOnce.Do(func() { close(m.stop) })
+	if m.rejoined != nil {
+		<-m.rejoined
+	}
+}
 
 func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 	meta, err := DecodeMeta(n.Meta)
