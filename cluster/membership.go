@@ -48,6 +48,12 @@ type Config struct {
 	JoinEvery time.Duration
 	// Resolver resolves Join's names; nil: net.DefaultResolver.
 	Resolver Resolver
+	// OnPeer, when set, is called with each update and the node's
+	// metadata, just before onUpdate: the data plane follows membership
+	// with it (transport.Apply(u, meta.DataAddr)). Like onUpdate it must
+	// not block, and neither may call Membership's methods (memberlist
+	// holds its lock while it reports).
+	OnPeer func(u member.Update, meta Meta)
 	// Meta is what the node tells the others of itself.
 	Meta Meta
 	// SecretKey, 16, 24 or 32 bytes, encrypts and authenticates gossip
@@ -57,6 +63,13 @@ type Config struct {
 	// memberlist's failure detector (DefaultConfig: its LAN settings).
 	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
 	SuspicionMult                               int
+	// DeadNodeReclaim is how long after a node's death its name may come
+	// back from another address (memberlist's DeadNodeReclaimTime): 0,
+	// at once, as a restarted pod comes back with a new IP under its
+	// stable name (names are unique, and the incarnation tells lives
+	// apart); negative, never (memberlist's default, which keeps a node
+	// that restarted elsewhere out).
+	DeadNodeReclaim time.Duration
 	// Log receives memberlist's own log lines; nil discards them.
 	Log io.Writer
 }
@@ -176,6 +189,7 @@ type Membership struct {
 	// onUpdate is called, one at a time, with each change memberlist
 	// reports, as the actors' message.
 	onUpdate func(member.Update)
+	onPeer   func(member.Update, Meta)
 	mu       sync.Mutex
 	bad      int // metadata that did not decode (counted, not applied)
 	// stop ends the rejoin loop (JoinEvery); closed once by halt.
@@ -204,7 +218,7 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate}
+	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.BindPort
 	if cfg.ProbeInterval > 0 {
@@ -221,6 +235,12 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	}
 	if len(cfg.SecretKey) > 0 {
 		mc.SecretKey = cfg.SecretKey
+	}
+	switch {
+	case cfg.DeadNodeReclaim == 0:
+		mc.DeadNodeReclaimTime = time.Nanosecond
+	case cfg.DeadNodeReclaim > 0:
+		mc.DeadNodeReclaimTime = cfg.DeadNodeReclaim
 	}
 	out := cfg.Log
 	if out == nil {
@@ -342,7 +362,11 @@ func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 	if meta.Leaving {
 		kind = member.Left
 	}
-	m.onUpdate(member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind})
+	u := member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind}
+	if m.onPeer != nil {
+		m.onPeer(u, meta)
+	}
+	m.onUpdate(u)
 }
 
 type delegate struct{ m *Membership }

@@ -156,3 +156,20 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 	})
 }
+
+// A node that crashed comes back under its name from another address (a
+// pod restarted with a new IP) and is alive again at its new incarnation.
+func TestRestartAtNewAddress(t *testing.T) {
+	a := start(t, fast("a", 10, 0))
+	defer a.m.Stop()
+	c := start(t, fast("c", 30, 0, a.m.Addr()))
+	waitFor(t, "c alive at a", is(a, "c", 30, member.Alive))
+	c.m.Stop()
+	waitFor(t, "c dead at a", is(a, "c", 30, member.Dead))
+	c2 := start(t, fast("c", 31, 0, a.m.Addr())) // port 0: another address
+	defer c2.m.Stop()
+	waitFor(t, "c alive again at 31", is(a, "c", 31, member.Alive))
+	if c2.m.Addr() == c.m.Addr() {
+		t.Fatal("the restarted node got its old address; the test needs another")
+	}
+}

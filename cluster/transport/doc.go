@@ -14,7 +14,9 @@
 // queue is full, and for what was queued when a stream broke or a
 // connection attempt failed. As on the simulator's lossy links, messages
 // already written to a stream that then breaks may be lost without a word.
-// Messages from one sender to one node arrive in the order sent. Messages
+// Messages from one sender to one node arrive in the order sent (across a
+// reconnect, what the broken stream had delivered comes first unless the
+// receiver still reads it while the new one starts). Messages
 // for the node itself never need the transport (the runtime keeps them);
 // Send hands them to Deliver if it gets them.
 //
@@ -43,7 +45,8 @@
 // frame's size (wire.FrameMax, also gRPC's receive limit), the streams
 // per client connection, the handshake's time on the server
 // (HandshakeTimeout); idle streams are kept alive and a vanished peer
-// found by gRPC keepalives (5 s + 2 s).
+// found by gRPC keepalives (10 s + 2 s; membership usually declares it
+// dead first).
 //
 // Imported by: nothing (the engine will wire Send and Deliver into
 // its runtime; its tests run real transports on loopback).

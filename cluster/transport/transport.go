@@ -167,10 +167,11 @@ func New(cfg Config, deliver Deliver) (*Transport, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(frameMax), grpc.MaxCallRecvMsgSize(4<<10)),
 		// A peer whose host vanished without a reset is found by the
 		// keepalive; membership usually declares it dead first.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		// (10 s is gRPC's least keepalive time.)
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 	}
 	t.srv = grpc.NewServer(grpc.Creds(srvCreds), grpc.MaxRecvMsgSize(frameMax), grpc.MaxConcurrentStreams(streamsMax),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	wire.RegisterDataPlaneServer(t.srv, &server{t: t})
 	t.wg.Add(1)
 	go func() {
@@ -197,6 +198,9 @@ func (t *Transport) Stats() Stats {
 func (t *Transport) SetPeer(node, addr string) error {
 	if node == t.cfg.Node {
 		return nil
+	}
+	if addr == "" {
+		return fmt.Errorf("transport: node %q has no data-plane address", node)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
