@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,7 @@ import (
 // echoPair starts a and b on loopback: b answers every Submit with a
 // Reply to its ReplyTo (as a remote accumulator's device would), and a
 // hands each Reply's ID to replies.
-func echoPair(b *testing.B, tlsOn bool) (a *Transport, replies chan uint64) {
+func echoPair(b *testing.B, tlsOn bool, batch int) (a *Transport, replies chan uint64) {
 	replies = make(chan uint64, 1<<16)
 	var files *TLSFiles
 	if tlsOn {
@@ -20,7 +21,7 @@ func echoPair(b *testing.B, tlsOn bool) (a *Transport, replies chan uint64) {
 	}
 	var bt *Transport
 	var err error
-	bt, err = New(Config{Node: "b", Listen: "127.0.0.1:0", Key: key, TLS: files, Queue: 1 << 16}, func(from, to actors.Address, msg actors.Message) {
+	bt, err = New(Config{Node: "b", Listen: "127.0.0.1:0", Key: key, TLS: files, Queue: 1 << 16, Batch: batch}, func(from, to actors.Address, msg actors.Message) {
 		if s, ok := msg.(actors.Submit); ok {
 			bt.Send(to, s.Req.ReplyTo, actors.Reply{ID: s.Req.ID, Outcome: actors.Completed, Output: s.Req.Input, Version: "v1",
 				Arrival: s.Req.Arrival, Enqueue: 1, Dispatch: 2, Done: 3, BatchSize: 1, Attempts: 1, Device: to})
@@ -29,7 +30,7 @@ func echoPair(b *testing.B, tlsOn bool) (a *Transport, replies chan uint64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err = New(Config{Node: "a", Listen: "127.0.0.1:0", Key: key, TLS: files, Queue: 1 << 16}, func(from, to actors.Address, msg actors.Message) {
+	a, err = New(Config{Node: "a", Listen: "127.0.0.1:0", Key: key, TLS: files, Queue: 1 << 16, Batch: batch}, func(from, to actors.Address, msg actors.Message) {
 		if r, ok := msg.(actors.Reply); ok {
 			replies <- r.ID
 		}
@@ -55,7 +56,7 @@ func BenchmarkHop(b *testing.B)    { benchHop(b, false) }
 func BenchmarkHopTLS(b *testing.B) { benchHop(b, true) }
 
 func benchHop(b *testing.B, tlsOn bool) {
-	a, replies := echoPair(b, tlsOn)
+	a, replies := echoPair(b, tlsOn, 0)
 	from, to := actors.Address{Node: "a", ID: 1}, actors.Address{Node: "b", ID: 2}
 	a.Send(from, to, submit(0)) // the connections come up
 	<-replies
@@ -77,8 +78,15 @@ func benchHop(b *testing.B, tlsOn bool) {
 
 // BenchmarkHopThroughput: Submits from a to b and Replies back with up to
 // 1,024 in flight; exchanges/s counts round trips (each two messages).
+// batch=1 writes one message a frame: what sharing a write saves.
 func BenchmarkHopThroughput(b *testing.B) {
-	a, replies := echoPair(b, false)
+	for _, batch := range []int{1, BatchDefault} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchThroughput(b, batch) })
+	}
+}
+
+func benchThroughput(b *testing.B, batch int) {
+	a, replies := echoPair(b, false, batch)
 	from, to := actors.Address{Node: "a", ID: 1}, actors.Address{Node: "b", ID: 2}
 	a.Send(from, to, submit(0))
 	<-replies
