@@ -44,7 +44,7 @@
 // Bounds: the queue per peer (Config.Queue), the peers (PeersMax), a
 // frame's size (wire.FrameMax, also gRPC's receive limit), the streams
 // per client connection, the handshake's time on the server
-// (HandshakeTimeout); idle streams are kept alive and a vanished peer
+// (Config.HandshakeTimeout); idle streams are kept alive and a vanished peer
 // found by gRPC keepalives (10 s + 2 s; membership usually declares it
 // dead first).
 //

@@ -29,7 +29,7 @@ const (
 	BackoffMinimum   = 20 * time.Millisecond
 	BackoffMaximum   = 2 * time.Second
 	DialTimeoutMax   = 2 * time.Second
-	HandshakeTimeout = 2 * time.Second
+	HandshakeDefault = 2 * time.Second
 	// PeersMax bounds the peers a transport holds (member.DefaultLimit).
 	PeersMax = member.DefaultLimit
 	// QueueMax bounds Config.Queue.
@@ -64,6 +64,9 @@ type Config struct {
 	// DialTimeout bounds a connection attempt, handshake included
 	// (DialTimeoutMax).
 	DialTimeout time.Duration
+	// HandshakeTimeout bounds how long an inbound stream may take to
+	// prove the key before it is closed (HandshakeDefault).
+	HandshakeTimeout time.Duration
 }
 
 // Deliver takes a message for a local actor: one that came from a peer,
@@ -148,6 +151,9 @@ func New(cfg Config, deliver Deliver) (*Transport, error) {
 	}
 	if cfg.BackoffMax < cfg.BackoffMin {
 		cfg.BackoffMax = max(cfg.BackoffMin, BackoffMaximum)
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = HandshakeDefault
 	}
 	if cfg.DialTimeout <= 0 || cfg.DialTimeout > DialTimeoutMax {
 		cfg.DialTimeout = DialTimeoutMax
@@ -507,7 +513,8 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 		err     error
 	}
 	// The handshake runs beside a timer: a client that opens a stream and
-	// says nothing is dropped after HandshakeTimeout.
+	// says nothing is dropped after HandshakeTimeout (returning ends the
+	// stream, which ends the handshake's Recv).
 	done := make(chan result, 1)
 	go func() {
 		peer, session, err := t.serverHandshake(stream)
@@ -516,7 +523,7 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 	var r result
 	select {
 	case r = <-done:
-	case <-time.After(HandshakeTimeout):
+	case <-time.After(t.cfg.HandshakeTimeout):
 		t.refused.Add(1)
 		return status.Error(codes.DeadlineExceeded, "transport: no handshake")
 	}

@@ -293,9 +293,10 @@ func TestFullQueueUndeliverable(t *testing.T) {
 
 // A node with another key cannot reach a peer (its messages come back
 // Undeliverable, the peer delivers nothing), and neither can a client that
-// skips the handshake and sends a frame.
+// skips the handshake and sends a frame, or one that cannot prove the key;
+// a client that says nothing is cut off.
 func TestWithoutKeyRefused(t *testing.T) {
-	b, inb := start(t, Config{Node: "b"})
+	b, inb := start(t, Config{Node: "b", HandshakeTimeout: 100 * time.Millisecond})
 	x, inx := start(t, Config{Node: "x", Key: []byte("fedcba9876543210"), DialTimeout: 500 * time.Millisecond})
 	x.SetPeer("b", b.Addr())
 	from, to := actors.Address{Node: "x", ID: 1}, actors.Address{Node: "b", ID: 2}
@@ -339,7 +340,15 @@ func TestWithoutKeyRefused(t *testing.T) {
 	if _, err := s.Recv(); err == nil {
 		t.Fatal("a client with a wrong proof was answered")
 	}
-	if n := inb.len(); n != 0 || b.Stats().Refused < 3 {
+	// A client that opens a stream and says nothing is cut off.
+	s, err = wire.NewDataPlaneClient(conn).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err == nil || ctx.Err() != nil {
+		t.Fatalf("a silent stream: %v (the test's deadline: %v)", err, ctx.Err())
+	}
+	if n := inb.len(); n != 0 || b.Stats().Refused < 4 {
 		t.Fatalf("b delivered %d messages, refused %d streams", n, b.Stats().Refused)
 	}
 }
