@@ -28,9 +28,10 @@ const resolveTimeout = 5 * time.Second
 // ResolveJoin turns Join entries into memberlist addresses: an IP:port
 // stays as it is, a name:port becomes each of its A and AAAA addresses
 // at port, an SRVPrefix entry each SRV target's addresses at the
-// target's port. Duplicates go; at most JoinMax addresses come back. An
-// entry that does not resolve is skipped; only an error when none does.
-func ResolveJoin(ctx context.Context, r Resolver, entries []string) ([]string, error) {
+// target's port; an IP or a name without a port takes defaultPort.
+// Duplicates go; at most JoinMax addresses come back. An entry that does
+// not resolve is skipped; only an error when none does.
+func ResolveJoin(ctx context.Context, r Resolver, entries []string, defaultPort int) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	add := func(host, port string) {
@@ -71,8 +72,7 @@ func ResolveJoin(ctx context.Context, r Resolver, entries []string) ([]string, e
 		}
 		host, port, err := net.SplitHostPort(e)
 		if err != nil {
-			errs = append(errs, err.Error())
-			continue
+			host, port = strings.Trim(e, "[]"), strconv.Itoa(defaultPort)
 		}
 		if err := hosts(host, port); err != nil {
 			errs = append(errs, err.Error())
@@ -88,7 +88,7 @@ func ResolveJoin(ctx context.Context, r Resolver, entries []string) ([]string, e
 // are not members yet, until stop closes: nodes that start together find
 // each other once the service lists them, and a node cut off at start
 // (the service empty, or only itself in it) joins later.
-func (m *Membership) rejoin(r Resolver, entries []string, period time.Duration, stop <-chan struct{}) {
+func (m *Membership) rejoin(r Resolver, entries []string, port int, period time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -98,7 +98,7 @@ func (m *Membership) rejoin(r Resolver, entries []string, period time.Duration, 
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-		addrs, err := ResolveJoin(ctx, r, entries)
+		addrs, err := ResolveJoin(ctx, r, entries, port)
 		cancel()
 		if err != nil {
 			continue

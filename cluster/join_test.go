@@ -49,19 +49,19 @@ func TestResolveJoin(t *testing.T) {
 		hosts: map[string][]string{"svc": {"10.0.0.1", "10.0.0.2", "fd00::1"}, "pod-a.svc": {"10.0.0.1"}, "pod-c.svc": {"10.0.0.3"}},
 		srvs:  map[string][]*net.SRV{"_gossip._tcp.svc": {{Target: "pod-a.svc.", Port: 7000}, {Target: "pod-c.svc.", Port: 7001}, {Target: "gone.svc.", Port: 1}}},
 	}
-	got, err := ResolveJoin(context.Background(), dns, []string{"10.9.9.9:1", "svc:7946", "srv+_gossip._tcp.svc", "nowhere:1", "svc:7946"})
-	want := []string{"10.9.9.9:1", "10.0.0.1:7946", "10.0.0.2:7946", "[fd00::1]:7946", "10.0.0.1:7000", "10.0.0.3:7001"}
+	got, err := ResolveJoin(context.Background(), dns, []string{"10.9.9.9:1", "svc:7946", "srv+_gossip._tcp.svc", "nowhere:1", "svc:7946", "pod-c.svc", "fd00::2", "[fd00::3]"}, 7900)
+	want := []string{"10.9.9.9:1", "10.0.0.1:7946", "10.0.0.2:7946", "[fd00::1]:7946", "10.0.0.1:7000", "10.0.0.3:7001", "10.0.0.3:7900", "[fd00::2]:7900", "[fd00::3]:7900"}
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("got %v, %v; want %v", got, err, want)
 	}
-	if _, err := ResolveJoin(context.Background(), dns, []string{"nowhere:1", "srv+none"}); err == nil {
+	if _, err := ResolveJoin(context.Background(), dns, []string{"nowhere:1", "srv+none"}, 7946); err == nil {
 		t.Fatal("nothing resolved and no error")
 	}
 	many := make([]string, 0, 2*JoinMax)
 	for i := range 2 * JoinMax {
 		many = append(many, "10.1.0.1:"+strconv.Itoa(1000+i))
 	}
-	if got, _ := ResolveJoin(context.Background(), dns, many); len(got) != JoinMax {
+	if got, _ := ResolveJoin(context.Background(), dns, many, 7946); len(got) != JoinMax {
 		t.Fatalf("%d addresses, want the bound %d", len(got), JoinMax)
 	}
 }

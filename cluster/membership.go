@@ -39,8 +39,9 @@ type Config struct {
 	BindPort int
 	// Join lists members to join: IP:port, name:port (each of the name's
 	// A and AAAA addresses: a Kubernetes headless service), or SRVPrefix
-	// and a name (each SRV target at its port); see ResolveJoin. Empty: a
-	// cluster of one until others join it.
+	// and a name (each SRV target at its port); without a port, BindPort
+	// (or memberlist's 7946); see ResolveJoin. Empty: a cluster of one
+	// until others join it.
 	Join []string
 	// JoinEvery, when set, resolves Join again every period and joins the
 	// addresses that are not members yet; a Join that reaches no one at
@@ -258,7 +259,7 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	}
 	if len(cfg.Join) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-		addrs, err := ResolveJoin(ctx, r, cfg.Join)
+		addrs, err := ResolveJoin(ctx, r, cfg.Join, joinPort(cfg.BindPort))
 		cancel()
 		if err == nil {
 			_, err = m.ml.Join(addrs)
@@ -273,7 +274,7 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 		m.rejoined = make(chan struct{})
 		go func() {
 			defer close(m.rejoined)
-			m.rejoin(r, cfg.Join, cfg.JoinEvery, m.stop)
+			m.rejoin(r, cfg.Join, joinPort(cfg.BindPort), cfg.JoinEvery, m.stop)
 		}()
 	}
 	return m, nil
@@ -341,6 +342,15 @@ func (m *Membership) Leave(timeout time.Duration) error {
 func (m *Membership) Stop() error {
 	m.halt()
 	return m.ml.Shutdown()
+}
+
+// joinPort is the port of a Join entry that names none: the node's own,
+// as memberlist does, or memberlist's default when it picks a free one.
+func joinPort(bind int) int {
+	if bind > 0 {
+		return bind
+	}
+	return 7946
 }
 
 // halt ends the rejoin loop and waits for it.
