@@ -129,36 +129,53 @@ var groupOnly = map[string]bool{"share": true, "queue_mean_ms": true, "compute_m
 
 var ops = []string{"<=", ">=", "==", "!=", "<", ">"}
 
-// parseCheck parses one expectation against the scenario it belongs to,
-// so that a scope naming a tenant, model or window the scenario lacks is
-// a mistake of the file.
-func parseCheck(text string, s *Scenario) (Check, error) {
+// splitCheck reads the syntax every expectation shares, "[scope...]
+// metric op value": the metric (which known accepts or explains), the
+// operator and a finite value; it returns the scopes unread, for the
+// kind of scenario to interpret.
+func splitCheck(text string, known func(metric string) error) (Check, []string, error) {
 	c := Check{Text: text}
 	fields := strings.Fields(text)
 	if len(fields) < 3 {
-		return c, errors.New("want [scope...] metric op value, e.g. \"tenant:a p95_ms < 200\"")
+		return c, nil, errors.New("want [scope...] metric op value, e.g. \"tenant:a p95_ms < 200\"")
 	}
 	n := len(fields)
 	c.Metric, c.Op = fields[n-3], fields[n-2]
 	v, err := strconv.ParseFloat(fields[n-1], 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return c, fmt.Errorf("value %q: want a finite number", fields[n-1])
+		return c, nil, fmt.Errorf("value %q: want a finite number", fields[n-1])
 	}
 	c.Value = v
 	if !slices.Contains(ops, c.Op) {
-		return c, fmt.Errorf("operator %q: want one of %s", c.Op, strings.Join(ops, " "))
+		return c, nil, fmt.Errorf("operator %q: want one of %s", c.Op, strings.Join(ops, " "))
 	}
-	_, known := metricDoc[c.Metric]
-	if reason, ok := strings.CutPrefix(c.Metric, "rejected_"); ok && !known {
-		if !slices.Contains(reasons(), reason) {
-			return c, fmt.Errorf("metric %q: no rejection reason %q (known: %s)", c.Metric, reason, strings.Join(reasons(), ", "))
+	if err := known(c.Metric); err != nil {
+		return c, nil, err
+	}
+	return c, fields[:n-3], nil
+}
+
+// parseCheck parses one expectation against the scenario it belongs to,
+// so that a scope naming a tenant, model or window the scenario lacks is
+// a mistake of the file.
+func parseCheck(text string, s *Scenario) (Check, error) {
+	c, scopes, err := splitCheck(text, func(metric string) error {
+		_, known := metricDoc[metric]
+		if reason, ok := strings.CutPrefix(metric, "rejected_"); ok && !known {
+			if !slices.Contains(reasons(), reason) {
+				return fmt.Errorf("metric %q: no rejection reason %q (known: %s)", metric, reason, strings.Join(reasons(), ", "))
+			}
+			known = true
 		}
-		known = true
+		if !known {
+			return fmt.Errorf("unknown metric %q (known: %s)", metric, strings.Join(sortedKeys(metricDoc), ", "))
+		}
+		return nil
+	})
+	if err != nil {
+		return c, err
 	}
-	if !known {
-		return c, fmt.Errorf("unknown metric %q (known: %s)", c.Metric, strings.Join(sortedKeys(metricDoc), ", "))
-	}
-	for _, f := range fields[:n-3] {
+	for _, f := range scopes {
 		kind, val, ok := strings.Cut(f, ":")
 		if !ok || val == "" {
 			return c, fmt.Errorf("scope %q: want tenant:NAME, model:NAME, version:MODEL@VERSION or window:FROM-TO", f)
@@ -283,21 +300,27 @@ type CheckResult struct {
 func (s *Scenario) Evaluate(rep *sim.Report) []CheckResult {
 	out := make([]CheckResult, 0, len(s.checks))
 	for _, c := range s.checks {
-		r := CheckResult{Check: c.Text, Line: c.Line}
 		x, ok := c.observe(rep)
-		switch {
-		case !ok:
-			r.Message = fmt.Sprintf("scenario %q (%s:%d): expect %q: no data in that scope (nothing completed or sampled there)", s.Name, s.file, c.Line, c.Text)
-		default:
-			r.Observed = &x
-			r.Passed = c.holds(x)
-			if !r.Passed {
-				r.Message = fmt.Sprintf("scenario %q (%s:%d): expect %q: observed %s", s.Name, s.file, c.Line, c.Text, strconv.FormatFloat(x, 'g', 6, 64))
-			}
-		}
-		out = append(out, r)
+		out = append(out, c.result(s.Name, s.file, x, ok))
 	}
 	return out
+}
+
+// result is the check's outcome on the value x observed (ok false: no
+// data in its scope), its message naming the scenario and its file.
+func (c Check) result(scenario, file string, x float64, ok bool) CheckResult {
+	r := CheckResult{Check: c.Text, Line: c.Line}
+	switch {
+	case !ok:
+		r.Message = fmt.Sprintf("scenario %q (%s:%d): expect %q: no data in that scope (nothing completed or sampled there)", scenario, file, c.Line, c.Text)
+	default:
+		r.Observed = &x
+		r.Passed = c.holds(x)
+		if !r.Passed {
+			r.Message = fmt.Sprintf("scenario %q (%s:%d): expect %q: observed %s", scenario, file, c.Line, c.Text, strconv.FormatFloat(x, 'g', 6, 64))
+		}
+	}
+	return r
 }
 
 func (c Check) holds(x float64) bool {

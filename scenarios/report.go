@@ -23,9 +23,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	return writeChecks(w, r.Scenario, r.Passed, r.Checks)
+}
+
+// writeChecks prints one line per expectation with its verdict, then the
+// scenario's.
+func writeChecks(w io.Writer, scenario string, passed bool, checks []CheckResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "expect\tobserved\t")
-	for _, c := range r.Checks {
+	for _, c := range checks {
 		obs := "no data"
 		if c.Observed != nil {
 			obs = fmt.Sprintf("%.6g", *c.Observed)
@@ -40,10 +46,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		return err
 	}
 	verdict := "passed"
-	if !r.Passed {
+	if !passed {
 		verdict = "FAILED"
 	}
-	_, err := fmt.Fprintf(w, "\nscenario %s %s\n", r.Scenario, verdict)
+	_, err := fmt.Fprintf(w, "\nscenario %s %s\n", scenario, verdict)
 	return err
 }
 

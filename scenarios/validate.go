@@ -114,7 +114,15 @@ func (v *validator) nodes() int {
 // devices checks the devices and resolves the latency model.
 func (v *validator) devices(readProfile func(string) ([]byte, error)) {
 	d := v.s.Devices
-	l := d.Latency
+	v.s.latency = latencyModel(v.Validator, "devices.latency", d.Latency, readProfile)
+	schema.CheckLatencySpread(v.Validator, "devices.latency_spread", d.LatencySpread)
+	d.Supervision.Check(v.Validator, "devices")
+}
+
+// latencyModel checks a latency: key at path and returns the model it
+// states (a profile read with readProfile), the seeds' fixed 100 ms when
+// it states none. One-node and cluster scenarios both take it.
+func latencyModel(v *schema.Validator, path string, l Latency, readProfile func(string) ([]byte, error)) actors.LatencyModel {
 	model := l.Base != 0 || l.PerItem != 0 || len(l.Table) > 0 || l.Fanout != schema.Fanout{}
 	kinds := 0
 	for _, given := range []bool{l.Fixed != 0, model, l.Profile != ""} {
@@ -124,36 +132,34 @@ func (v *validator) devices(readProfile func(string) ([]byte, error)) {
 	}
 	if kinds != 1 || !model {
 		// per_padded_byte goes with any of them; the model checks its own.
-		v.DurIn("devices.latency.per_padded_byte", l.PerPaddedByte, 0, time.Second)
+		v.DurIn(path+".per_padded_byte", l.PerPaddedByte, 0, time.Second)
 	}
 	switch {
 	case kinds > 1:
-		v.Bad("devices.latency", "give one of fixed, base/per_item/table/fanout and profile")
+		v.Bad(path, "give one of fixed, base/per_item/table/fanout and profile")
 	case l.Profile != "":
 		data, err := readProfile(l.Profile)
 		if err != nil {
-			v.Bad("devices.latency.profile", "%q: %v", l.Profile, err)
+			v.Bad(path+".profile", "%q: %v", l.Profile, err)
 			break
 		}
 		m, err := actors.ParseLatencyTable(data)
 		if err != nil {
-			v.Bad("devices.latency.profile", "%q: %v", l.Profile, err)
+			v.Bad(path+".profile", "%q: %v", l.Profile, err)
 			break
 		}
 		m.PerPaddedByte = l.PerPaddedByte
-		v.s.latency = m
+		return m
 	case l.Fixed != 0:
-		v.DurIn("devices.latency.fixed", l.Fixed, time.Microsecond, time.Hour)
-		v.s.latency = actors.LatencyModel{Base: l.Fixed, PerPaddedByte: l.PerPaddedByte}
+		v.DurIn(path+".fixed", l.Fixed, time.Microsecond, time.Hour)
+		return actors.LatencyModel{Base: l.Fixed, PerPaddedByte: l.PerPaddedByte}
 	case model:
-		l.LatencyModel.Check(v.Validator, "devices.latency")
-		v.s.latency = l.LatencyModel.Model()
-	default:
-		v.s.latency = actors.FixedLatency(100 * time.Millisecond)
-		v.s.latency.PerPaddedByte = l.PerPaddedByte
+		l.LatencyModel.Check(v, path)
+		return l.LatencyModel.Model()
 	}
-	schema.CheckLatencySpread(v.Validator, "devices.latency_spread", d.LatencySpread)
-	d.Supervision.Check(v.Validator, "devices")
+	m := actors.FixedLatency(100 * time.Millisecond)
+	m.PerPaddedByte = l.PerPaddedByte
+	return m
 }
 
 // models checks the registry and returns its models by name.
