@@ -21,6 +21,18 @@
 // nodes group devices and give them their warm models, they do not add a
 // network between batcher and device (NetDelay applies to every message).
 //
-// Imported by: cmd/batchd (the sim subcommand; and tests). It imports
-// sim, actors and actors/schema, and nothing of the live engine.
+// Cluster scenarios (ClusterScenario) are files with a top-level cluster:
+// section: nodes of front, accumulator and devices over a seeded network,
+// SWIM membership, true faults (crash, restart, leave, partition, one-way)
+// at given times, and expectations over sim/cluster's report (lost,
+// twice, detection of a node, per-second figures in a window that may
+// start at a node's detection). `batchd sim-cluster NAME|FILE` runs one;
+// the built-in ones are the files of cluster/, and TestClusterScenarios
+// runs every one (long ones with -scenarios.long). The two kinds share
+// the strict loader, the latency key, the policy and the expectation
+// syntax; each refuses the other's files with the command to use.
+//
+// Imported by: cmd/batchd (the sim and sim-cluster subcommands; and
+// tests). It imports sim, sim/cluster, actors, actors/member and
+// actors/schema, and nothing of the live engine.
 package scenarios

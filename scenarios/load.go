@@ -15,9 +15,10 @@ import (
 	"github.com/batchd/batchd/actors/schema"
 )
 
-// builtin holds the scenario files of this folder and their profiles.
+// builtin holds the scenario files of this folder, their profiles, and
+// the cluster scenarios (cluster/).
 //
-//go:embed *.yaml profiles
+//go:embed *.yaml profiles cluster/*.yaml
 var builtin embed.FS
 
 // Bounds on what the loader reads, so a wrong path (a log file, a
@@ -72,6 +73,9 @@ func Builtin(name string) (*Scenario, error) {
 	}
 	data, err := fs.ReadFile(builtin, file)
 	if errors.Is(err, fs.ErrNotExist) {
+		if slices.Contains(ClusterBuiltins(), name) {
+			return nil, fmt.Errorf("scenario %q: %w (built-in: %s); %s is a cluster scenario: batchd sim-cluster %s", name, ErrUnknown, strings.Join(Builtins(), ", "), name, name)
+		}
 		return nil, fmt.Errorf("scenario %q: %w (built-in: %s)", name, ErrUnknown, strings.Join(Builtins(), ", "))
 	}
 	if err != nil {
@@ -132,6 +136,10 @@ func readLimited(open func() (io.ReadCloser, error), limit int64) ([]byte, error
 // Parse decodes and validates a scenario; name is how errors name the
 // file, and readProfile reads a latency profile named relative to it.
 func Parse(name string, data []byte, readProfile func(rel string) ([]byte, error)) (*Scenario, error) {
+	if isCluster(data) {
+		return nil, &Error{Fields: []FieldError{{Where: name, Path: "cluster",
+			Msg: "a cluster scenario (it has a cluster: section): run it with batchd sim-cluster FILE"}}}
+	}
 	s := defaults()
 	lines, err := schema.Decode(name, data, &s)
 	if err != nil {

@@ -27,5 +27,6 @@
 // sim/cluster (the cluster simulator), cluster (memberlist's events as
 // Updates), cluster/transport (it follows membership), cluster/wire
 // (Updates on the wire), engine/server (a node's view of its cluster, for
-// GET /v1/cluster). It imports nothing of batchd.
+// GET /v1/cluster), scenarios (a cluster scenario's owner(MODEL), the
+// node that owns a model). It imports nothing of batchd.
 package member

@@ -13,5 +13,6 @@
 // bound; once membership has settled, one accumulator batches each model.
 //
 // Imported by: cmd/batchd (batchd sim-cluster; its tests hold the cluster
-// properties and figures).
+// properties and figures), scenarios (cluster scenarios: YAML files turned
+// into a Config, their expectations checked against the Report).
 package cluster
