@@ -276,7 +276,8 @@ func (c clusterCheck) observe(s *ClusterScenario, rep *cluster.Report) (float64,
 }
 
 // observeSeconds reads a per-second metric over the seconds of arrivals
-// that overlap the check's window (all of them without one).
+// that overlap the check's window (all of them without one); no data when
+// none does.
 func (c clusterCheck) observeSeconds(rep *cluster.Report) (float64, bool) {
 	from, to := time.Duration(0), time.Duration(math.MaxInt64)
 	if c.Windowed {
@@ -288,12 +289,13 @@ func (c clusterCheck) observeSeconds(rep *cluster.Report) (float64, bool) {
 		}
 	}
 	var arrived, completed, late int64
-	p99, steps := 0.0, 0
+	p99, steps, seconds := 0.0, 0, 0
 	for _, w := range rep.Windows {
 		start := time.Duration(w.StartS * float64(time.Second))
 		if start+time.Second <= from || start >= to {
 			continue
 		}
+		seconds++
 		arrived += w.Arrived
 		completed += w.Completed
 		late += w.Late
@@ -301,6 +303,9 @@ func (c clusterCheck) observeSeconds(rep *cluster.Report) (float64, bool) {
 			p99 = max(p99, w.LatencyP99Ms)
 			steps++
 		}
+	}
+	if seconds == 0 {
+		return 0, false // the window is past the run's arrivals
 	}
 	switch c.Metric {
 	case "arrived":
