@@ -35,10 +35,12 @@ load:
 sim:
 	$(GO) run ./cmd/batchd sim --rate 1000 --devices 6 --batch-max 100 --latency 100ms --duration 60s --seed 7
 
-# Every built-in scenario (scenarios/*.yaml), the simulated hour at 1000
-# req/s (reference-1h) included; `make test` runs all but that one.
+# Every built-in scenario (scenarios/*.yaml) and cluster scenario
+# (scenarios/cluster/*.yaml), the long ones included (the simulated hour at
+# 1000 req/s, reference-1h; the 100-node fleet, fleet-100); `make test`
+# runs all but those.
 scenarios:
-	$(GO) test -count=1 -v -run TestScenarios ./scenarios -args -scenarios.long
+	$(GO) test -count=1 -v -run 'TestScenarios|TestClusterScenarios' ./scenarios -args -scenarios.long
 
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-var long = flag.Bool("scenarios.long", false, "also run the scenarios marked long: true (reference-1h)")
+var long = flag.Bool("scenarios.long", false, "also run the scenarios marked long: true (reference-1h, cluster/fleet-100)")
 
 // TestScenarios runs every built-in scenario with its own seed and fails on
 // any broken expectation or invariant, naming the scenario, the check and
