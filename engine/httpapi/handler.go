@@ -724,6 +724,7 @@ func newMetrics(cfg Config) *metrics.Metrics {
 		Devices:        cfg.Devices,
 		Jobs:           js,
 		Collectors:     cfg.Collectors,
+		Autoscale:      cfg.Autoscale,
 	})
 }
 
