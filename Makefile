@@ -15,7 +15,7 @@ DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
 .PHONY: fidelity scenarios overload poison
-.PHONY: gpu-test ptx torch proto
+.PHONY: gpu-test ptx torch proto opstools
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
 # batches of up to 100, model "echo", on 127.0.0.1:8080; ARGS are more
@@ -54,8 +54,9 @@ vet:
 # and the engine once more on its second actor library (hollywood). First,
 # torch: Debian's PyTorch for the worker-process example's end-to-end test,
 # installed where apt and root (or sudo -n) allow; where not, that test
-# skips and says why. BATCHD_NO_TORCH=1 skips the install.
-test: vet torch
+# skips and says why. BATCHD_NO_TORCH=1 skips the install. Then the
+# operator's tools (opstools below).
+test: vet torch opstools
 	$(GO) test -count=1 -timeout 8m $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m ./engine/... ./cmd/...
 	$(GO) test -count=1 -timeout 8m -tags hollywood ./engine/
@@ -63,6 +64,20 @@ test: vet torch
 torch:
 	@if [ -n "$(BATCHD_NO_TORCH)" ]; then echo "torch: BATCHD_NO_TORCH set, not installing python3-torch"; \
 	else sh engine/workerproc/python/install-torch.sh || echo "torch: not installed; the PyTorch worker example's test will skip"; fi
+
+# The operator's tools, installed where apt and root (or sudo -n) allow:
+# Debian's prometheus for promtool, which checks the alert rules
+# (engine/httpapi/metrics/alerts.yml), runs their unit tests
+# (alerts_test.yml) and parses the Grafana dashboard's queries
+# (grafana/batchd.json), and chromium, in which a test loads the status
+# page of a live batchd serve (GET /). Where they cannot be installed
+# those tests skip and say why. About 6 s each here, with the package
+# index present (2.8 s more for apt-get update on a fresh machine).
+# BATCHD_NO_OPSTOOLS=1 skips the installs.
+opstools:
+	@if [ -n "$(BATCHD_NO_OPSTOOLS)" ]; then echo "opstools: BATCHD_NO_OPSTOOLS set, not installing promtool and chromium"; \
+	else sh engine/httpapi/metrics/install-promtool.sh || echo "opstools: no promtool; the alert rules' and dashboard's checks will skip"; \
+	sh engine/httpapi/install-chromium.sh || echo "opstools: no chromium; the status page's browser test will skip"; fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x $(PKGS)

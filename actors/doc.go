@@ -15,8 +15,8 @@
 // anything else of batchd).
 //
 // Imported by: actors/actorstest, actors/devicemodel, actors/schema,
-// cluster/transport, cluster/wire, cmd/batchd, engine, engine/config,
-// engine/enginetest, engine/fidelity, engine/httpapi,
+// cluster/transport, cluster/wire, cmd/batchd, engine, engine/autoscale,
+// engine/config, engine/enginetest, engine/fidelity, engine/httpapi,
 // engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
 // engine/server, scenarios, sim, sim/charts, sim/cluster, sim/flushcheck,
 // sim/ledger (and tests).

@@ -96,7 +96,12 @@ type DeviceSignal struct {
 	// BusyFraction is the share of time since registration spent on
 	// batches.
 	BusyFraction float64
-	Healthy      bool
+	// Busy is the time spent on batches since registration (the running
+	// batch's so far included): a counter a dashboard takes the rate of.
+	Busy time.Duration
+	// Running says a batch is on the device now.
+	Running bool
+	Healthy bool
 }
 
 // Signals returns the signals and the autoscaling recommendation. The
@@ -149,7 +154,7 @@ func (b *Batcher) Signals(now time.Duration) Signals {
 		if alive := now - d.registered; alive > 0 {
 			frac = busy.Seconds() / alive.Seconds()
 		}
-		s.Devices = append(s.Devices, DeviceSignal{Device: d.addr, BusyFraction: frac, Healthy: d.phase != devQuarantined})
+		s.Devices = append(s.Devices, DeviceSignal{Device: d.addr, BusyFraction: frac, Busy: busy, Running: d.phase == devBusy, Healthy: d.phase != devQuarantined})
 	}
 	s.DevicesHealthy = b.healthy
 	s.WaitPredicted = b.queueWait(now)

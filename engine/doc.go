@@ -41,7 +41,7 @@
 // engine/enginetest) checks the runtime against the same contract as the
 // simulator, in both builds.
 //
-// Imported by: engine/config, engine/enginetest,
+// Imported by: engine/autoscale, engine/config, engine/enginetest,
 // engine/httpapi, engine/jobs, engine/record, engine/server, engine/upstream,
 // engine/workerproc (and tests).
 // It imports actors and actors/devicemodel and nothing else of batchd.

@@ -59,6 +59,12 @@ type File struct {
 	// Cluster makes the server a node of a cluster; without a node name
 	// it is a single node.
 	Cluster Cluster `yaml:"cluster"`
+	// Autoscale, when set, runs the autoscaling policy (the simulator's,
+	// schema.Autoscale) live on the batcher's signals and exports its
+	// recommendation (batchd_autoscale_devices_recommended) for a
+	// HorizontalPodAutoscaler or KEDA to act on. Absent: no
+	// recommendation beyond batchd_devices_needed.
+	Autoscale *schema.Autoscale `yaml:"autoscale,omitempty"`
 
 	// src says where each key's value came from ("file.yaml:12" or
 	// "--devices"), by path; errors quote it.

@@ -51,6 +51,9 @@ func (f *File) Validate() error {
 	v.process()
 	v.grpc()
 	v.cluster()
+	if a := v.f.Autoscale; a != nil {
+		a.Check(v.Validator, "autoscale", v.f.Devices.Count)
+	}
 	if err := v.Err(); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/httpapi/metrics"
 )
 
 // Config configures the HTTP adapter. Start from DefaultConfig: the zero
@@ -110,6 +111,10 @@ type Config struct {
 	// here, from 0, not by its actor address (the engine's start at 16).
 	// A device not listed is labelled "addr-" and its address.
 	Devices []actors.Address
+	// Autoscale is the live autoscaling recommendation (an
+	// autoscale.Recommender) that /metrics (batchd_autoscale_*) and
+	// /v1/stats report. Nil: not reported.
+	Autoscale metrics.Autoscale
 	// ScrapeTimeout bounds one Signals call (and one Ready call). Default
 	// 2 s.
 	ScrapeTimeout time.Duration

@@ -37,6 +37,15 @@
 //	                                           "data" | "parameters": {"binary_data_size"}}], "outputs"?: [{"name": "output"}]}
 //	                                -> {"model_name", "model_version", "id", "outputs": [{"name": "output", ...}]}
 //	GET  /metrics                   Prometheus text format
+//	GET  /v1/stats                  what the status page draws: {"time", "signals", "devices_healthy",
+//	                                   "devices_needed", "wait_predicted_ms", "devices": [{"device", "state"
+//	                                   (busy, idle, quarantined), "busy_fraction", "busy_s"}], "keys" (the 100
+//	                                   deepest): [{"model", "version", "bucket", "depth", "wait_oldest_ms",
+//	                                   "slack_min_ms", "rate", "batch_size_mean"}], "keys_total", "latency":
+//	                                   {"window_s", "count", "p50_ms", "p95_ms", "p99_ms"} (completed requests
+//	                                   of the last minute, at most the latest 4,096), "autoscale": {...} | null};
+//	                                   read as /metrics is (the same key)
+//	GET  /                          the status page (status.html, embedded): polls /v1/stats every second
 //
 // Every /v2 route also answers with a trailing slash ("/v2/",
 // "/v2/models/m/infer/"): some clients build their URLs with one.
@@ -233,8 +242,15 @@
 // batchd_queue_devices_needed per {model,version,bucket};
 // batchd_device_busy_fraction and batchd_device_healthy per {device} (the
 // device's index in Config.Devices, from 0);
-// batchd_devices_healthy; batchd_devices_needed (the autoscaling
-// recommendation); batchd_signals_up. The handler never reads actor state
+// batchd_device_busy_seconds_total (a counter) per {device};
+// batchd_devices_healthy; batchd_devices_needed (the batcher's
+// recommendation); batchd_queue_wait_predicted_seconds;
+// batchd_signals_up. When Config.Autoscale is set (autoscale in the serve
+// config): batchd_autoscale_devices_recommended (the autoscaling policy's
+// recommendation), batchd_autoscale_devices_current and
+// batchd_autoscale_decisions_total{direction}. The Grafana dashboard
+// (metrics/grafana/batchd.json) and the alert rules (metrics/alerts.yml)
+// read these series; a test fails when one names a series that is gone. The handler never reads actor state
 // itself: Signals must ask the actor (a message round trip) and is
 // responsible for its own synchronisation. Model labels are bounded (the
 // registry's names, or the first Config.ModelLabelsMax seen; the rest are

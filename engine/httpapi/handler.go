@@ -190,6 +190,8 @@ func (h *Handler) routes() {
 		metricsHandler.ServeHTTP(w, r)
 	})
 	h.route(http.MethodGet, "/v1/cluster", h.v1Cluster)
+	h.route(http.MethodGet, "/v1/stats", h.stats)
+	h.route(http.MethodGet, "/{$}", h.status)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such route: " + truncate(r.URL.Path)})
 	})
@@ -724,6 +726,7 @@ func newMetrics(cfg Config) *metrics.Metrics {
 		Devices:        cfg.Devices,
 		Jobs:           js,
 		Collectors:     cfg.Collectors,
+		Autoscale:      cfg.Autoscale,
 	})
 }
 

@@ -9,7 +9,7 @@
 // Shutdown once a signal ends its ctx); everything between is here.
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
-// engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
+// engine/autoscale, engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
 // engine/record, engine/upstream (the upstream and fanout backends),
 // engine/workerproc (the worker backend), cudabridge (the cpu and cuda
 // backends), cluster and actors/member (a node's membership in a cluster).
@@ -36,9 +36,11 @@
 // start, naming it); the engine (bounded, the devices must register); the
 // recorder (serve --record), which then stands in front of the engine
 // for both the handler and the runner; the HTTP handler; the job runner;
-// the listener; with grpc.addr, the gRPC server and its listener. Serve
-// then serves HTTP (and gRPC) and starts the memory releaser,
-// which gives memory back to the OS when load falls after an overload.
+// the listener; with grpc.addr, the gRPC server and its listener; with
+// autoscale, the live autoscaling policy (engine/autoscale) beside the
+// engine. Serve then serves HTTP (and gRPC), starts the memory releaser,
+// which gives memory back to the OS when load falls after an overload,
+// and the policy's readings of the batcher's signals.
 //
 // # Stop (Shutdown)
 //
@@ -61,7 +63,8 @@
 //
 // Then, each with a bound of its own where it needs one:
 //
-//  6. the engine's actors and goroutines stop;
+//  6. the autoscaling policy stops reading the signals, and its runtime
+//     stops; the engine's actors and goroutines stop;
 //  7. the recording is flushed and closed;
 //  8. the memory releaser stops;
 //  9. the job store is closed;

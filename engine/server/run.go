@@ -60,6 +60,7 @@ func printReady(w io.Writer, f *config.File, addr net.Addr) {
 	fmt.Fprintf(w, "batchd serving on %s (%s runtime, %d %s devices, batches of up to %d)\n",
 		base, engine.RuntimeName, f.Devices.Count, f.Devices.Backend, f.Policy.BatchMax)
 	fmt.Fprintf(w, "try:\n  curl -s%s %s/v1/models/%s/infer -d '{\"input\": \"hello\"}'\n", auth, base, model)
+	fmt.Fprintf(w, "status page: %s/\n", base)
 }
 
 // dialable turns a listen address into one a client can dial: an

@@ -23,7 +23,7 @@ func TestParseServing(t *testing.T) {
 	if u, ok := fidelity.ServingURL(first); !ok || u != "http://127.0.0.1:41234" {
 		t.Errorf("ServingURL(%q) = %q, %v", first, u, ok)
 	}
-	for _, l := range []string{"try:", "  curl -s http://127.0.0.1:1/v1/models/echo/infer", ""} {
+	for _, l := range []string{"try:", "  curl -s http://127.0.0.1:1/v1/models/echo/infer", "status page: http://127.0.0.1:1/", ""} {
 		if u, ok := fidelity.ServingURL(l); ok {
 			t.Errorf("ServingURL(%q) = %q: not a ready line", l, u)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/autoscale"
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/grpcapi"
 	"github.com/batchd/batchd/engine/httpapi"
@@ -51,10 +52,15 @@ type Server struct {
 	closeBackends func()
 	js            *jobService
 	eng           *engine.Engine
-	closeRecord   func() error
-	h             *httpapi.Handler
-	ln            *quietListener
-	srv           *http.Server
+	// scale is the live autoscaling recommendation, with autoscale in
+	// the config; scaleStop ends its Run and scaleDone closes after.
+	scale       *autoscale.Recommender
+	scaleStop   context.CancelFunc
+	scaleDone   chan struct{}
+	closeRecord func() error
+	h           *httpapi.Handler
+	ln          *quietListener
+	srv         *http.Server
 	// The gRPC server and its listener, when f.GRPC.Addr is set.
 	gsrv *grpcapi.Server
 	gln  net.Listener
@@ -151,6 +157,15 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 		hcfg.Cluster = func() any { return s.cn.status() }
 		hcfg.Collectors = s.cn.collectors()
 	}
+	if a := f.Autoscale; a != nil {
+		s.scale, err = autoscale.New(autoscale.Config{
+			Policy: a.Config(), Every: a.Every, Devices: len(hcfg.Devices), Signals: eng.Signals,
+		})
+		if err != nil {
+			return err
+		}
+		hcfg.Autoscale = s.scale
+	}
 	// With a recording, the handler and the job runner call the engine
 	// through the recorder, which is closed (flushed) once every request
 	// has been answered.
@@ -235,6 +250,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(s.serveDone)
 		s.serveErr = s.srv.Serve(s.ln)
 	}()
+	if s.scale != nil {
+		var sctx context.Context
+		sctx, s.scaleStop = context.WithCancel(context.Background())
+		s.scaleDone = make(chan struct{})
+		go func() {
+			defer close(s.scaleDone)
+			s.scale.Run(sctx)
+		}()
+	}
 	grpcAddr := ""
 	if s.gsrv != nil {
 		grpcAddr = s.gln.Addr().String()
@@ -363,6 +387,18 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 		if err := s.cn.stop(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.scale != nil {
+		// The recommendation stops reading the engine before it stops.
+		if s.scaleStop != nil {
+			s.scaleStop()
+			<-s.scaleDone
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), closeEngineMax)
+		if err := s.scale.Close(cctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
 	}
 	if s.eng != nil {
 		// The engine gets a bound of its own: stopping its goroutines

@@ -10,6 +10,14 @@
 // twice per request: they resolve each label set's series once and keep
 // them (WithLabelValues hashes and locks on every call).
 //
+// Beside the code, what an operator reads the series with: a Grafana
+// dashboard (grafana/batchd.json) and Prometheus alert rules (alerts.yml,
+// with promtool unit tests in alerts_test.yml). The tests here fail when
+// either names a series the registry does not serve, when promtool
+// rejects the rules or a dashboard query, or when an alert does not fire
+// on its test series (promtool comes from install-promtool.sh, which
+// `make test` runs; without it those checks skip).
+//
 // Imported by: engine/httpapi (which counts gRPC responses for
 // engine/grpcapi too). It imports actors (the reply and signals
 // types), engine/jobs (the runner's Stats) and Prometheus's client.

@@ -35,6 +35,20 @@ type Config struct {
 	Jobs JobStats
 	// Collectors are more series, registered as they are (the cluster's).
 	Collectors []prometheus.Collector
+	// Autoscale is the live autoscaling recommendation the
+	// batchd_autoscale_* series read. Nil: those series are not exported.
+	Autoscale Autoscale
+}
+
+// Autoscale is what the batchd_autoscale_* series read of the live
+// autoscaling recommendation (engine/autoscale's Recommender has it).
+type Autoscale interface {
+	// DevicesRecommended is the policy's latest recommendation for this
+	// node's load, in devices; DevicesCurrent the devices the node runs.
+	DevicesRecommended() int
+	DevicesCurrent() int
+	// Decisions counts the policy's decisions up and down so far.
+	Decisions() (up, down uint64)
 }
 
 // ReasonNone is the reason label of a request that was not refused.
@@ -56,6 +70,9 @@ type Metrics struct {
 	batchSize *prometheus.HistogramVec // model
 
 	models *labelSet
+	// recent holds the latest completed requests' latencies, for the
+	// status page's percentiles (Recent).
+	recent recentRing
 
 	// completedBy and responsesBy hold series already resolved, keyed by
 	// their labels: WithLabelValues hashes the labels and takes a lock on
@@ -174,6 +191,9 @@ func New(cfg Config) *Metrics {
 	if cfg.Jobs != nil {
 		registerJobMetrics(m.reg, cfg.Jobs)
 	}
+	if cfg.Autoscale != nil {
+		registerAutoscaleMetrics(m.reg, cfg.Autoscale)
+	}
 	return m
 }
 
@@ -194,6 +214,7 @@ func (m *Metrics) Observe(model, tenant, outcome, reason string, rep actors.Repl
 		m.requests.WithLabelValues(model, tenant, outcome, reason).Inc()
 	}
 	s.latency.Observe(elapsed.Seconds())
+	m.recent.add(elapsed)
 	if rep.Dispatch > 0 {
 		s.queueWait.Observe((rep.Dispatch - rep.Arrival).Seconds())
 		if rep.Done > 0 {
@@ -272,7 +293,7 @@ type signalsCollector struct {
 
 	up, depth, waitOldest, slackMin, rate, batchMean     *prometheus.Desc
 	busy, healthy, devicesHealthy, devicesNeeded, needed *prometheus.Desc
-	overrun                                              *prometheus.Desc
+	overrun, busySeconds, waitPredicted                  *prometheus.Desc
 }
 
 func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), timeout time.Duration, devices []actors.Address) *signalsCollector {
@@ -298,12 +319,14 @@ func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), ti
 		healthy:        prometheus.NewDesc("batchd_device_healthy", "1 if the device is registered and not quarantined.", []string{"device"}, nil),
 		devicesHealthy: prometheus.NewDesc("batchd_devices_healthy", "Registered devices that are not quarantined.", nil, nil),
 		devicesNeeded:  prometheus.NewDesc("batchd_devices_needed", "Autoscaling recommendation: devices needed for the current load at the target utilisation, led by queue wait.", nil, nil),
+		busySeconds:    prometheus.NewDesc("batchd_device_busy_seconds_total", "Time the device has spent on batches since it registered (a counter: its rate is the busy share; it restarts when the device registers again).", []string{"device"}, nil),
+		waitPredicted:  prometheus.NewDesc("batchd_queue_wait_predicted_seconds", "Queue wait predicted for a full batch that joined the queues now (0 while a device is idle): the autoscaler's leading indicator.", nil, nil),
 		overrun:        prometheus.NewDesc("batchd_batch_overrun_seconds", "What the batcher adds to every batch it plans with: the 99th percentile of how much longer than the cost model its recent batches ran (policy.learn_overrun; 0 without it).", nil, nil),
 	}
 }
 
 func (c *signalsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded, c.overrun} {
+	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded, c.overrun, c.busySeconds, c.waitPredicted} {
 		ch <- d
 	}
 }
@@ -388,6 +411,9 @@ func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
 		seen[d.Device] = true
 		name := c.deviceLabel(d.Device)
 		emit(ch, c.busy, d.BusyFraction, name)
+		if m, err := prometheus.NewConstMetric(c.busySeconds, prometheus.CounterValue, d.Busy.Seconds(), name); err == nil {
+			ch <- m
+		}
 		healthy := 0.0
 		if d.Healthy {
 			healthy = 1
@@ -397,6 +423,7 @@ func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, c.devicesHealthy, float64(s.DevicesHealthy))
 	emit(ch, c.devicesNeeded, float64(s.DevicesNeeded))
 	emit(ch, c.overrun, s.Overrun.Seconds())
+	emit(ch, c.waitPredicted, s.WaitPredicted.Seconds())
 }
 
 // deviceLabel names device a for people: its index in Config.Devices,
@@ -457,4 +484,42 @@ func registerJobMetrics(reg *prometheus.Registry, js JobStats) {
 			Help: "Unfinished durable jobs the runner tracks.",
 		}, func() float64 { return float64(js.Stats().Jobs) }),
 	)
+}
+
+// registerAutoscaleMetrics exports the live autoscaling recommendation,
+// read at scrape time:
+//
+//	batchd_autoscale_devices_recommended      the policy's devices for this node's load
+//	batchd_autoscale_devices_current          the devices this node runs
+//	batchd_autoscale_decisions_total{direction}  decisions up and down
+//
+// A HorizontalPodAutoscaler scales the pods on the ratio of the sums of the
+// first two over all pods (cluster/deploy/kubernetes).
+func registerAutoscaleMetrics(reg *prometheus.Registry, a Autoscale) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "batchd_autoscale_devices_recommended",
+			Help: "Devices the autoscaling policy (autoscale in the serve config) recommends for this node's load: the simulator's policy, run live on the batcher's signals.",
+		}, func() float64 { return float64(a.DevicesRecommended()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "batchd_autoscale_devices_current",
+			Help: "Devices this node runs (devices.count): the denominator of the scaling ratio.",
+		}, func() float64 { return float64(a.DevicesCurrent()) }),
+	)
+	for _, d := range []struct {
+		direction string
+		up        bool
+	}{{"up", true}, {"down", false}} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "batchd_autoscale_decisions_total",
+			Help:        "Decisions of the autoscaling policy, by direction.",
+			ConstLabels: prometheus.Labels{"direction": d.direction},
+		}, func() float64 {
+			up, down := a.Decisions()
+			if d.up {
+				return float64(up)
+			}
+			return float64(down)
+		}))
+	}
 }
