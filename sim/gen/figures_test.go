@@ -1,0 +1,48 @@
+package gen
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestFigures prints the reference generation workload's report at the
+// rates in BATCHD_GEN_RATES (req/s, comma-separated). It is for the
+// figures in RESULTS.md, not for `make test`: it skips unless the
+// variable is set.
+//
+//	BATCHD_GEN_RATES=4,8,16 go test -run TestFigures -v ./sim/gen/
+func TestFigures(t *testing.T) {
+	rates := os.Getenv("BATCHD_GEN_RATES")
+	if rates == "" {
+		t.Skip("set BATCHD_GEN_RATES (req/s, comma-separated) to print the generation figures")
+	}
+	for _, f := range splitComma(rates) {
+		rate, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			t.Fatalf("BATCHD_GEN_RATES: %v", err)
+		}
+		rep, err := Run(DefaultConfig(1, rate))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rate %v req/s, 2 devices, reference workload (seed 1):\n%s", rate, rep)
+		if len(rep.Violations) > 0 {
+			t.Errorf("violations at rate %v", rate)
+		}
+	}
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
