@@ -15,6 +15,7 @@ type ledger struct {
 	recs       map[uint64]*record
 	order      []uint64
 	violations []string
+	kinds      map[string]int
 	// lastAt is the time of the last message to a client.
 	lastAt time.Duration
 }
@@ -32,11 +33,24 @@ type record struct {
 	admissions, crashes int
 }
 
-func newLedger(r *run) *ledger { return &ledger{r: r, recs: map[uint64]*record{}} }
+func newLedger(r *run) *ledger {
+	return &ledger{r: r, recs: map[uint64]*record{}, kinds: map[string]int{}}
+}
 
-func (l *ledger) violate(at time.Duration, format string, args ...any) {
+// Kinds of violation, one per property.
+const (
+	KindKV      = "kv"      // KV blocks over a device's capacity, or books that disagree
+	KindBudget  = "budget"  // a step over its token budget, or two steps at once on a device
+	KindStream  = "stream"  // a token out of order, twice, wrong, or after the end; a missing or second end
+	KindFreed   = "freed"   // a finished or cancelled sequence holding KV after its step
+	KindPreempt = "preempt" // a sequence preempted more than the bound
+	KindOther   = "other"
+)
+
+func (l *ledger) violate(kind string, at time.Duration, format string, args ...any) {
+	l.kinds[kind]++
 	if len(l.violations) < violationsMax {
-		l.violations = append(l.violations, fmt.Sprintf("at %v: ", at)+fmt.Sprintf(format, args...))
+		l.violations = append(l.violations, kind+" at "+at.String()+": "+fmt.Sprintf(format, args...))
 	}
 }
 
@@ -68,44 +82,44 @@ func (l *ledger) Deliver(at time.Duration, _, to actors.Address, msg actors.Mess
 		rec := l.recs[m.ID]
 		switch {
 		case rec == nil:
-			l.violate(at, "token for unknown request %d", m.ID)
+			l.violate(KindStream, at, "token for unknown request %d", m.ID)
 		case rec.end != nil:
-			l.violate(at, "request %d: token %d after its end", m.ID, m.Index)
+			l.violate(KindStream, at, "request %d: token %d after its end", m.ID, m.Index)
 		case m.Index != len(rec.got):
-			l.violate(at, "request %d: token index %d, want %d (each index once, in order)", m.ID, m.Index, len(rec.got))
+			l.violate(KindStream, at, "request %d: token index %d, want %d (each index once, in order)", m.ID, m.Index, len(rec.got))
 		case m.Index >= len(rec.want) || m.Byte != rec.want[m.Index]:
-			l.violate(at, "request %d: token %d is %q, the generator's is %q", m.ID, m.Index, m.Byte, safeAt(rec.want, m.Index))
+			l.violate(KindStream, at, "request %d: token %d is %q, the generator's is %q", m.ID, m.Index, m.Byte, safeAt(rec.want, m.Index))
 		default:
 			rec.got = append(rec.got, at)
 		}
 	case actors.GenEnd:
 		rec := l.recs[m.ID]
 		if rec == nil {
-			l.violate(at, "end for unknown request %d", m.ID)
+			l.violate(KindStream, at, "end for unknown request %d", m.ID)
 			return
 		}
 		if rec.end != nil {
-			l.violate(at, "request %d: a second end (%v after %v)", m.ID, m.Outcome, rec.end.Outcome)
+			l.violate(KindStream, at, "request %d: a second end (%v after %v)", m.ID, m.Outcome, rec.end.Outcome)
 			return
 		}
 		rec.end = &m
 		bound := l.r.cfg.Gen.PreemptMax
 		switch {
 		case m.Tokens != len(rec.got):
-			l.violate(at, "request %d: end says %d tokens, the client got %d", m.ID, m.Tokens, len(rec.got))
+			l.violate(KindStream, at, "request %d: end says %d tokens, the client got %d", m.ID, m.Tokens, len(rec.got))
 		case m.Outcome == actors.Completed && len(rec.got) != len(rec.want):
-			l.violate(at, "request %d: completed with %d tokens, the generator's output has %d", m.ID, len(rec.got), len(rec.want))
+			l.violate(KindStream, at, "request %d: completed with %d tokens, the generator's output has %d", m.ID, len(rec.got), len(rec.want))
 		case m.Preemptions > bound:
-			l.violate(at, "request %d: preempted %d times, bound %d", m.ID, m.Preemptions, bound)
+			l.violate(KindPreempt, at, "request %d: preempted %d times, bound %d", m.ID, m.Preemptions, bound)
 		case rec.admissions-1-rec.crashes > bound:
-			l.violate(at, "request %d: the devices restarted it %d times and crashed under it %d times: %d preemptions, bound %d",
+			l.violate(KindPreempt, at, "request %d: the devices restarted it %d times and crashed under it %d times: %d preemptions, bound %d",
 				m.ID, rec.admissions, rec.crashes, rec.admissions-1-rec.crashes, bound)
 		case m.Attempts > l.r.cfg.Gen.AttemptMax:
-			l.violate(at, "request %d: %d attempts, AttemptMax %d", m.ID, m.Attempts, l.r.cfg.Gen.AttemptMax)
+			l.violate(KindOther, at, "request %d: %d attempts, AttemptMax %d", m.ID, m.Attempts, l.r.cfg.Gen.AttemptMax)
 		case l.r.g.Blocks(m.ID) != 0:
-			l.violate(at, "request %d ended %v and still holds %d KV blocks", m.ID, m.Outcome, l.r.g.Blocks(m.ID))
+			l.violate(KindFreed, at, "request %d ended %v and still holds %d KV blocks", m.ID, m.Outcome, l.r.g.Blocks(m.ID))
 		case len(rec.got) > 0 && (rec.got[0] < rec.req.Arrival || m.FirstToken != rec.got[0]):
-			l.violate(at, "request %d: first token at %v, end says %v, arrival %v", m.ID, rec.got[0], m.FirstToken, rec.req.Arrival)
+			l.violate(KindOther, at, "request %d: first token at %v, end says %v, arrival %v", m.ID, rec.got[0], m.FirstToken, rec.req.Arrival)
 		}
 	}
 }
@@ -121,11 +135,11 @@ func safeAt(s string, i int) string {
 func (l *ledger) finish() {
 	for _, id := range l.order {
 		if l.recs[id].end == nil {
-			l.violate(l.r.w.Now(), "request %d never ended (%d tokens)", id, len(l.recs[id].got))
+			l.violate(KindStream, l.r.w.Now(), "request %d never ended (%d tokens)", id, len(l.recs[id].got))
 		}
 	}
 	if n := l.r.g.InFlight(); n != 0 {
-		l.violate(l.r.w.Now(), "the scheduler still holds %d requests after the drain", n)
+		l.violate(KindOther, l.r.w.Now(), "the scheduler still holds %d requests after the drain", n)
 	}
 }
 
@@ -152,8 +166,13 @@ type Report struct {
 	StepTokens                  int64
 	// SLOMet is the share of completed requests whose first token came by
 	// their TTFT deadline.
-	SLOMet     float64
+	SLOMet float64
+	// TTFTMet counts the requests that completed with their first token
+	// by the TTFT SLO.
+	TTFTMet    int
 	Violations []string
+	// ViolationsBy counts the violations by kind (KindKV...).
+	ViolationsBy map[string]int
 }
 
 // TenantReport is one tenant's latencies, in milliseconds: TTFT (arrival
@@ -170,7 +189,7 @@ type TenantReport struct {
 func (r *run) report() *Report {
 	l := r.l
 	l.finish()
-	rep := &Report{Requests: len(l.order), Outcomes: map[string]int{}, Violations: l.violations}
+	rep := &Report{Requests: len(l.order), Outcomes: map[string]int{}, Violations: l.violations, ViolationsBy: l.kinds}
 	st := r.g.Stats()
 	rep.Preemptions, rep.Steps, rep.StepTokens = st.Preemptions, st.Steps, r.h.stepTokens
 	rep.Crashes = int64(r.h.crashes + r.h.hangs)
@@ -228,6 +247,7 @@ func (r *run) report() *Report {
 	for i := range rep.Tenants {
 		rep.Tenants[i].TTFT, rep.Tenants[i].TPOT, rep.Tenants[i].ITL = pct(lats[i].ttft), pct(lats[i].tpot), pct(lats[i].itl)
 	}
+	rep.TTFTMet = met
 	if completed > 0 {
 		rep.SLOMet = float64(met) / float64(completed)
 	}

@@ -166,13 +166,13 @@ func (h *host) Receive(ctx actors.Context, msg actors.Message) {
 	}
 	h.r.g.Receive(stepCtx{ctx, h}, msg)
 	if err := h.r.g.Check(); err != nil {
-		h.r.l.violate(ctx.Now(), "%v", err)
+		h.r.l.violate(KindKV, ctx.Now(), "%v", err)
 	}
 	used := 0
 	for d := range h.devs {
 		u := h.r.g.BlocksUsed(d)
 		if u > h.r.cfg.Gen.BlocksPerDevice {
-			h.r.l.violate(ctx.Now(), "device %d: scheduler holds %d blocks of %d", d, u, h.r.cfg.Gen.BlocksPerDevice)
+			h.r.l.violate(KindKV, ctx.Now(), "device %d: scheduler holds %d blocks of %d", d, u, h.r.cfg.Gen.BlocksPerDevice)
 		}
 		used += u
 	}
@@ -193,7 +193,7 @@ func (h *host) exec(ctx actors.Context, job actors.StepJob) {
 		dv.hung, dv.step = false, 0
 	}
 	if dv.step != 0 {
-		h.r.l.violate(now, "device %d: step %d starts while step %d runs", job.Device, job.ID, dv.step)
+		h.r.l.violate(KindBudget, now, "device %d: step %d starts while step %d runs", job.Device, job.ID, dv.step)
 	}
 	tokens := 0
 	for _, s := range job.Slots {
@@ -208,7 +208,7 @@ func (h *host) exec(ctx actors.Context, job actors.StepJob) {
 	}
 	h.stepTokens += int64(tokens)
 	if tokens > cfg.Gen.StepTokensMax || tokens == 0 {
-		h.r.l.violate(now, "step %d feeds %d tokens, budget %d", job.ID, tokens, cfg.Gen.StepTokensMax)
+		h.r.l.violate(KindBudget, now, "step %d feeds %d tokens, budget %d", job.ID, tokens, cfg.Gen.StepTokensMax)
 	}
 	cost := h.r.cost.StepCost(job)
 	dv.step = job.ID
@@ -228,18 +228,18 @@ func (h *host) exec(ctx actors.Context, job actors.StepJob) {
 	}
 	res := dv.emu.Step(job)
 	if res.Err != "" {
-		h.r.l.violate(now, "device %d: %s", job.Device, res.Err)
+		h.r.l.violate(KindStream, now, "device %d: %s", job.Device, res.Err)
 	}
 	// What the device really holds must fit its blocks: the KV of every
 	// sequence it keeps, rounded up to blocks.
 	if b := dv.emu.Blocks(); b > cfg.Gen.BlocksPerDevice {
-		h.r.l.violate(now, "device %d holds %d KV blocks after step %d, capacity %d", job.Device, b, job.ID, cfg.Gen.BlocksPerDevice)
+		h.r.l.violate(KindKV, now, "device %d holds %d KV blocks after step %d, capacity %d", job.Device, b, job.ID, cfg.Gen.BlocksPerDevice)
 	}
 	// A sequence that ended before this step holds no KV on the device
 	// after it: the scheduler told the device to free it.
 	for _, id := range slices.Sorted(mapKeys(dv.held)) {
 		if rec := h.r.l.recs[id]; rec != nil && rec.end != nil {
-			h.r.l.violate(now, "device %d still holds the KV of request %d after step %d; it ended %v at %v", job.Device, id, job.ID, rec.end.Outcome, rec.end.Done)
+			h.r.l.violate(KindFreed, now, "device %d still holds the KV of request %d after step %d; it ended %v at %v", job.Device, id, job.ID, rec.end.Outcome, rec.end.Done)
 		}
 	}
 	ctx.After(cost, doneMsg{dev: job.Device, res: res})
