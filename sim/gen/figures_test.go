@@ -7,11 +7,12 @@ import (
 )
 
 // TestFigures prints the reference generation workload's report at the
-// rates in BATCHD_GEN_RATES (req/s, comma-separated). It is for the
-// figures in RESULTS.md, not for `make test`: it skips unless the
-// variable is set.
+// rates in BATCHD_GEN_RATES (req/s, comma-separated), with device crashes
+// at a chance of BATCHD_GEN_CRASHP per step (default 0) during the
+// minute of arrivals. It is for the figures in RESULTS.md, not for `make
+// test`: it skips unless the variable is set.
 //
-//	BATCHD_GEN_RATES=4,8,16 go test -run TestFigures -v ./sim/gen/
+//	BATCHD_GEN_RATES=16,48 go test -run TestFigures -v ./sim/gen/
 func TestFigures(t *testing.T) {
 	rates := os.Getenv("BATCHD_GEN_RATES")
 	if rates == "" {
@@ -22,11 +23,18 @@ func TestFigures(t *testing.T) {
 		if err != nil {
 			t.Fatalf("BATCHD_GEN_RATES: %v", err)
 		}
-		rep, err := Run(DefaultConfig(1, rate))
+		cfg := DefaultConfig(1, rate)
+		if p := os.Getenv("BATCHD_GEN_CRASHP"); p != "" {
+			if cfg.CrashP, err = strconv.ParseFloat(p, 64); err != nil {
+				t.Fatalf("BATCHD_GEN_CRASHP: %v", err)
+			}
+			cfg.FaultsUntil = cfg.Duration
+		}
+		rep, err := Run(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("rate %v req/s, 2 devices, reference workload (seed 1):\n%s", rate, rep)
+		t.Logf("rate %v req/s, crash chance per step %v, 2 devices, reference workload (seed 1):\n%s", rate, cfg.CrashP, rep)
 		if len(rep.Violations) > 0 {
 			t.Errorf("violations at rate %v", rate)
 		}
