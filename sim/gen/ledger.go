@@ -31,6 +31,9 @@ type record struct {
 	// crashes the device failures that hit it while a device held it: the
 	// preemptions the devices saw are admissions - 1 - crashes.
 	admissions, crashes int
+	// fed counts the tokens steps fed for it (prefill, recompute and
+	// decode): the service its tenant is charged.
+	fed int
 }
 
 func newLedger(r *run) *ledger {
@@ -179,9 +182,11 @@ type Report struct {
 // to first token), TPOT (per request, (last - first) / (tokens - 1)) and
 // ITL (every gap between two tokens of a stream).
 type TenantReport struct {
-	Name                 string
-	Offered, Completed   int
-	Tokens               int
+	Name               string
+	Offered, Completed int
+	// Tokens counts the tokens delivered, Fed the tokens steps fed for
+	// the tenant (prompts, recomputes and decodes: its service).
+	Tokens, Fed          int
 	TTFT, TPOT, ITL      Percentiles
 	Expired, Failed, Rej int
 }
@@ -211,6 +216,7 @@ func (r *run) report() *Report {
 		tr := &rep.Tenants[ti]
 		tr.Offered++
 		tr.Tokens += len(rec.got)
+		tr.Fed += rec.fed
 		rep.Tokens += int64(len(rec.got))
 		if rec.end == nil {
 			continue

@@ -46,6 +46,14 @@ type run struct {
 }
 
 func newRun(cfg Config) (*run, error) {
+	// Each tenant's weight reaches the scheduler as its TenantConfig,
+	// unless Gen names the tenant itself.
+	cfg.Gen.Tenants = slices.Clone(cfg.Gen.Tenants)
+	for _, t := range cfg.Tenants {
+		if !slices.ContainsFunc(cfg.Gen.Tenants, func(c actors.TenantConfig) bool { return c.Name == t.Name }) {
+			cfg.Gen.Tenants = append(cfg.Gen.Tenants, actors.TenantConfig{Name: t.Name, Weight: t.Weight})
+		}
+	}
 	g, err := actors.NewGenScheduler(cfg.Gen)
 	if err != nil {
 		return nil, err
@@ -198,6 +206,9 @@ func (h *host) exec(ctx actors.Context, job actors.StepJob) {
 	tokens := 0
 	for _, s := range job.Slots {
 		tokens += len(s.Input)
+		if rec := h.r.l.recs[s.Seq]; rec != nil {
+			rec.fed += len(s.Input)
+		}
 		if s.Start == 0 {
 			h.r.l.admitted(s.Seq)
 		}
