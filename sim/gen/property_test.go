@@ -85,21 +85,29 @@ func drawConfig(t *rapid.T, o drawOpts) Config {
 	if load == 0 {
 		load = rapid.Float64Range(0.2, 2).Draw(t, "load")
 	}
-	// A request needs (prompt + output) / budget full steps, or output /
-	// (sequences at once) decode steps, whichever is more; sequences at
+	// A request needs prompt / budget full steps of prefill and output /
+	// (sequences at once) steps of decode (counted apart, which is
+	// conservative: in a step they share, they do overlap); sequences at
 	// once are SeqsMax or what the KV cache holds.
 	outMean := min(lognormalMean(out), float64(maxTokens))
 	perReq := lognormalMean(prompt) + outMean
 	seqs := max(1, min(float64(g.SeqsMax), float64(g.BlocksPerDevice*g.BlockTokens)/perReq))
-	steps := max(perReq/float64(g.StepTokensMax), outMean/seqs)
+	steps := lognormalMean(prompt)/float64(g.StepTokensMax) + outMean/seqs
 	rate := load * float64(g.Devices) / (steps * full.Seconds())
+	// The tenants split the rate by their drawn shares.
+	sum := 0.0
 	for i := range rapid.IntRange(1, 3).Draw(t, "tenants") {
+		share := rapid.Float64Range(0.1, 1).Draw(t, "share")
+		sum += share
 		cfg.Tenants = append(cfg.Tenants, Tenant{
 			Name:     fmt.Sprintf("t%d", i),
 			Weight:   rapid.IntRange(1, 4).Draw(t, "weight"),
 			Priority: int8(rapid.IntRange(-1, 1).Draw(t, "priority")),
-			Rate:     rate * rapid.Float64Range(0.1, 1).Draw(t, "share"),
+			Rate:     share,
 		})
+	}
+	for i := range cfg.Tenants {
+		cfg.Tenants[i].Rate *= rate / sum
 	}
 	if o.cancels {
 		cfg.CancelFrac = rapid.Float64Range(0, 0.4).Draw(t, "cancelFrac")
@@ -226,8 +234,10 @@ func TestPropertyTTFTBelowCapacity(t *testing.T) {
 		rep := runProperty(t, cfg, KindKV, KindBudget, KindStream, KindFreed, KindPreempt, KindOther)
 		// Poisson arrivals bunch, so a few may miss even below capacity:
 		// the SLO is a 95th percentile, over every request offered (one
-		// that did not complete missed it).
-		if rep.Requests >= 20 && float64(rep.TTFTMet) < 0.95*float64(rep.Requests) {
+		// that did not complete missed it), with two misses of slack for
+		// the short runs' small samples (1 in about 4,000 draws failed
+		// without it).
+		if misses := rep.Requests - rep.TTFTMet; float64(misses) > 0.05*float64(rep.Requests)+2 {
 			t.Fatalf("below capacity, %d of %d requests completed with their first token within the TTFT SLO of %v (%v)\nconfig %+v\n%s",
 				rep.TTFTMet, rep.Requests, cfg.Gen.TTFT, rep.Outcomes, cfg, rep)
 		}
