@@ -520,8 +520,13 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 			add(s, min(s.remaining(), g.cfg.StepTokensMax-tokens))
 		}
 	}
-	// Admit queued sequences while budget, sequence slots and blocks last.
-	for tokens < g.cfg.StepTokensMax && len(dv.running) < g.cfg.SeqsMax && len(g.waiting) > 0 {
+	// Admit queued sequences while budget, sequence slots and blocks last
+	// (with Static, only into a device that had nothing running, and a
+	// whole batch at once: those past the budget start their prefill in
+	// the next steps).
+	static := g.cfg.Static && len(dv.running) == 0
+	open := !g.cfg.Static || static
+	for open && (tokens < g.cfg.StepTokensMax || static) && len(dv.running) < g.cfg.SeqsMax && len(g.waiting) > 0 {
 		s := g.waiting[0]
 		for _, o := range g.waiting[1:] {
 			if g.before(o, s, now) {
@@ -546,7 +551,9 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 		g.admitSeq++
 		s.admit = g.admitSeq
 		dv.running = append(dv.running, s)
-		add(s, min(s.context(), g.cfg.StepTokensMax-tokens))
+		if tokens < g.cfg.StepTokensMax {
+			add(s, min(s.context(), g.cfg.StepTokensMax-tokens))
+		}
 	}
 	if len(job.Slots) == 0 {
 		return

@@ -353,3 +353,24 @@ func equalU64(a, b []uint64) bool {
 	}
 	return true
 }
+
+// Static batching (the comparison mode): a request that comes while a
+// batch runs waits for the batch's last sequence to end.
+func TestGenStaticWaitsForBatch(t *testing.T) {
+	cfg := smallGenConfig()
+	cfg.Static = true
+	out := Lognormal{Median: 6, Max: 6}
+	h := newGenHarness(t, cfg, out)
+	h.send(GenSubmit{Req: genReq(1, "ab", 6)})
+	h.step(false)
+	h.send(GenSubmit{Req: genReq(2, "cd", 6)})
+	for len(h.c.steps) > 0 && !ended(h, 1) {
+		if j := h.step(false); len(j.Slots) != 1 || j.Slots[0].Seq != 1 {
+			t.Fatalf("step %+v while request 1 runs: want request 1 alone", j.Slots)
+		}
+	}
+	h.drain()
+	if got, end := h.stream(2); end == nil || end.Outcome != Completed || got != EmulatedGenOutput("m", "v1", "cd", out, 6) {
+		t.Fatalf("request 2: %q %+v", got, end)
+	}
+}

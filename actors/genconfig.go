@@ -60,6 +60,11 @@ type GenConfig struct {
 	// RestartBackoff is the first restart delay of a failed device; it
 	// doubles with each failure in a row, up to 64 times.
 	RestartBackoff time.Duration
+	// Static turns continuous batching off, for comparison: queued
+	// sequences are admitted only to a device with none running, so a
+	// batch runs until its longest output is done before the next starts
+	// (static batching; prefill is still chunked within StepTokensMax).
+	Static bool
 	// Tenants lists tenants with their own weight and limits; any other
 	// tenant gets DefaultTenant. TenantsMax bounds the tenants tracked.
 	Tenants       []TenantConfig
