@@ -1,6 +1,10 @@
 // Package actors holds batchd's batching logic as pure actors: admission and
 // per-key batch accumulation and scheduling (the Batcher), and GPU device
-// actors (the Device), plus the plain-data messages they exchange.
+// actors (the Device), plus the plain-data messages they exchange; and
+// for generation models, the continuous-batching GenScheduler (gen.go:
+// per-step decode plus chunked prefill, KV-cache blocks as the admission
+// resource, preemption by recompute), its Step interface and the
+// emulated generator (genstep.go).
 //
 // Actors here are state machines in the style of etcd's raft core: a message
 // comes in, state changes, effects go out through Context. The runtime that
@@ -19,5 +23,5 @@
 // engine/config, engine/enginetest, engine/fidelity, engine/httpapi,
 // engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
 // engine/server, scenarios, sim, sim/charts, sim/cluster, sim/flushcheck,
-// sim/ledger (and tests).
+// sim/gen, sim/ledger (and tests).
 package actors

@@ -53,6 +53,6 @@
 //
 // Imported by: cmd/batchd (the sim subcommand), engine/fidelity (the one
 // engine package that compares the live runtime with this one), scenarios,
-// sim/charts, sim/cluster, sim/plan, sim/sweep (and tests). sim imports actors, actors/devicemodel
+// sim/charts, sim/cluster, sim/gen, sim/plan, sim/sweep (and tests). sim imports actors, actors/devicemodel
 // and sim/ledger and nothing else of batchd.
 package sim

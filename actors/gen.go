@@ -1,0 +1,690 @@
+package actors
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// GenScheduler serves one generation model version on a group of devices
+// by continuous batching: each device runs one step at a time, and each
+// step decodes one token for every sequence running there, plus prefill
+// chunks of admitted sequences within the per-step token budget (chunked
+// prefill: a long prompt is fed a budget's worth at a time, so it never
+// stalls the running sequences' next token).
+//
+// The KV cache is the admission resource. Each device has BlocksPerDevice
+// blocks of BlockTokens tokens; a sequence is admitted to a device only
+// when the blocks for its whole context to prefill fit there (leaving
+// AdmitHeadroomBlocks free), grows a block when its next decode crosses a
+// block edge, and frees every block the step it finishes, or at once when
+// it is cancelled or expires (no step of that device runs meanwhile).
+//
+// When a decode needs a block and none is free, the device preempts by
+// recompute: the victim, among its sequences, is the lowest effective
+// priority, then the newest admitted. Newest first because it has the
+// least work to lose and leaves the oldest to finish (FCFS within a
+// level); lowest priority first because that is what priority means. The
+// victim's blocks are freed and it goes back to the queue with the tokens
+// it already sent, which it prefills again as context. Preemptions are
+// bounded: a sequence preempted PreemptMax times comes back with blocks
+// reserved for its whole length and is never a victim again.
+//
+// Admission order is the batcher's: highest effective priority (a queued
+// sequence rises a level per PriorityAging waited), then the tenant with
+// the least weighted service (tokens fed, divided by weight), then the
+// oldest. Tenants have rate limits and in-flight quotas as in the batcher
+// (TenantConfig). A request whose first token cannot come by its TTFT
+// deadline any more, even if it were admitted at once, is failed early
+// (Expired); one past its total deadline too.
+//
+// A device whose step faults (or hangs past its watchdog) loses its KV
+// cache: its sequences go back to the queue and are recomputed on a device
+// from their prompt and the tokens already sent, so the client's stream
+// goes on with no token repeated or skipped; after AttemptMax crashes
+// under it, a stream ends Failed (attempts). The device restarts after a
+// backoff.
+//
+// The scheduler is driven through a StepContext (GenScheduler.Receive);
+// a runtime hosts it with an adapter that runs its steps.
+type GenScheduler struct {
+	cfg  GenConfig
+	devs []genDevice
+	// seqs holds every request in flight, by ID (lookups only).
+	seqs map[uint64]*genSeq
+	// waiting are the sequences queued for admission, in arrival order.
+	waiting []*genSeq
+	// queued counts the new requests among waiting (WaitingMax bounds it;
+	// sequences back from a preemption or a crash always find a place).
+	queued      int
+	tenants     map[string]*tenantState
+	tenantOrder []*tenantState
+	// vtime is the weighted service of the last tenant admitted from a
+	// backlog: newcomers start there.
+	vtime    float64
+	admitSeq uint64
+	stepSeq  uint64
+	timerGen uint64
+	// next is the device kick tries first (rotates, so admissions spread).
+	next  int
+	stats GenStats
+}
+
+// GenStats are a GenScheduler's counters.
+type GenStats struct {
+	Steps, Preemptions, Crashes, Tokens, Prefilled int64
+}
+
+type genDevice struct {
+	up   bool
+	free int
+	// running are the sequences admitted here (bounded by SeqsMax).
+	running []*genSeq
+	// step is the step in flight (0: none); slots its sequences (nil
+	// where one ended meanwhile), fed the tokens each fed, sample whether
+	// each asked for a token.
+	step     uint64
+	slots    []*genSeq
+	fed      []int
+	sample   []bool
+	watchdog TimerID
+	failures int
+	gen      uint64
+	// drop lists sequences the device may forget, for the next step.
+	drop []uint64
+}
+
+type genSeq struct {
+	req    GenRequest
+	tenant *tenantState
+	// sent are the tokens sent to the client: the prefix to recompute.
+	sent    []byte
+	firstAt time.Duration
+	// dev is the device the sequence is admitted to; -1 while queued.
+	dev    int
+	blocks int
+	// kv is the context tokens whose KV its device holds.
+	kv int
+	// reserved: admitted with blocks for its whole length (PreemptMax).
+	reserved bool
+	admit    uint64
+	preempts int
+	// preemptStep is the step being built when it was last preempted: it
+	// is not admitted back into that step.
+	preemptStep uint64
+	attempts    int
+	fresh       bool // a new request, counted by queued
+	timer       TimerID
+	timerGen    uint64
+	latestStart time.Duration
+}
+
+// context is the sequence's known context: the prompt, then the tokens
+// sent.
+func (s *genSeq) context() int { return len(s.req.Prompt) + len(s.sent) }
+
+// input is the context token at i.
+func (s *genSeq) input(i int) byte {
+	if i < len(s.req.Prompt) {
+		return s.req.Prompt[i]
+	}
+	return s.sent[i-len(s.req.Prompt)]
+}
+
+// remaining is the context the device has not fed yet: 1 for a decode.
+func (s *genSeq) remaining() int { return s.context() - s.kv }
+
+type genSeqTimer struct {
+	id  uint64
+	gen uint64
+}
+type genWatchdog struct {
+	dev  int
+	step uint64
+}
+type genRestart struct {
+	dev int
+	gen uint64
+}
+
+// NewGenScheduler returns a scheduler whose devices are all up and empty.
+func NewGenScheduler(cfg GenConfig) (*GenScheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &GenScheduler{cfg: cfg, devs: make([]genDevice, cfg.Devices), seqs: map[uint64]*genSeq{}, tenants: map[string]*tenantState{}}
+	for d := range g.devs {
+		g.devs[d] = genDevice{up: true, free: cfg.BlocksPerDevice}
+	}
+	return g, nil
+}
+
+// Receive handles one message.
+func (g *GenScheduler) Receive(ctx StepContext, msg Message) {
+	switch m := msg.(type) {
+	case GenSubmit:
+		g.submit(ctx, m.Req)
+	case GenCancel:
+		if s := g.seqs[m.ID]; s != nil {
+			g.end(ctx, s, Cancelled, ReasonCancelled, "cancelled by the client")
+		}
+	case StepDone:
+		g.stepDone(ctx, m)
+	case genSeqTimer:
+		if s := g.seqs[m.id]; s != nil && s.timerGen == m.gen {
+			s.timer = 0
+			g.checkDeadline(ctx, s)
+		}
+	case genWatchdog:
+		if dv := &g.devs[m.dev]; dv.step == m.step && dv.up {
+			dv.watchdog = 0
+			g.fail(ctx, m.dev, "step hung past its watchdog")
+		}
+	case genRestart:
+		if dv := &g.devs[m.dev]; !dv.up && dv.gen == m.gen {
+			dv.up = true
+		}
+	}
+	g.kick(ctx)
+}
+
+// Stats returns the scheduler's counters.
+func (g *GenScheduler) Stats() GenStats { return g.stats }
+
+// BlocksUsed is the KV blocks held on device d.
+func (g *GenScheduler) BlocksUsed(d int) int { return g.cfg.BlocksPerDevice - g.devs[d].free }
+
+// Blocks is the KV blocks the request id holds on the devices' tables
+// (0 if it is on none): for checkers, so it reads the tables, not the
+// index of requests in flight.
+func (g *GenScheduler) Blocks(id uint64) int {
+	n := 0
+	for d := range g.devs {
+		for _, s := range g.devs[d].running {
+			if s.req.ID == id {
+				n += s.blocks
+			}
+		}
+	}
+	return n
+}
+
+// InFlight is the number of requests queued or running.
+func (g *GenScheduler) InFlight() int { return len(g.seqs) }
+
+func (g *GenScheduler) blocksFor(tokens int) int {
+	return (tokens + g.cfg.BlockTokens - 1) / g.cfg.BlockTokens
+}
+
+func (g *GenScheduler) reject(ctx StepContext, r GenRequest, o Outcome, why Reason, err string, retry time.Duration) {
+	ctx.Send(r.ReplyTo, GenEnd{ID: r.ID, Outcome: o, Reason: why, Err: err, RetryAfter: retry,
+		Version: g.cfg.Version, Arrival: r.Arrival, Done: ctx.Now(), Attempts: 0})
+}
+
+func (g *GenScheduler) submit(ctx StepContext, r GenRequest) {
+	now := ctx.Now()
+	if r.Version == "" {
+		r.Version = g.cfg.Version
+	}
+	switch {
+	case r.ReplyTo.IsZero():
+		return // nobody to answer
+	case g.seqs[r.ID] != nil:
+		g.reject(ctx, r, Rejected, ReasonInvalid, "duplicate request id", 0)
+		return
+	case r.Model != g.cfg.Model || r.Version != g.cfg.Version:
+		g.reject(ctx, r, Rejected, ReasonUnknownModel, fmt.Sprintf("this scheduler serves %s@%s", g.cfg.Model, g.cfg.Version), 0)
+		return
+	case len(r.Prompt) < 1 || len(r.Prompt) > g.cfg.PromptMax || r.MaxTokens < 1 || r.MaxTokens > g.cfg.TokensMax:
+		g.reject(ctx, r, Rejected, ReasonInvalid, fmt.Sprintf("prompt of %d tokens, max_tokens %d: want 1..%d and 1..%d", len(r.Prompt), r.MaxTokens, g.cfg.PromptMax, g.cfg.TokensMax), 0)
+		return
+	case g.blocksFor(len(r.Prompt)+r.MaxTokens) > g.cfg.BlocksPerDevice:
+		// The preemption bound reserves a sequence's whole length on one
+		// device, so a sequence that could not fit one is refused.
+		g.reject(ctx, r, Rejected, ReasonInvalid, "prompt plus max_tokens does not fit a device's KV cache", 0)
+		return
+	case g.queued >= g.cfg.WaitingMax:
+		g.reject(ctx, r, Rejected, ReasonQueueFull, "generation queue full", g.cfg.TTFT)
+		return
+	}
+	r.Priority = min(max(r.Priority, PriorityLow), PriorityHigh)
+	if r.TTFTDeadline == 0 {
+		r.TTFTDeadline = r.Arrival + g.cfg.TTFT
+	}
+	if r.Deadline == 0 {
+		r.Deadline = r.Arrival + g.cfg.Timeout
+	}
+	t := g.tenant(r.Tenant, now)
+	if t == nil {
+		g.reject(ctx, r, Rejected, ReasonQueueFull, "too many tenants in flight", g.cfg.TTFT)
+		return
+	}
+	if ok, wait := t.take(now); !ok {
+		g.reject(ctx, r, Rejected, ReasonRateLimited, "tenant over its request rate", wait)
+		return
+	}
+	if t.cfg.InflightMax > 0 && t.held >= t.cfg.InflightMax {
+		g.reject(ctx, r, Rejected, ReasonQuota, "tenant over its requests in flight", g.cfg.TTFT)
+		return
+	}
+	if t.held == 0 {
+		// Back from idle: level with the tenants being served.
+		t.served = max(t.served, g.vtime)
+	}
+	t.held++
+	s := &genSeq{req: r, tenant: t, dev: -1, attempts: 1, fresh: true}
+	s.latestStart = r.TTFTDeadline - g.prefillTime(len(r.Prompt))
+	g.seqs[r.ID] = s
+	g.waiting = append(g.waiting, s)
+	g.queued++
+	g.checkDeadline(ctx, s)
+}
+
+// prefillTime is a lower bound on the time to prefill n tokens and sample
+// the first: a budget's worth a step, alone on a device.
+func (g *GenScheduler) prefillTime(n int) time.Duration {
+	var d time.Duration
+	for kv := 0; kv < n; {
+		c := min(n-kv, g.cfg.StepTokensMax)
+		kv += c
+		d += g.cfg.Cost.Of(c, kv)
+	}
+	return d
+}
+
+// checkDeadline ends s if its deadline is past, or if it is queued with
+// no token sent and its first token can no longer come by its TTFT
+// deadline; otherwise it arms s's timer for the next time that may be so.
+func (g *GenScheduler) checkDeadline(ctx StepContext, s *genSeq) {
+	now := ctx.Now()
+	if now >= s.req.Deadline {
+		g.end(ctx, s, Expired, ReasonDeadline, "deadline passed before the output was complete")
+		return
+	}
+	at := s.req.Deadline
+	if len(s.sent) == 0 {
+		if s.dev < 0 && now > s.latestStart {
+			g.end(ctx, s, Expired, ReasonDeadline, "the first token can no longer come by the TTFT deadline")
+			return
+		}
+		if now <= s.latestStart {
+			at = min(at, s.latestStart+1)
+		}
+	}
+	if s.timer != 0 {
+		ctx.Cancel(s.timer)
+	}
+	g.timerGen++
+	s.timerGen = g.timerGen
+	s.timer = ctx.After(at-now, genSeqTimer{id: s.req.ID, gen: s.timerGen})
+}
+
+// tenant returns the named tenant's state, created on first sight within
+// TenantsMax (releasing an idle one at the bound); nil if all are busy.
+func (g *GenScheduler) tenant(name string, now time.Duration) *tenantState {
+	if t := g.tenants[name]; t != nil {
+		return t
+	}
+	if len(g.tenantOrder) >= g.cfg.TenantsMax {
+		i := slices.IndexFunc(g.tenantOrder, func(t *tenantState) bool { return t.idle(now) })
+		if i < 0 {
+			return nil
+		}
+		delete(g.tenants, g.tenantOrder[i].name)
+		g.tenantOrder = slices.Delete(g.tenantOrder, i, i+1)
+	}
+	cfg := g.cfg.DefaultTenant
+	for _, c := range g.cfg.Tenants {
+		if c.Name == name {
+			cfg = c
+		}
+	}
+	t := newTenant(name, cfg)
+	t.served = g.vtime
+	g.tenants[name] = t
+	g.tenantOrder = append(g.tenantOrder, t)
+	return t
+}
+
+// level is s's effective priority: its own, one higher per PriorityAging
+// since it arrived, up to PriorityHigh.
+func (g *GenScheduler) level(s *genSeq, now time.Duration) int8 {
+	p := s.req.Priority
+	if p >= PriorityHigh {
+		return p
+	}
+	up := (now - s.req.Arrival) / g.cfg.PriorityAging
+	return int8(min(int64(p)+int64(up), int64(PriorityHigh)))
+}
+
+// before reports whether queued sequence a is admitted before b.
+func (g *GenScheduler) before(a, b *genSeq, now time.Duration) bool {
+	if la, lb := g.level(a, now), g.level(b, now); la != lb {
+		return la > lb
+	}
+	if a.tenant.served != b.tenant.served {
+		return a.tenant.served < b.tenant.served
+	}
+	return a.req.Arrival < b.req.Arrival || a.req.Arrival == b.req.Arrival && a.req.ID < b.req.ID
+}
+
+// end gives s its terminal state: it frees s's blocks at once (its device
+// runs no step of s meanwhile: a step in flight forgets it), and sends
+// its GenEnd.
+func (g *GenScheduler) end(ctx StepContext, s *genSeq, o Outcome, why Reason, err string) {
+	if s.dev >= 0 {
+		g.release(s)
+	} else {
+		g.unqueue(s)
+	}
+	if s.timer != 0 {
+		ctx.Cancel(s.timer)
+	}
+	delete(g.seqs, s.req.ID)
+	s.tenant.held--
+	ctx.Send(s.req.ReplyTo, GenEnd{ID: s.req.ID, Outcome: o, Reason: why, Err: err, Version: g.cfg.Version,
+		Tokens: len(s.sent), Arrival: s.req.Arrival, FirstToken: s.firstAt, Done: ctx.Now(),
+		Preemptions: s.preempts, Attempts: s.attempts})
+}
+
+// release takes s off its device: frees its blocks, and tells the device
+// to forget it.
+func (g *GenScheduler) release(s *genSeq) {
+	dv := &g.devs[s.dev]
+	dv.free += s.blocks
+	s.blocks, s.kv = 0, 0
+	dv.running = slices.DeleteFunc(dv.running, func(o *genSeq) bool { return o == s })
+	if i := slices.Index(dv.slots, s); i >= 0 {
+		dv.slots[i] = nil
+	}
+	dv.drop = append(dv.drop, s.req.ID)
+	s.dev = -1
+}
+
+func (g *GenScheduler) unqueue(s *genSeq) {
+	g.waiting = slices.DeleteFunc(g.waiting, func(o *genSeq) bool { return o == s })
+	if s.fresh {
+		s.fresh = false
+		g.queued--
+	}
+}
+
+// requeue puts s, taken off its device, back in the queue to be
+// recomputed from its prompt and the tokens it sent.
+func (g *GenScheduler) requeue(ctx StepContext, s *genSeq) {
+	g.waiting = append(g.waiting, s)
+	g.checkDeadline(ctx, s)
+}
+
+func (g *GenScheduler) preempt(ctx StepContext, s *genSeq) {
+	g.release(s)
+	s.preempts++
+	s.preemptStep = g.stepSeq + 1
+	g.stats.Preemptions++
+	g.requeue(ctx, s)
+}
+
+// victim is the sequence of device d to preempt: not reserved, lowest
+// effective priority, then newest admitted. nil if none may be.
+func (g *GenScheduler) victim(d int, now time.Duration) *genSeq {
+	var v *genSeq
+	for _, s := range g.devs[d].running {
+		if s.reserved {
+			continue
+		}
+		if v == nil {
+			v = s
+			continue
+		}
+		if ls, lv := g.level(s, now), g.level(v, now); ls != lv {
+			if ls < lv {
+				v = s
+			}
+		} else if s.admit > v.admit {
+			v = s
+		}
+	}
+	return v
+}
+
+// kick starts a step on every idle device with work, from a rotating
+// first device so that admissions spread over the group.
+func (g *GenScheduler) kick(ctx StepContext) {
+	n := len(g.devs)
+	for i := range n {
+		d := (g.next + i) % n
+		if dv := &g.devs[d]; dv.up && dv.step == 0 && (len(dv.running) > 0 || len(g.waiting) > 0) {
+			g.schedule(ctx, d)
+		}
+	}
+	g.next = (g.next + 1) % n
+}
+
+// schedule builds and starts device d's next step.
+func (g *GenScheduler) schedule(ctx StepContext, d int) {
+	now := ctx.Now()
+	dv := &g.devs[d]
+	order := slices.Clone(dv.running)
+	// Oldest admitted first within a level: they get their blocks and
+	// their prefill budget first.
+	slices.SortFunc(order, func(a, b *genSeq) int {
+		if la, lb := g.level(a, now), g.level(b, now); la != lb {
+			return cmp.Compare(lb, la)
+		}
+		return cmp.Compare(a.admit, b.admit)
+	})
+	// Decodes first: each needs a block when its token crosses a block
+	// edge; with none free, preempt until one is.
+	for _, s := range order {
+		if s.dev != d || s.remaining() != 1 {
+			continue
+		}
+		want := g.blocksFor(s.kv+1) - s.blocks
+		for want > dv.free && s.dev == d {
+			v := g.victim(d, now)
+			if v == nil {
+				break
+			}
+			g.preempt(ctx, v)
+		}
+		if s.dev == d && want > 0 && want <= dv.free {
+			dv.free -= want
+			s.blocks += want
+		}
+	}
+	var job StepJob
+	var seqs []*genSeq
+	var fed []int
+	var sample []bool
+	tokens := 0
+	add := func(s *genSeq, n int) {
+		in := make([]byte, n)
+		for i := range in {
+			in[i] = s.input(s.kv + i)
+		}
+		smp := s.kv+n == s.context()
+		job.Slots = append(job.Slots, StepSlot{Seq: s.req.ID, Start: s.kv, Input: string(in), PromptLen: len(s.req.Prompt), Sample: smp})
+		seqs, fed, sample = append(seqs, s), append(fed, n), append(sample, smp)
+		tokens += n
+		w := float64(n) / s.tenant.weight
+		s.tenant.served += w
+	}
+	for _, s := range order {
+		if s.dev == d && s.remaining() == 1 && g.blocksFor(s.kv+1) <= s.blocks {
+			add(s, 1)
+		}
+	}
+	for _, s := range order {
+		if s.dev == d && s.remaining() > 1 && tokens < g.cfg.StepTokensMax {
+			add(s, min(s.remaining(), g.cfg.StepTokensMax-tokens))
+		}
+	}
+	// Admit queued sequences while budget, sequence slots and blocks last
+	// (with Static, only into a device that had nothing running, and a
+	// whole batch at once: those past the budget start their prefill in
+	// the next steps).
+	static := g.cfg.Static && len(dv.running) == 0
+	open := !g.cfg.Static || static
+	for open && (tokens < g.cfg.StepTokensMax || static) && len(dv.running) < g.cfg.SeqsMax && len(g.waiting) > 0 {
+		s := g.waiting[0]
+		for _, o := range g.waiting[1:] {
+			if g.before(o, s, now) {
+				s = o
+			}
+		}
+		if s.preemptStep == g.stepSeq+1 {
+			break // just preempted here: recomputing it at once would undo that
+		}
+		need, headroom := g.blocksFor(s.context()), g.cfg.AdmitHeadroomBlocks
+		if s.reserved || s.preempts >= g.cfg.PreemptMax {
+			s.reserved = true
+			need, headroom = g.blocksFor(len(s.req.Prompt)+s.req.MaxTokens), 0
+		}
+		if need+headroom > dv.free {
+			break
+		}
+		g.unqueue(s)
+		g.vtime = max(g.vtime, s.tenant.served)
+		dv.free -= need
+		s.dev, s.blocks, s.kv = d, need, 0
+		g.admitSeq++
+		s.admit = g.admitSeq
+		dv.running = append(dv.running, s)
+		if tokens < g.cfg.StepTokensMax {
+			add(s, min(s.context(), g.cfg.StepTokensMax-tokens))
+		}
+	}
+	if len(job.Slots) == 0 {
+		return
+	}
+	g.stepSeq++
+	job.ID, job.Device, job.Model, job.Version, job.Free = g.stepSeq, d, g.cfg.Model, g.cfg.Version, dv.drop
+	dv.drop = nil
+	dv.step, dv.slots, dv.fed, dv.sample = job.ID, seqs, fed, sample
+	g.stats.Steps++
+	g.stats.Prefilled += int64(tokens)
+	predicted := g.cfg.Cost.StepCost(job)
+	ctx.ExecStep(job)
+	dv.watchdog = ctx.After(time.Duration(float64(predicted)*g.cfg.WatchdogMultiple)+g.cfg.WatchdogSlack, genWatchdog{dev: d, step: job.ID})
+}
+
+func (g *GenScheduler) stepDone(ctx StepContext, m StepDone) {
+	d := slices.IndexFunc(g.devs, func(dv genDevice) bool { return dv.step == m.ID && dv.up })
+	if d < 0 || m.ID == 0 {
+		return // a step abandoned at its watchdog
+	}
+	dv := &g.devs[d]
+	if dv.watchdog != 0 {
+		ctx.Cancel(dv.watchdog)
+		dv.watchdog = 0
+	}
+	if m.Fault || m.Err != "" || len(m.Out) != len(dv.slots) {
+		why := m.Err
+		if m.Fault {
+			why = "device fault"
+		}
+		g.fail(ctx, d, why)
+		return
+	}
+	dv.failures = 0
+	seqs, fed, sample := dv.slots, dv.fed, dv.sample
+	dv.step, dv.slots, dv.fed, dv.sample = 0, nil, nil, nil
+	now := ctx.Now()
+	for i, s := range seqs {
+		if s == nil {
+			continue // ended while the step ran
+		}
+		s.kv += fed[i]
+		if !sample[i] {
+			continue
+		}
+		out := m.Out[i]
+		idx := len(s.sent)
+		s.sent = append(s.sent, out.Token)
+		g.stats.Tokens++
+		if idx == 0 {
+			s.firstAt = now
+		}
+		ctx.Send(s.req.ReplyTo, Token{ID: s.req.ID, Index: idx, Byte: out.Token})
+		if out.End || len(s.sent) >= s.req.MaxTokens {
+			g.end(ctx, s, Completed, ReasonNone, "")
+		} else if idx == 0 {
+			g.checkDeadline(ctx, s) // from now on only the total deadline counts
+		}
+	}
+}
+
+// fail handles a device that faulted or hung: its KV cache is lost, its
+// sequences go back to the queue (or fail, out of attempts), and it
+// restarts after a backoff.
+func (g *GenScheduler) fail(ctx StepContext, d int, why string) {
+	dv := &g.devs[d]
+	if dv.watchdog != 0 {
+		ctx.Cancel(dv.watchdog)
+	}
+	g.stats.Crashes++
+	lost := dv.running
+	dv.running, dv.slots, dv.fed, dv.sample, dv.drop = nil, nil, nil, nil, nil
+	dv.step, dv.watchdog, dv.up = 0, 0, false
+	dv.free = g.cfg.BlocksPerDevice
+	dv.failures++
+	dv.gen++
+	backoff := g.cfg.RestartBackoff << min(dv.failures-1, 6)
+	ctx.After(backoff, genRestart{dev: d, gen: dv.gen})
+	for _, s := range lost {
+		s.dev, s.blocks, s.kv = -1, 0, 0
+		if s.attempts >= g.cfg.AttemptMax {
+			g.waiting = append(g.waiting, s) // end unqueues it
+			g.end(ctx, s, Failed, ReasonAttempts, fmt.Sprintf("device failures used up the %d attempts (last: %s)", g.cfg.AttemptMax, why))
+			continue
+		}
+		s.attempts++
+		g.requeue(ctx, s)
+	}
+}
+
+// Check verifies the scheduler's books, the way Batcher.Check does: every
+// device's free blocks plus its sequences' blocks make its capacity, no
+// sequence holds fewer blocks than its KV needs, the bounds hold, and
+// every sequence is either queued or on exactly one device. For the
+// simulator and tests, after every message.
+func (g *GenScheduler) Check() error {
+	seen := 0
+	for d := range g.devs {
+		dv := &g.devs[d]
+		used := 0
+		if len(dv.running) > g.cfg.SeqsMax {
+			return fmt.Errorf("gen check: device %d runs %d sequences, SeqsMax %d", d, len(dv.running), g.cfg.SeqsMax)
+		}
+		for _, s := range dv.running {
+			if s.dev != d || g.seqs[s.req.ID] != s {
+				return fmt.Errorf("gen check: device %d runs sequence %d, which is on %d or not in flight", d, s.req.ID, s.dev)
+			}
+			if s.blocks < g.blocksFor(s.kv) {
+				return fmt.Errorf("gen check: sequence %d holds %d KV tokens in %d blocks", s.req.ID, s.kv, s.blocks)
+			}
+			used += s.blocks
+			seen++
+		}
+		if dv.free < 0 || used+dv.free != g.cfg.BlocksPerDevice {
+			return fmt.Errorf("gen check: device %d: %d blocks held, %d free, capacity %d", d, used, dv.free, g.cfg.BlocksPerDevice)
+		}
+	}
+	fresh := 0
+	for _, s := range g.waiting {
+		if s.dev != -1 || s.blocks != 0 || g.seqs[s.req.ID] != s {
+			return fmt.Errorf("gen check: queued sequence %d is on device %d with %d blocks", s.req.ID, s.dev, s.blocks)
+		}
+		if s.fresh {
+			fresh++
+		}
+	}
+	if fresh != g.queued || g.queued > g.cfg.WaitingMax {
+		return fmt.Errorf("gen check: %d new requests queued, counted %d, WaitingMax %d", fresh, g.queued, g.cfg.WaitingMax)
+	}
+	if seen+len(g.waiting) != len(g.seqs) {
+		return fmt.Errorf("gen check: %d running and %d queued, %d in flight", seen, len(g.waiting), len(g.seqs))
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package actors
+
+import "time"
+
+// GenRequest is one generation request as a front door hands it to a
+// GenScheduler.
+type GenRequest struct {
+	// ID is unique among the requests a GenScheduler has in flight; it
+	// names the sequence in steps and tokens.
+	ID     uint64
+	Tenant string
+	Model  string
+	// Version: empty means the scheduler's own.
+	Version string
+	// Priority: higher levels are served first; clamped to [PriorityLow,
+	// PriorityHigh].
+	Priority int8
+	// Prompt is the context to continue, one byte a token.
+	Prompt string
+	// MaxTokens caps the output: the stream ends there if the model has
+	// not ended it before.
+	MaxTokens int
+	// Arrival is when the front door received the request.
+	Arrival time.Duration
+	// TTFTDeadline is the absolute time by which the first token is
+	// useful; zero means Arrival plus GenConfig.TTFT.
+	TTFTDeadline time.Duration
+	// Deadline is the absolute time by which the whole output is useful;
+	// zero means Arrival plus GenConfig.Timeout.
+	Deadline time.Duration
+	// ReplyTo is where the Tokens and the one GenEnd go.
+	ReplyTo Address
+}
+
+// GenSubmit asks a GenScheduler to admit and serve a generation request.
+type GenSubmit struct{ Req GenRequest }
+
+// GenCancel withdraws a generation request, queued or running: its
+// sequence frees its KV blocks and its stream ends Cancelled.
+type GenCancel struct{ ID uint64 }
+
+// Token is one generated token, sent to the request's ReplyTo as soon as
+// the step that made it is done. Index counts from 0 within the request's
+// output; the scheduler sends each index once and in order, a recompute
+// after a preemption or a device crash included (it resumes from the
+// tokens already sent). A client behind a network that may repeat a
+// message keeps the next index it expects and drops any other.
+type Token struct {
+	ID    uint64
+	Index int
+	Byte  byte
+}
+
+// GenEnd is the one terminal message of a generation request, sent to its
+// ReplyTo after its last Token.
+type GenEnd struct {
+	ID      uint64
+	Outcome Outcome
+	// Reason and Err say why, for any outcome other than Completed.
+	Reason Reason
+	Err    string
+	// RetryAfter is the hint for Rejected replies.
+	RetryAfter time.Duration
+	// Version is the model version that served the request.
+	Version string
+	// Tokens is the number of Tokens sent: the stream's length.
+	Tokens int
+	// The request's timeline: FirstToken is zero when no token was sent.
+	Arrival, FirstToken, Done time.Duration
+	// Preemptions counts the times the sequence was preempted for KV
+	// blocks (and recomputed); Attempts the devices it ran on that crashed,
+	// plus one.
+	Preemptions, Attempts int
+}

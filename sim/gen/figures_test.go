@@ -1,0 +1,65 @@
+package gen
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestFigures prints the reference generation workload's report at the
+// rates in BATCHD_GEN_RATES (req/s, comma-separated), with device crashes
+// at a chance of BATCHD_GEN_CRASHP per step (default 0) during the
+// minute of arrivals, and with static batching instead of continuous
+// when BATCHD_GEN_STATIC is set, and a TTFT SLO of BATCHD_GEN_TTFT (a
+// duration; default 1s). It is for the figures in RESULTS.md, not for `make
+// test`: it skips unless the variable is set.
+//
+//	BATCHD_GEN_RATES=16,48 go test -run TestFigures -v ./sim/gen/
+func TestFigures(t *testing.T) {
+	rates := os.Getenv("BATCHD_GEN_RATES")
+	if rates == "" {
+		t.Skip("set BATCHD_GEN_RATES (req/s, comma-separated) to print the generation figures")
+	}
+	for _, f := range splitComma(rates) {
+		rate, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			t.Fatalf("BATCHD_GEN_RATES: %v", err)
+		}
+		cfg := DefaultConfig(1, rate)
+		if p := os.Getenv("BATCHD_GEN_CRASHP"); p != "" {
+			if cfg.CrashP, err = strconv.ParseFloat(p, 64); err != nil {
+				t.Fatalf("BATCHD_GEN_CRASHP: %v", err)
+			}
+			cfg.FaultsUntil = cfg.Duration
+		}
+		cfg.Gen.Static = os.Getenv("BATCHD_GEN_STATIC") != ""
+		if v := os.Getenv("BATCHD_GEN_TTFT"); v != "" {
+			if cfg.Gen.TTFT, err = time.ParseDuration(v); err != nil {
+				t.Fatalf("BATCHD_GEN_TTFT: %v", err)
+			}
+		}
+		rep, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rate %v req/s, crash chance per step %v, static batching %v, TTFT SLO %v, 2 devices, reference workload (seed 1):\n%s", rate, cfg.CrashP, cfg.Gen.Static, cfg.Gen.TTFT, rep)
+		if len(rep.Violations) > 0 {
+			t.Errorf("violations at rate %v", rate)
+		}
+	}
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
