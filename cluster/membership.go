@@ -94,7 +94,10 @@ type Meta struct {
 	// DataAddr is where the node's actors take messages from other nodes.
 	DataAddr string
 	Devices  int
-	Models   []string
+	// Models are the models the node's devices hold warm; none: any
+	// model. Ownership of a model goes to a live member that holds it
+	// (member.View.Owner).
+	Models []string
 	// Leaving: the node is leaving gracefully (Membership.Leave sets it
 	// before it goes: memberlist v0.5.4 tells its event delegate of a
 	// leave and a death alike).
@@ -372,7 +375,7 @@ func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 	if meta.Leaving {
 		kind = member.Left
 	}
-	u := member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind}
+	u := member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind, Models: member.JoinModels(meta.Models)}
 	if m.onPeer != nil {
 		m.onPeer(u, meta)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Kind is what an Update says about a node.
@@ -45,6 +46,38 @@ type Update struct {
 	Node string
 	Inc  uint64
 	Kind Kind
+	// Models are the models the node holds warm, as JoinModels writes
+	// them; empty: any model (the node keeps no warm set). They are the
+	// node's for its incarnation, as memberlist's metadata carries them.
+	Models string
+}
+
+// modelSep separates the names in Update.Models: a model name holds no
+// newline (the registry refuses one, as it is a URL path segment).
+const modelSep = "\n"
+
+// JoinModels is models as Update.Models holds them: sorted, each once,
+// joined by newlines.
+func JoinModels(models []string) string {
+	s := slices.Clone(models)
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), modelSep)
+}
+
+// Holds reports whether the node holds model warm (any model, when it
+// names none).
+func (u Update) Holds(model string) bool {
+	if u.Models == "" {
+		return true
+	}
+	for rest := u.Models; rest != ""; {
+		name, tail, _ := strings.Cut(rest, modelSep)
+		if name == model {
+			return true
+		}
+		rest = tail
+	}
+	return false
 }
 
 // Overrides reports whether u takes precedence over cur, the state a View
@@ -99,6 +132,40 @@ type View struct {
 	live    []string       // sorted; replaced, never modified in place
 	epoch   uint64
 	version uint64
+	// owners caches, per model, the owner function over the live members
+	// that hold it, as of version ownersAt.
+	owners   map[string]Owners
+	ownersAt uint64
+}
+
+// ownersCacheMax bounds View.owners: past it the cache starts over (an
+// open registry may name any number of models).
+const ownersCacheMax = 1024
+
+// Owner returns the owner of model: the rendezvous choice (Owners) among
+// the live members that hold it warm, or among all the live members when
+// none does (any node can load it); false when no member is live. Every
+// observer with the same live members and warm sets computes the same
+// owner.
+func (v *View) Owner(model string) (string, bool) {
+	if v.ownersAt != v.version || v.owners == nil || len(v.owners) >= ownersCacheMax {
+		v.owners, v.ownersAt = map[string]Owners{}, v.version
+	}
+	o, ok := v.owners[model]
+	if !ok {
+		var holders []string
+		for _, name := range v.live {
+			if v.nodes[v.index[name]].Holds(model) {
+				holders = append(holders, name)
+			}
+		}
+		if len(holders) == 0 {
+			holders = v.live
+		}
+		o = NewOwners(holders)
+		v.owners[model] = o
+	}
+	return o.Owner(model)
 }
 
 // NewView returns an empty View that holds at most limit node names

@@ -26,22 +26,22 @@ func TestViewRules(t *testing.T) {
 		want Change
 		live bool
 	}{
-		{Update{"a", 1, Alive}, LiveChanged, true},
-		{Update{"a", 1, Alive}, Ignored, true},       // duplicate
-		{Update{"a", 0, Dead}, Ignored, true},        // older incarnation
-		{Update{"a", 1, Suspect}, Updated, true},     // suspect beats alive, same incarnation
-		{Update{"a", 1, Alive}, Ignored, true},       // alive does not clear it at the same incarnation
-		{Update{"a", 2, Alive}, Updated, true},       // refutation: a higher incarnation
-		{Update{"a", 1, Dead}, Ignored, true},        // dead of the old incarnation
-		{Update{"a", 2, Dead}, LiveChanged, false},   // dead at the current one
-		{Update{"a", 2, Alive}, Ignored, false},      // dead is final for its incarnation
-		{Update{"a", 2, Suspect}, Ignored, false},    //
-		{Update{"a", 3, Alive}, LiveChanged, true},   // returns with a higher incarnation
-		{Update{"a", 2, Alive}, Ignored, true},       // nothing of the old life afterwards
-		{Update{"a", 2, Dead}, Ignored, true},        //
-		{Update{"a", 3, Left}, LiveChanged, false},   // leave
-		{Update{"a", 3, Dead}, Ignored, false},       // left outranks dead
-		{Update{"b", 5, Suspect}, LiveChanged, true}, // first sight as a suspect: a member
+		{Update{"a", 1, Alive, ""}, LiveChanged, true},
+		{Update{"a", 1, Alive, ""}, Ignored, true},       // duplicate
+		{Update{"a", 0, Dead, ""}, Ignored, true},        // older incarnation
+		{Update{"a", 1, Suspect, ""}, Updated, true},     // suspect beats alive, same incarnation
+		{Update{"a", 1, Alive, ""}, Ignored, true},       // alive does not clear it at the same incarnation
+		{Update{"a", 2, Alive, ""}, Updated, true},       // refutation: a higher incarnation
+		{Update{"a", 1, Dead, ""}, Ignored, true},        // dead of the old incarnation
+		{Update{"a", 2, Dead, ""}, LiveChanged, false},   // dead at the current one
+		{Update{"a", 2, Alive, ""}, Ignored, false},      // dead is final for its incarnation
+		{Update{"a", 2, Suspect, ""}, Ignored, false},    //
+		{Update{"a", 3, Alive, ""}, LiveChanged, true},   // returns with a higher incarnation
+		{Update{"a", 2, Alive, ""}, Ignored, true},       // nothing of the old life afterwards
+		{Update{"a", 2, Dead, ""}, Ignored, true},        //
+		{Update{"a", 3, Left, ""}, LiveChanged, false},   // leave
+		{Update{"a", 3, Dead, ""}, Ignored, false},       // left outranks dead
+		{Update{"b", 5, Suspect, ""}, LiveChanged, true}, // first sight as a suspect: a member
 	}
 	v := NewView(0)
 	for i, s := range steps {
@@ -52,7 +52,7 @@ func TestViewRules(t *testing.T) {
 			t.Fatalf("step %d %v: live %v, want %v", i, s.u, !s.live, s.live)
 		}
 	}
-	if got, _ := v.Get("a"); got != (Update{"a", 3, Left}) {
+	if got, _ := v.Get("a"); got != (Update{"a", 3, Left, ""}) {
 		t.Errorf("a is %v, want left@3", got)
 	}
 	if !slices.Equal(v.Live(), []string{"b"}) {
@@ -66,18 +66,18 @@ func TestViewRules(t *testing.T) {
 
 func TestViewRejects(t *testing.T) {
 	v := NewView(2)
-	for _, u := range []Update{{"", 1, Alive}, {strings.Repeat("x", MaxNameLen+1), 1, Alive}, {"a", 1, 0}, {"a", 1, Left + 1}} {
+	for _, u := range []Update{{"", 1, Alive, ""}, {strings.Repeat("x", MaxNameLen+1), 1, Alive, ""}, {"a", 1, 0, ""}, {"a", 1, Left + 1, ""}} {
 		if _, err := v.Apply(u); err == nil {
 			t.Errorf("apply %v: no error", u)
 		}
 	}
-	mustApply(t, v, Update{"a", 1, Alive})
-	mustApply(t, v, Update{"b", 1, Dead})
-	if _, err := v.Apply(Update{"c", 1, Alive}); !errors.Is(err, ErrFull) {
+	mustApply(t, v, Update{"a", 1, Alive, ""})
+	mustApply(t, v, Update{"b", 1, Dead, ""})
+	if _, err := v.Apply(Update{"c", 1, Alive, ""}); !errors.Is(err, ErrFull) {
 		t.Errorf("third name in a view of two: %v, want ErrFull", err)
 	}
 	// Known names still apply when full.
-	if c := mustApply(t, v, Update{"b", 2, Alive}); c != LiveChanged {
+	if c := mustApply(t, v, Update{"b", 2, Alive, ""}); c != LiveChanged {
 		t.Errorf("b's return: %d", c)
 	}
 	if v.Len() != 2 || NewView(MaxLimit+1).Limit() != MaxLimit {
@@ -88,11 +88,11 @@ func TestViewRejects(t *testing.T) {
 // TestLiveSnapshot: a slice Live returned stays as it was.
 func TestLiveSnapshot(t *testing.T) {
 	v := NewView(0)
-	mustApply(t, v, Update{"b", 1, Alive})
-	mustApply(t, v, Update{"d", 1, Alive})
+	mustApply(t, v, Update{"b", 1, Alive, ""})
+	mustApply(t, v, Update{"d", 1, Alive, ""})
 	snap := v.Live()
-	mustApply(t, v, Update{"c", 1, Alive})
-	mustApply(t, v, Update{"b", 1, Dead})
+	mustApply(t, v, Update{"c", 1, Alive, ""})
+	mustApply(t, v, Update{"b", 1, Dead, ""})
 	if !slices.Equal(snap, []string{"b", "d"}) || !slices.Equal(v.Live(), []string{"c", "d"}) {
 		t.Errorf("snapshot %v, now %v", snap, v.Live())
 	}
@@ -202,7 +202,7 @@ func BenchmarkViewApply(b *testing.B) {
 	v := NewView(0)
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%03d", i)
-		mustApply(b, v, Update{names[i], 1, Alive})
+		mustApply(b, v, Update{names[i], 1, Alive, ""})
 	}
 	incs := make([]uint64, n)
 	for i := range incs {
@@ -215,12 +215,12 @@ func BenchmarkViewApply(b *testing.B) {
 		var u Update
 		switch i % 32 {
 		case 0:
-			u = Update{names[j], incs[j], Dead}
+			u = Update{names[j], incs[j], Dead, ""}
 		case 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31:
-			u = Update{names[j], incs[j], Suspect}
+			u = Update{names[j], incs[j], Suspect, ""}
 		default:
 			incs[j]++
-			u = Update{names[j], incs[j], Alive}
+			u = Update{names[j], incs[j], Alive, ""}
 		}
 		if _, err := v.Apply(u); err != nil {
 			b.Fatal(err)

@@ -119,3 +119,61 @@ func BenchmarkOwner(b *testing.B) {
 		})
 	}
 }
+
+// TestViewOwnerAmongHolders: a model's owner is chosen among the live
+// members that hold it warm, all of them agreeing; a model no live member
+// holds goes to any live member; a node that names no warm set holds
+// every model; the choice follows the live set.
+func TestViewOwnerAmongHolders(t *testing.T) {
+	v := NewView(0)
+	for _, u := range []Update{
+		{Node: "a", Inc: 1, Kind: Alive, Models: JoinModels([]string{"small"})},
+		{Node: "b", Inc: 1, Kind: Alive, Models: JoinModels([]string{"big", "small"})},
+		{Node: "c", Inc: 1, Kind: Alive, Models: JoinModels([]string{"big"})},
+		{Node: "d", Inc: 1, Kind: Alive, Models: JoinModels([]string{"small"})},
+	} {
+		if _, err := v.Apply(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		model := fmt.Sprintf("big-%d", i)
+		// Not held by anyone: any live member, as Owner over all.
+		if got, _ := v.Owner(model); got != mustOwner(t, model, v.Live()) {
+			t.Fatalf("%s: owner %s, want the choice among every live member", model, got)
+		}
+	}
+	if o, _ := v.Owner("big"); o != "b" && o != "c" {
+		t.Errorf("big: owner %s, want b or c (its holders)", o)
+	}
+	if o, _ := v.Owner("small"); o != mustOwner(t, "small", []string{"a", "b", "d"}) {
+		t.Errorf("small: owner %s, want the rendezvous choice among a, b, d", o)
+	}
+	// The holder that owns big dies: the other holder takes it.
+	o, _ := v.Owner("big")
+	if _, err := v.Apply(Update{Node: o, Inc: 1, Kind: Dead, Models: JoinModels([]string{"big"})}); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := v.Owner("big"); next == o || (next != "b" && next != "c") {
+		t.Errorf("after %s died, big is owned by %s, want the other holder", o, next)
+	}
+	// A node with no warm set holds everything.
+	if _, err := v.Apply(Update{Node: "e", Inc: 1, Kind: Alive}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := v.Get("e"); !u.Holds("anything") {
+		t.Error("a node with no warm set does not hold every model")
+	}
+	if u, _ := v.Get("a"); u.Holds("big") || !u.Holds("small") || u.Holds("smal") {
+		t.Errorf("a's warm set %q: holds big %v, small %v, smal %v", u.Models, u.Holds("big"), u.Holds("small"), u.Holds("smal"))
+	}
+}
+
+func mustOwner(t *testing.T, key string, members []string) string {
+	t.Helper()
+	o, ok := Owner(key, members)
+	if !ok {
+		t.Fatal("no owner")
+	}
+	return o
+}

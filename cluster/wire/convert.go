@@ -21,6 +21,9 @@ const (
 	FrameMax = 16 << 20
 	// EnvelopesMax bounds the envelopes in one frame.
 	EnvelopesMax = 1 << 16
+	// modelsMax bounds a member update's warm models, in bytes (they come
+	// from memberlist's metadata, at most 512 bytes).
+	modelsMax = 4 << 10
 )
 
 // ErrUnknown is a message the schema has no case for: an actor message
@@ -196,7 +199,7 @@ func encodeMsg(msg actors.Message, top bool) (*Message, error) {
 		}
 		return &Message{Body: &Message_Undeliverable{Undeliverable: &Undeliverable{To: addr(m.To), Msg: inner}}}, nil
 	case member.Update:
-		return &Message{Body: &Message_MemberUpdate{MemberUpdate: &MemberUpdate{Node: bs(m.Node), Inc: m.Inc, Kind: uint32(m.Kind)}}}, nil
+		return &Message{Body: &Message_MemberUpdate{MemberUpdate: &MemberUpdate{Node: bs(m.Node), Inc: m.Inc, Kind: uint32(m.Kind), Models: bs(m.Models)}}}, nil
 	}
 	return nil, fmt.Errorf("%w: %T", ErrUnknown, msg)
 }
@@ -290,10 +293,10 @@ func decodeMsg(m *Message, top bool) (actors.Message, error) {
 		return actors.Undeliverable{To: to, Msg: inner}, nil
 	case *Message_MemberUpdate:
 		u := b.MemberUpdate
-		if u.GetKind() < uint32(member.Alive) || u.GetKind() > uint32(member.Left) || len(u.GetNode()) > member.MaxNameLen {
-			return nil, fmt.Errorf("wire: member update kind %d, name of %d bytes: out of range", u.GetKind(), len(u.GetNode()))
+		if u.GetKind() < uint32(member.Alive) || u.GetKind() > uint32(member.Left) || len(u.GetNode()) > member.MaxNameLen || len(u.GetModels()) > modelsMax {
+			return nil, fmt.Errorf("wire: member update kind %d, name of %d bytes, models of %d: out of range", u.GetKind(), len(u.GetNode()), len(u.GetModels()))
 		}
-		return member.Update{Node: string(u.GetNode()), Inc: u.GetInc(), Kind: member.Kind(u.GetKind())}, nil
+		return member.Update{Node: string(u.GetNode()), Inc: u.GetInc(), Kind: member.Kind(u.GetKind()), Models: string(u.GetModels())}, nil
 	}
 	return nil, ErrUnknown
 }

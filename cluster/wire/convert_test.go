@@ -125,7 +125,7 @@ func message(nested bool) *rapid.Generator[actors.Message] {
 			return actors.DeviceDown{Device: genAddr.Draw(t, "device"), Until: genDur.Draw(t, "until"), Reason: genStr.Draw(t, "reason")}
 		case i == 14:
 			return member.Update{Node: genNode.Draw(t, "node"), Inc: rapid.Uint64().Draw(t, "inc"),
-				Kind: member.Kind(rapid.IntRange(int(member.Alive), int(member.Left)).Draw(t, "kind"))}
+				Kind: member.Kind(rapid.IntRange(int(member.Alive), int(member.Left)).Draw(t, "kind")), Models: genStr.Draw(t, "models")}
 		default:
 			return actors.Undeliverable{To: genAddr.Draw(t, "to"), Msg: message(true).Draw(t, "msg")}
 		}

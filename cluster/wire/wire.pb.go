@@ -1929,12 +1929,15 @@ func (x *Undeliverable) GetMsg() *Message {
 	return nil
 }
 
-// MemberUpdate is member.Update: kind 1 alive, 2 suspect, 3 dead, 4 left.
+// MemberUpdate is member.Update: kind 1 alive, 2 suspect, 3 dead, 4 left;
+// models, the node's warm models as member.JoinModels writes them (empty:
+// any model).
 type MemberUpdate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          []byte                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Inc           uint64                 `protobuf:"varint,2,opt,name=inc,proto3" json:"inc,omitempty"`
 	Kind          uint32                 `protobuf:"varint,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Models        []byte                 `protobuf:"bytes,4,opt,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1988,6 +1991,13 @@ func (x *MemberUpdate) GetKind() uint32 {
 		return x.Kind
 	}
 	return 0
+}
+
+func (x *MemberUpdate) GetModels() []byte {
+	if x != nil {
+		return x.Models
+	}
+	return nil
 }
 
 var File_wire_proto protoreflect.FileDescriptor
@@ -2139,11 +2149,12 @@ const file_wire_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\fR\x06reason\"i\n" +
 	"\rUndeliverable\x12*\n" +
 	"\x02to\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x02to\x12,\n" +
-	"\x03msg\x18\x02 \x01(\v2\x1a.batchd.cluster.v1.MessageR\x03msg\"H\n" +
+	"\x03msg\x18\x02 \x01(\v2\x1a.batchd.cluster.v1.MessageR\x03msg\"`\n" +
 	"\fMemberUpdate\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\fR\x04node\x12\x10\n" +
 	"\x03inc\x18\x02 \x01(\x04R\x03inc\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\rR\x04kind2M\n" +
+	"\x04kind\x18\x03 \x01(\rR\x04kind\x12\x16\n" +
+	"\x06models\x18\x04 \x01(\fR\x06models2M\n" +
 	"\tDataPlane\x12@\n" +
 	"\x06Stream\x12\x18.batchd.cluster.v1.Frame\x1a\x18.batchd.cluster.v1.Frame(\x010\x01B'Z%github.com/batchd/batchd/cluster/wireb\x06proto3"
 

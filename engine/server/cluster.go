@@ -35,6 +35,8 @@ type clusterNode struct {
 	leave time.Duration
 	log   *slog.Logger
 
+	models []string // the registry's: /v1/cluster names each one's owner
+
 	mu     sync.Mutex
 	view   *member.View
 	events [member.Left + 1]int64 // updates applied, by kind
@@ -59,11 +61,11 @@ func startCluster(f *config.File, devices int, log *slog.Logger) (*clusterNode, 
 		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
 	}
 	cfg.SecretKey = key
-	cfg.Meta = cluster.Meta{Devices: devices}
-	for _, m := range f.Models {
-		cfg.Meta.Models = append(cfg.Meta.Models, m.Name)
-	}
+	cfg.Meta = cluster.Meta{Devices: devices, Models: f.Devices.WarmModels}
 	n := &clusterNode{self: c.Node, inc: cfg.Incarnation, leave: c.LeaveTimeout, log: log, view: member.NewView(clusterViewMax)}
+	for _, m := range f.Models {
+		n.models = append(n.models, m.Name)
+	}
 	ml, err := cluster.Start(cfg, n.apply)
 	if err != nil {
 		return nil, err
@@ -92,18 +94,20 @@ func (n *clusterNode) apply(u member.Update) {
 
 // ClusterMember is one member as GET /v1/cluster shows it.
 type ClusterMember struct {
-	Node        string   `json:"node"`
-	Incarnation uint64   `json:"incarnation"`
-	State       string   `json:"state"`
-	Gossip      string   `json:"gossip,omitempty"`
-	Devices     int      `json:"devices"`
-	Models      []string `json:"models"`
+	Node        string `json:"node"`
+	Incarnation uint64 `json:"incarnation"`
+	State       string `json:"state"`
+	Gossip      string `json:"gossip,omitempty"`
+	Devices     int    `json:"devices"`
+	// Models are the models the member holds warm; empty: any.
+	Models []string `json:"models"`
 }
 
 // ClusterStatus is GET /v1/cluster: this node, every member it has heard
 // of (the dead and departed too, until they return), and the owner of
-// each model: the node whose accumulator batches it, the rendezvous
-// choice among the live members.
+// each model of the registry: the node whose accumulator batches it, the
+// rendezvous choice among the live members that hold it warm (among all
+// of them when none does).
 type ClusterStatus struct {
 	Node        string            `json:"node"`
 	Incarnation uint64            `json:"incarnation"`
@@ -117,26 +121,25 @@ func (n *clusterNode) status() ClusterStatus {
 	for _, m := range n.ml.Members() {
 		meta[m.Name] = m
 	}
+	st := ClusterStatus{Node: n.self, Incarnation: n.inc, Owners: map[string]string{}}
 	n.mu.Lock()
-	all, live := n.view.Members(), slices.Clone(n.view.Live())
+	all := n.view.Members()
+	for _, name := range n.models {
+		if o, ok := n.view.Owner(name); ok {
+			st.Owners[name] = o
+		}
+	}
 	n.mu.Unlock()
-	st := ClusterStatus{Node: n.self, Incarnation: n.inc, Members: make([]ClusterMember, 0, len(all)), Owners: map[string]string{}}
-	models := map[string]bool{}
+	st.Members = make([]ClusterMember, 0, len(all))
 	for _, u := range all {
 		cm := ClusterMember{Node: u.Node, Incarnation: u.Inc, State: u.Kind.String(), Models: []string{}}
 		if m, ok := meta[u.Node]; ok && m.Incarnation == u.Inc {
-			cm.Gossip, cm.Devices, cm.Models = m.Addr, m.Devices, m.Models
-			for _, name := range m.Models {
-				models[name] = true
+			cm.Gossip, cm.Devices = m.Addr, m.Devices
+			if len(m.Models) > 0 {
+				cm.Models = m.Models
 			}
 		}
 		st.Members = append(st.Members, cm)
-	}
-	owners := member.NewOwners(live)
-	for name := range models {
-		if o, ok := owners.Owner(name); ok {
-			st.Owners[name] = o
-		}
 	}
 	return st
 }

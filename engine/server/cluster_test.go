@@ -71,15 +71,30 @@ func waitCluster(t *testing.T, s *Server, what string, ok func(ClusterStatus) bo
 	}
 }
 
+// twoModels makes f serve echo and big, its devices holding warm.
+func twoModels(t *testing.T, f *config.File, warm ...string) *config.File {
+	t.Helper()
+	big := f.Models[0]
+	big.Name = "big"
+	f.Models = append(f.Models, big)
+	f.Devices.WarmModels = warm
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestClusterServe: two nodes with the same gossip key find each other;
-// each shows both alive with their devices and models and names the same
-// owner for the model; one that stops gracefully is seen Left; /metrics
-// counts the members; a single node's /v1/cluster says it is none.
+// each shows both alive with their devices and warm models and names the
+// same owner for each model, a model's owner among the nodes holding it
+// warm (big: b alone); one that stops gracefully is seen Left, and its
+// models move; /metrics counts the members; a single node's /v1/cluster
+// says it is none.
 func TestClusterServe(t *testing.T) {
 	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
-	a := newServer(t, clusterFile(t, "a"))
+	a := newServer(t, twoModels(t, clusterFile(t, "a"), "echo"))
 	defer a.Shutdown(context.Background())
-	b := newServer(t, clusterFile(t, "b", a.ClusterAddr()))
+	b := newServer(t, twoModels(t, clusterFile(t, "b", a.ClusterAddr()), "echo", "big"))
 	for _, s := range []*Server{a, b} {
 		go s.Serve(context.Background())
 	}
@@ -90,14 +105,18 @@ func TestClusterServe(t *testing.T) {
 			return m["a"] == "alive" && m["b"] == "alive"
 		})
 		for _, c := range st.Members {
-			if c.Devices != 2 || len(c.Models) != 1 || c.Models[0] != "echo" || c.Incarnation == 0 {
-				t.Errorf("%s sees %+v: want 2 devices, model echo, an incarnation", st.Node, c)
+			want := map[string]int{"a": 1, "b": 2}[c.Node]
+			if c.Devices != 2 || len(c.Models) != want || c.Models[0] != "echo" || c.Incarnation == 0 {
+				t.Errorf("%s sees %+v: want 2 devices, %d warm models from echo, an incarnation", st.Node, c, want)
 			}
 		}
 		if o := st.Owners["echo"]; o == "" || (owner != "" && o != owner) {
 			t.Errorf("%s: owner of echo %q, the other node says %q", st.Node, o, owner)
 		} else {
 			owner = o
+		}
+		if o := st.Owners["big"]; o != "b" {
+			t.Errorf("%s: owner of big %q, want b, the one node holding it warm", st.Node, o)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
@@ -106,8 +125,8 @@ func TestClusterServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := waitCluster(t, a, "b left", func(st ClusterStatus) bool { return states(st)["b"] == "left" })
-	if st.Owners["echo"] != "a" {
-		t.Errorf("after b left, the owner of echo is %q, want a", st.Owners["echo"])
+	if st.Owners["echo"] != "a" || st.Owners["big"] != "a" {
+		t.Errorf("after b left, the owners are %v, want a for both (no live node holds big warm: any may load it)", st.Owners)
 	}
 	resp, err := http.Get("http://" + a.Addr().String() + "/metrics")
 	if err != nil {
