@@ -193,14 +193,39 @@ func TestDoCancel(t *testing.T) {
 	}
 }
 
-// blackHole is a runtime that loses every request: the engine's Submits
-// go nowhere, so requests stay in flight until Close.
-type blackHole struct{ engine.Runtime }
+// blackHole is a runtime whose batcher loses every request: a Submit that
+// reaches an actor from a front (one whose ReplyTo is not the engine's
+// waiter endpoint) is dropped, so requests stay in flight until their
+// front gives up on them, or Close.
+type blackHole struct {
+	engine.Runtime
+	waiter atomic.Pointer[actors.Address]
+}
 
-func (b blackHole) Send(to actors.Address, msg actors.Message) {
-	if _, ok := msg.(actors.Submit); !ok {
-		b.Runtime.Send(to, msg)
+func newBlackHole(o engine.RuntimeOptions) (engine.Runtime, error) {
+	rt, err := engine.LinkedRuntime(o)
+	return &blackHole{Runtime: rt}, err
+}
+
+func (b *blackHole) Listen(addr actors.Address, fn func(actors.Message)) error {
+	b.waiter.Store(&addr)
+	return b.Runtime.Listen(addr, fn)
+}
+
+func (b *blackHole) Spawn(addr actors.Address, newActor func() actors.Actor, backend engine.Backend) error {
+	return b.Runtime.Spawn(addr, func() actors.Actor { return &losing{newActor(), b} }, backend)
+}
+
+type losing struct {
+	actors.Actor
+	b *blackHole
+}
+
+func (l *losing) Receive(ctx actors.Context, msg actors.Message) {
+	if s, ok := msg.(actors.Submit); ok && s.Req.ReplyTo != *l.b.waiter.Load() {
+		return
 	}
+	l.Actor.Receive(ctx, msg)
 }
 
 // TestInFlightMax: past the bound, Do refuses at once; Close releases the
@@ -208,10 +233,7 @@ func (b blackHole) Send(to actors.Address, msg actors.Message) {
 func TestInFlightMax(t *testing.T) {
 	c := fastConfig()
 	c.InFlightMax = 2
-	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
-		rt, err := engine.LinkedRuntime(o)
-		return blackHole{rt}, err
-	}
+	c.Runtime = newBlackHole
 	e := start(t, c)
 	errs := make(chan error, 2)
 	for i := range 2 {
@@ -246,10 +268,7 @@ func TestInFlightMax(t *testing.T) {
 func TestReplyGrace(t *testing.T) {
 	c := fastConfig()
 	c.ReplyGrace = 40 * time.Millisecond
-	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
-		rt, err := engine.LinkedRuntime(o)
-		return blackHole{rt}, err
-	}
+	c.Runtime = newBlackHole
 	e := start(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
