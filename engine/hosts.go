@@ -7,6 +7,9 @@ import (
 	"github.com/batchd/batchd/actors/member"
 )
 
+// The actors as the engine spawns them: each wrapped in a host that adds
+// what the engine asks of it and the actor does not know.
+//
 // The engine's requests live in actors.Front, the request actor the
 // cluster simulator runs: it sends each request to the accumulator that
 // owns its model under its membership view (here the node's own batcher),
@@ -78,3 +81,70 @@ func (e *Engine) newFront(i int) func() actors.Actor {
 
 // front is the Front that holds request id.
 func (e *Engine) front(id uint64) actors.Address { return e.fronts[id%uint64(len(e.fronts))] }
+
+// statsQuery asks the batcher host, or a front host, for its actor's
+// stats; statsAnswer carries them back. Plain data, like every message.
+type (
+	statsQuery struct {
+		ID      uint64
+		ReplyTo actors.Address
+		Signals bool
+	}
+	statsAnswer struct {
+		ID      uint64
+		Stats   actors.BatcherStats
+		Signals actors.Signals
+		Front   actors.FrontStats
+	}
+)
+
+// batcherHost is the batcher actor as the engine spawns it: the Batcher,
+// plus an answer to statsQuery, which the Batcher itself does not know.
+// An incarnation after the first (a restart by supervision) is a new
+// incarnation of the node's accumulator: until a device has announced
+// itself again it drops the Submits that reach it (the Batcher would turn
+// them away for want of a device); then it tells the fronts that the node
+// is alive at its incarnation, and each front resubmits every request it
+// still awaits, those and the ones the old incarnation had queued.
+type batcherHost struct {
+	b         *actors.Batcher
+	inc       uint64
+	restarted bool // and no device announced yet
+	node      string
+	fronts    []actors.Address
+	announced *atomic.Uint64
+	door      *door
+}
+
+func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	h.receive(ctx, msg)
+	// What the door sizes its window from; two atomic loads when nothing
+	// changed.
+	h.door.publish(h.b.Capacity())
+}
+
+func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
+	if h.restarted {
+		switch msg.(type) {
+		case actors.Submit:
+			return // resubmitted once a device is back
+		case actors.DeviceReady:
+			h.b.Receive(ctx, msg)
+			h.restarted = false
+			h.announced.Store(h.inc)
+			for _, f := range h.fronts {
+				ctx.Send(f, member.Update{Node: h.node, Inc: h.inc, Kind: member.Alive})
+			}
+			return
+		}
+	}
+	if q, ok := msg.(statsQuery); ok {
+		a := statsAnswer{ID: q.ID, Stats: h.b.Stats()}
+		if q.Signals {
+			a.Signals = h.b.Signals(ctx.Now())
+		}
+		ctx.Send(q.ReplyTo, a)
+		return
+	}
+	h.b.Receive(ctx, msg)
+}
