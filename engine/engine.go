@@ -429,7 +429,8 @@ func (e *Engine) Devices() []actors.Address { return append([]actors.Address(nil
 //
 // Do returns by the request's deadline (at most Arrival plus the batcher's
 // TimeoutMax) plus Config.ReplyGrace whatever ctx does: a request the
-// actors have not answered by then is answered Expired by the engine.
+// batcher and devices have not answered by then is answered Expired by
+// its front.
 func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
 	if err := ctx.Err(); err != nil {
 		return actors.Reply{}, err // nothing submitted, nothing to withdraw
@@ -553,7 +554,7 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 	sh.mu.Lock()
 	w, waits := sh.m[id]
 	if waits {
-		w.ch = nil // no one waits: not resubmitted either
+		w.ch = nil // no one waits: its front's one answer is dropped
 	}
 	sh.mu.Unlock()
 	if !waits {
