@@ -583,6 +583,8 @@ func (e *Engine) receive(msg actors.Message) {
 			return
 		}
 		e.replies.put(m) // handed over by deliver (see replyQueue)
+	case frontRestarted:
+		e.frontLost(m.Front)
 	case statsAnswer:
 		e.statsMu.Lock()
 		ch := e.statsWaiters[m.ID]
@@ -599,32 +601,62 @@ func (e *Engine) receive(msg actors.Message) {
 func (e *Engine) deliver(m actors.Reply) {
 	sh := &e.shards[m.ID%waiterShards]
 	sh.mu.Lock()
-	w, inFlight := sh.m[m.ID]
-	var ch chan actors.Reply
-	var done func(actors.Reply, error)
-	if inFlight {
-		ch, done = w.ch, w.done
-		delete(sh.m, m.ID)
-	}
+	w := sh.m[m.ID]
+	delete(sh.m, m.ID)
 	sh.mu.Unlock()
-	if !inFlight {
+	if w == nil {
 		// Not in flight: the fronts answer each request once, so this is
 		// a reply that did not come from them.
 		e.counters.duplicate.Add(1)
 		return
 	}
+	e.hand(w, m)
+}
+
+// hand gives m to whoever waits for w, which its caller took out of the
+// waiter table (so no one changes w any more).
+func (e *Engine) hand(w *waiting, m actors.Reply) {
 	// Released before the reply is handed over, so a caller that has
 	// its reply sees it out of the in-flight count.
 	e.release(w)
 	switch {
-	case ch != nil:
+	case w.ch != nil:
 		e.counters.replied.Add(1)
-		ch <- m // capacity 1, and only this send: never blocks
-	case done != nil:
+		w.ch <- m // capacity 1, and only this send: never blocks
+	case w.done != nil:
 		e.counters.replied.Add(1)
-		done(m, nil)
+		w.done(m, nil)
 	default:
 		e.counters.late.Add(1)
+	}
+}
+
+// takeAll takes the requests that match out of the waiter table.
+func (e *Engine) takeAll(match func(id uint64, w *waiting) bool) map[uint64]*waiting {
+	out := map[uint64]*waiting{}
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for id, w := range sh.m {
+			if match(id, w) {
+				delete(sh.m, id)
+				out[id] = w
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// frontLost answers Failed every request of front i, which supervision
+// restarted after a panic: the fresh Front knows nothing of them, and
+// nothing else would answer them. A request handed to the fresh one
+// before this ran is answered too; its own later answer is a duplicate.
+func (e *Engine) frontLost(i int) {
+	lost := e.takeAll(func(id uint64, _ *waiting) bool { return e.front(id) == e.fronts[i] })
+	for id, w := range lost {
+		e.hand(w, actors.Reply{ID: id, Outcome: actors.Failed, Reason: actors.ReasonAttempts,
+			Err: "the request's front actor restarted and lost it", Done: e.rt.Now()})
 	}
 }
 
@@ -700,21 +732,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 // a Do still waiting returns ErrClosed. (A reply that comes after is a
 // duplicate.)
 func (e *Engine) closeSubmits() {
-	var dones []func(actors.Reply, error)
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		for id, w := range sh.m {
-			if w.done != nil {
-				delete(sh.m, id)
-				e.release(w)
-				dones = append(dones, w.done)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	for _, done := range dones {
-		done(actors.Reply{}, ErrClosed)
+	for _, w := range e.takeAll(func(_ uint64, w *waiting) bool { return w.done != nil }) {
+		e.release(w)
+		w.done(actors.Reply{}, ErrClosed)
 	}
 }
 

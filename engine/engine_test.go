@@ -497,3 +497,59 @@ func TestSignals(t *testing.T) {
 		t.Fatalf("signals: %d healthy of %d devices, %d keys; want %d devices and a key", s.DevicesHealthy, len(s.Devices), len(s.Keys), c.Devices)
 	}
 }
+
+// TestFrontRestart: a front that panics is restarted by supervision with
+// nothing of what it held; the engine answers those requests Failed at
+// once rather than never, and the fresh front serves the next ones (its
+// view knows the node).
+func TestFrontRestart(t *testing.T) {
+	c := fastConfig()
+	c.Devices = 1
+	c.Batcher.BatchMax = 1
+	c.Device.WatchdogMin = time.Minute
+	open := make(chan struct{})
+	c.Backend = func(int) engine.Backend { return gated{open} }
+	var rt engine.Runtime
+	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
+		r, err := engine.LinkedRuntime(o)
+		rt = r
+		return r, err
+	}
+	e := start(t, c)
+	const n = 3
+	got := make(chan actors.Reply, n)
+	for i := range n {
+		req := request(i)
+		req.Deadline = e.Now() + time.Minute
+		e.Submit(req, func(r actors.Reply, err error) {
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+			got <- r
+		})
+	}
+	eventually(t, "the requests at the batcher", func() bool { s := stats(t, e); return int64(s.Batcher.Queued)+s.Batcher.Batches >= n })
+	rt.Send(engine.FrontsOf(e)[0], poison{})
+	for range n {
+		select {
+		case r := <-got:
+			if r.Outcome != actors.Failed || r.Reason != actors.ReasonAttempts {
+				t.Errorf("a request the front lost: %+v, want Failed", r)
+			}
+		case <-time.After(waitMax):
+			t.Fatal("a request the restarted front lost was never answered")
+		}
+	}
+	close(open)
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	if r, err := e.Do(ctx, request(n)); err != nil || r.Outcome != actors.Completed {
+		t.Fatalf("a request after the restart: %+v, %v", r, err)
+	}
+	if s := stats(t, e); s.InFlight != 0 || s.Replied != n+1 {
+		t.Errorf("stats %+v: want nothing in flight, %d replied", s, n+1)
+	}
+}
+
+// poison is a message no actor knows: the one it is sent to panics.
+type poison struct{}

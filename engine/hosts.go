@@ -32,6 +32,11 @@ type frontHost struct {
 	f       *actors.Front
 	node    string
 	batcher actors.Address
+	// restarted: this is not the front's first incarnation, and the
+	// engine at waiter must answer what the lost one held (frontRestarted).
+	restarted bool
+	i         int
+	waiter    actors.Address
 	// announced is the batcher's incarnation its fronts know of, for a
 	// fresh Front's view.
 	announced *atomic.Uint64
@@ -44,6 +49,9 @@ func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
 		// A node's view holds the node itself, alive at its batcher's
 		// incarnation; the cluster's membership will add the others.
 		h.f.Receive(ctx, member.Update{Node: h.node, Inc: h.announced.Load(), Kind: member.Alive})
+		if h.restarted {
+			ctx.Send(h.waiter, frontRestarted{Front: h.i})
+		}
 	case actors.Drain:
 		// After every Submit this front took before it, as Drain promises.
 		ctx.Send(h.batcher, m)
@@ -69,18 +77,23 @@ func (e *Engine) newFront(i int) func() actors.Actor {
 		// of the node, and each life of one after a supervised restart,
 		// draws from a life of its own, so that IDs never collide at the
 		// batcher.
+		life := lives.Add(1)
 		c := fc
-		c.Incarnation = uint64(i+1) + (lives.Add(1)-1)*frontsCount
+		c.Incarnation = uint64(i+1) + (life-1)*frontsCount
 		f, err := actors.NewFront(c)
 		if err != nil {
 			panic("batchd: engine: front config went bad: " + err.Error())
 		}
-		return &frontHost{f: f, node: e.node, batcher: e.batcher, announced: &e.announced}
+		return &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
 	}
 }
 
 // front is the Front that holds request id.
 func (e *Engine) front(id uint64) actors.Address { return e.fronts[id%uint64(len(e.fronts))] }
+
+// frontRestarted tells the engine that supervision restarted front Front
+// after a panic.
+type frontRestarted struct{ Front int }
 
 // statsQuery asks the batcher host, or a front host, for its actor's
 // stats; statsAnswer carries them back. Plain data, like every message.
