@@ -350,7 +350,11 @@ func (e *Engine) start(ctx context.Context) error {
 		return fmt.Errorf("engine: batcher: %w", err)
 	}
 	for i, addr := range e.fronts {
-		if err := e.rt.Spawn(addr, e.newFront(i), nil); err != nil {
+		newFront, err := e.newFront(i)
+		if err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+		if err := e.rt.Spawn(addr, newFront, nil); err != nil {
 			return fmt.Errorf("engine: front %d: %w", i, err)
 		}
 	}
