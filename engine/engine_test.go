@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -473,6 +474,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *engine.Config) { c.ReplyGrace = 0 },
 		func(c *engine.Config) { c.Batcher.BatchMax = 0 },
 		func(c *engine.Config) { c.Device.WatchdogMultiple = 0 },
+		func(c *engine.Config) { c.Node = strings.Repeat("n", 256) }, // past a member name's length
 	}
 	for i, mod := range bad {
 		c := fastConfig()
