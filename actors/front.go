@@ -78,6 +78,14 @@ type FrontConfig struct {
 	// Grace is how long after a request's deadline the front waits for an
 	// answer before it answers Expired itself.
 	Grace time.Duration
+	// TimeoutMax, when positive, leaves a request's deadline to its
+	// accumulator, as a batcher with per-model SLOs plans it (one from the
+	// model's SLO when the request has none, any at most Arrival +
+	// TimeoutMax): the front sends the request as given, and expires it at
+	// its deadline capped at Arrival + TimeoutMax (that cap when it has
+	// none), plus Grace. Zero: the front fills a missing deadline in from
+	// SLO.
+	TimeoutMax time.Duration
 	// InFlightMax bounds the requests the front holds.
 	InFlightMax int
 	// ResubmitMax bounds the resubmissions of one request; past it the
@@ -118,6 +126,8 @@ func (c FrontConfig) Validate() error {
 		return fmt.Errorf("front config: SLO %v: must be positive", c.SLO)
 	case c.Grace < 0:
 		return fmt.Errorf("front config: Grace %v: must not be negative", c.Grace)
+	case c.TimeoutMax < 0:
+		return fmt.Errorf("front config: TimeoutMax %v: must not be negative", c.TimeoutMax)
 	case c.InFlightMax < 1 || c.InFlightMax > 1<<24:
 		return fmt.Errorf("front config: InFlightMax %d: want 1 to %d", c.InFlightMax, 1<<24)
 	case c.ResubmitMax < 0 || c.ResubmitMax > 64:
@@ -227,8 +237,13 @@ func (f *Front) submit(ctx Context, req Request) {
 			Err: "front: too many requests in flight", RetryAfter: f.cfg.SLO, Arrival: req.Arrival, Done: now})
 		return
 	}
-	if req.Deadline == 0 {
+	deadline := req.Deadline
+	switch {
+	case f.cfg.TimeoutMax > 0 && (deadline == 0 || deadline > req.Arrival+f.cfg.TimeoutMax):
+		deadline = req.Arrival + f.cfg.TimeoutMax
+	case deadline == 0:
 		req.Deadline = req.Arrival + f.cfg.SLO
+		deadline = req.Deadline
 	}
 	owner, ok := f.owner(req.Model)
 	if !ok {
@@ -237,7 +252,7 @@ func (f *Front) submit(ctx Context, req Request) {
 			Err: "no live member to batch the model", RetryAfter: f.cfg.SLO, Arrival: req.Arrival, Done: now})
 		return
 	}
-	e := &frontEntry{req: req, expireAt: req.Deadline + f.cfg.Grace}
+	e := &frontEntry{req: req, expireAt: deadline + f.cfg.Grace}
 	f.byReq[req.ID] = e
 	f.expiry.push(e)
 	f.stats.Submitted++
@@ -301,6 +316,9 @@ func (f *Front) finish(ctx Context, e *frontEntry, m Reply) {
 	m.ID = e.req.ID
 	if m.Arrival == 0 {
 		m.Arrival = e.req.Arrival
+	}
+	if m.Version == "" {
+		m.Version = e.req.Version // the front's own answers name what was asked
 	}
 	f.stats.Answered++
 	ctx.Send(e.req.ReplyTo, m)

@@ -118,6 +118,38 @@ func TestFrontResubmitsWhenTheOwnerRestarts(t *testing.T) {
 	}
 }
 
+// With TimeoutMax, the front leaves a missing deadline to the accumulator
+// (which takes the model's SLO) and expires at the deadline capped at
+// Arrival + TimeoutMax, plus grace.
+func TestFrontTimeoutMaxLeavesTheDeadline(t *testing.T) {
+	cfg := DefaultFrontConfig("a")
+	cfg.TimeoutMax, cfg.Grace = time.Second, 50*time.Millisecond
+	f, err := NewFront(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := newFakeCtx(Address{Node: "a", ID: 2})
+	f.Receive(ctx, member.Update{Node: "a", Inc: 1, Kind: member.Alive})
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	f.Receive(ctx, Submit{Req: Request{ID: 2, Model: "m", Deadline: 5 * time.Second, ReplyTo: waiter}})
+	f.Receive(ctx, Submit{Req: Request{ID: 3, Model: "m", Deadline: 100 * time.Millisecond, ReplyTo: waiter}})
+	s := submits(ctx.take())
+	if len(s) != 3 || s[0].msg.(Submit).Req.Deadline != 0 || s[1].msg.(Submit).Req.Deadline != 5*time.Second {
+		t.Fatalf("submitted %+v: want the deadlines as given (0, 5 s)", s)
+	}
+	at := map[uint64]time.Duration{}
+	for _, now := range []time.Duration{149, 150, 1049, 1050} {
+		ctx.advance(f, now*time.Millisecond)
+		for _, r := range replies(ctx.take()) {
+			at[r.ID] = ctx.now
+		}
+	}
+	want := map[uint64]time.Duration{1: 1050 * time.Millisecond, 2: 1050 * time.Millisecond, 3: 150 * time.Millisecond}
+	if fmt.Sprint(at) != fmt.Sprint(want) {
+		t.Fatalf("expired at %v, want %v", at, want)
+	}
+}
+
 // A request nobody answers is answered Expired at deadline + grace, once.
 func TestFrontExpiresAtDeadlinePlusGrace(t *testing.T) {
 	f, ctx := newTestFront(t, "a", "a")

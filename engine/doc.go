@@ -4,16 +4,25 @@
 //
 // The pieces:
 //
-//   - Engine (engine.go) is the front door. New spawns one actors.Batcher and
-//     Config.Devices actors.Device on a Runtime; Do submits a request and
-//     waits for its Reply, withdrawing it (actors.Cancel) if the caller's
-//     ctx ends first; Drain, Close and Stats do what they say. Replies go
-//     straight from the device actor to the engine's waiter endpoint, not
-//     back through the batcher; the endpoint queues them, and one goroutine
-//     of the engine hands each to its Do (fanout.go), so a device is free
-//     for its next batch without waiting for a hundred wake-ups.
-//     Everything is bounded: requests in flight (InFlightMax), hence the
-//     waiters and what can queue in any mailbox or in the reply queue.
+//   - Engine (engine.go) is the front door. New spawns the node's
+//     actors.Front, one actors.Batcher and Config.Devices actors.Device on
+//     a Runtime (hosts.go wraps each in what the engine asks of it); Do
+//     submits a request and waits for its Reply, withdrawing it
+//     (actors.Cancel) if the caller's ctx ends first; Drain, Close and
+//     Stats do what they say. The request's life is the Front's, the same
+//     actor the cluster simulator runs: routing to the batcher that owns
+//     its model (on one node, the node's own), resubmission when that
+//     batcher restarts (a new incarnation in the Front's membership view),
+//     one reply per request (the first wins), Expired at the deadline plus
+//     ReplyGrace. The engine keeps the door: admission (door.go), the
+//     in-flight bound and the map from a request's ID to whoever waits.
+//     Replies go straight from the device actor to the front, not back
+//     through the batcher, and from the front to the engine's waiter
+//     endpoint, which queues them; one goroutine of the engine hands each
+//     to its Do (fanout.go), so an actor is free for its next message
+//     without waiting for a hundred wake-ups. Everything is bounded:
+//     requests in flight (InFlightMax), hence the waiters and what can
+//     queue in any mailbox or in the reply queue.
 //   - Runtime is the small interface the engine needs of an actor runtime:
 //     spawn an actor (with a Backend for its Exec jobs, and a factory for a
 //     fresh value after a supervised restart), listen at an address, send,
@@ -44,5 +53,6 @@
 // Imported by: engine/autoscale, engine/config, engine/enginetest,
 // engine/httpapi, engine/jobs, engine/record, engine/server, engine/upstream,
 // engine/workerproc (and tests).
-// It imports actors and actors/devicemodel and nothing else of batchd.
+// It imports actors, actors/devicemodel and actors/member and nothing
+// else of batchd.
 package engine

@@ -78,7 +78,8 @@ type Config struct {
 	// Runtime makes the actor runtime. Nil means LinkedRuntime, the
 	// actor library linked into this build.
 	Runtime NewRuntime
-	// Node names this node in actor addresses. Empty for a single node.
+	// Node names this node in actor addresses and in its fronts'
+	// membership view. Empty: "local".
 	Node string
 	// Seed seeds the actors' random streams and the emulated backends.
 	Seed uint64
@@ -103,10 +104,10 @@ type Config struct {
 	JobTimeoutMin time.Duration
 	// ReplyGrace bounds every Do: a request still unanswered this long
 	// past its deadline (req.Deadline, at most Arrival plus the batcher's
-	// TimeoutMax) is answered Expired by the engine itself. The actors
-	// answer by the deadline; this guards the callers against a reply that
-	// is lost all the same. Checked every quarter of it (at most every
-	// second), so it is kept to within that. Default 5 s.
+	// TimeoutMax) is answered Expired by its front actor
+	// (actors.FrontConfig.Grace). The batcher and devices answer by the
+	// deadline; this guards the callers against a reply that is lost all
+	// the same. Default 5 s.
 	ReplyGrace time.Duration
 }
 
@@ -164,13 +165,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Addresses of the engine's actors on its node. The devices follow
-// deviceID0 in order.
+// Addresses of the engine's actors on its node. The fronts follow
+// frontID0, the devices deviceID0, in order.
 const (
 	batcherID uint64 = 1
 	waiterID  uint64 = 2
+	frontID0  uint64 = 8
 	deviceID0 uint64 = 16
 )
+
+// localNode is the node name of an engine configured with none.
+const localNode = "local"
 
 // statsInFlightMax bounds concurrent Stats calls.
 const statsInFlightMax = 64
@@ -179,15 +184,19 @@ const statsInFlightMax = 64
 // one twice (register, answer), from many goroutines at once.
 const waiterShards = 64
 
-// Engine is the front door: it runs one Batcher and Devices Device actors
-// on a Runtime, and turns a Request into its one Reply. Its methods are
-// safe for concurrent use.
+// Engine is the front door: it runs its Fronts (front.go), one Batcher and
+// Devices Device actors on a Runtime, and turns a Request into its one
+// Reply. Its methods are safe for concurrent use.
 type Engine struct {
 	cfg     Config
+	node    string
 	rt      Runtime
 	batcher actors.Address
 	waiter  actors.Address
+	fronts  []actors.Address
 	devices []actors.Address
+	// announced is the batcher's incarnation the fronts were told of.
+	announced atomic.Uint64
 
 	nextID   atomic.Uint64
 	inFlight atomic.Int64
@@ -203,35 +212,35 @@ type Engine struct {
 	statsSeq     uint64
 	statsWaiters map[uint64]chan statsAnswer
 
-	counters  counters
-	door      *door
-	replies   *replyQueue
-	sweepDone chan struct{} // closed when sweepLoop has ended
+	counters counters
+	door     *door
+	replies  *replyQueue
 }
 
 type waiterShard struct {
 	mu sync.Mutex
-	// m maps a request in flight to its waiting Do: the channel it waits
-	// on and the request, to submit again to a batcher that restarted.
-	// A pointer: a map of the whole values made every Do about a third
-	// slower in parallel (BenchmarkDo/parallel 4.3 to 5.7-8.6 µs).
+	// m maps a request in flight to what waits for its one reply.
 	m map[uint64]*waiting
 	_ [40]byte // keep shards on separate cache lines
 }
 
+// waiting is the door's part of a request in flight: whom to hand its
+// reply to. Everything else about the request is its front's.
 type waiting struct {
 	// ch is where a Do waits, done what a Submit is answered with; both
 	// are nil once the caller gave up (Do's ctx ended, Cancel): the
-	// request is still in flight until its reply, or its bound.
+	// request is still in flight until its front answers it (by its
+	// deadline plus ReplyGrace at the latest).
 	ch   chan actors.Reply
 	done func(actors.Reply, error)
-	req  actors.Request
 	// door is the request's tenant count at the door, to leave by.
 	door *atomic.Int64
 }
 
+// counters are the door's. What happens to a request between the door and
+// its reply (resubmissions, duplicates, expiry) is its front's to count.
 type counters struct {
-	submitted, replied, late, duplicate, abandoned, refused, resubmitted, unanswered, shed atomic.Int64
+	submitted, replied, late, duplicate, abandoned, refused, shed atomic.Int64
 }
 
 // Stats is a snapshot of the engine's counters and its batcher's.
@@ -239,17 +248,18 @@ type Stats struct {
 	Batcher actors.BatcherStats
 	// InFlight is the number of requests submitted and not yet answered.
 	InFlight int64
-	// Submitted counts requests handed to the batcher; Replied the replies
+	// Submitted counts requests handed to the fronts; Replied the replies
 	// that reached a waiting Do.
 	Submitted, Replied int64
 	// Abandoned counts Do calls that returned because their ctx ended
 	// before the reply; Late counts the replies that came after.
 	Abandoned, Late int64
-	// Unanswered counts requests the engine answered itself, Expired, at
-	// their bound (Config.ReplyGrace): a reply the actors never sent.
+	// Unanswered counts requests the fronts answered themselves, Expired,
+	// at their deadline plus Config.ReplyGrace: a reply the batcher and
+	// devices never sent.
 	Unanswered int64
 	// Duplicate counts replies for a request already answered (dropped),
-	// by the engine at its bound included.
+	// by its front at its deadline plus grace included.
 	Duplicate int64
 	// Refused counts Do calls turned away by InFlightMax.
 	Refused int64
@@ -257,8 +267,8 @@ type Stats struct {
 	// admission window, or with no healthy device; the batcher never
 	// saw them.
 	Shed int64
-	// Resubmitted counts requests handed again to a batcher that was
-	// restarted by supervision (and had forgotten them).
+	// Resubmitted counts requests their front handed again to a batcher
+	// that was restarted by supervision (and had forgotten them).
 	Resubmitted int64
 }
 
@@ -277,11 +287,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: runtime: %w", err)
 	}
+	node := cmp.Or(cfg.Node, localNode)
 	e := &Engine{
 		cfg:          cfg,
+		node:         node,
 		rt:           rt,
-		batcher:      actors.Address{Node: cfg.Node, ID: batcherID},
-		waiter:       actors.Address{Node: cfg.Node, ID: waiterID},
+		batcher:      actors.Address{Node: node, ID: batcherID},
+		waiter:       actors.Address{Node: node, ID: waiterID},
 		idle:         make(chan struct{}, 1),
 		closing:      make(chan struct{}),
 		statsWaiters: make(map[uint64]chan statsAnswer),
@@ -299,8 +311,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		e.replies.close()
 		return nil, err
 	}
-	e.sweepDone = make(chan struct{})
-	go e.sweepLoop()
 	return e, nil
 }
 
@@ -313,7 +323,7 @@ func (e *Engine) start(ctx context.Context) error {
 	// (actors.Reannounce), or it would know no device.
 	addrs := make([]actors.Address, cfg.Devices)
 	for i := range addrs {
-		addrs[i] = actors.Address{Node: cfg.Node, ID: deviceID0 + uint64(i)}
+		addrs[i] = actors.Address{Node: e.node, ID: deviceID0 + uint64(i)}
 	}
 	cfg.Batcher.Devices = addrs
 	// Validated above, so NewBatcher and NewDevice cannot fail, and a
@@ -321,18 +331,32 @@ func (e *Engine) start(ctx context.Context) error {
 	if _, err := actors.NewBatcher(cfg.Batcher); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
+	for i := range frontsCount {
+		e.fronts = append(e.fronts, actors.Address{Node: e.node, ID: frontID0 + uint64(i)})
+	}
 	// newBatcher is called once per incarnation: the first, and one per
-	// restart.
-	var incarnations atomic.Int64
+	// restart. The fronts start knowing the first.
+	var incarnations atomic.Uint64
+	e.announced.Store(1)
 	newBatcher := func() actors.Actor {
 		b, err := actors.NewBatcher(cfg.Batcher)
 		if err != nil {
 			panic("batchd: engine: batcher config went bad: " + err.Error())
 		}
-		return &batcherHost{b: b, notify: incarnations.Add(1) > 1, engine: e.waiter, door: e.door}
+		inc := incarnations.Add(1)
+		return &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door}
 	}
 	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
 		return fmt.Errorf("engine: batcher: %w", err)
+	}
+	for i, addr := range e.fronts {
+		newFront, err := e.newFront(i)
+		if err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+		if err := e.rt.Spawn(addr, newFront, nil); err != nil {
+			return fmt.Errorf("engine: front %d: %w", i, err)
+		}
 	}
 	for i, addr := range addrs {
 		b, err := e.backend(i)
@@ -409,7 +433,8 @@ func (e *Engine) Devices() []actors.Address { return append([]actors.Address(nil
 //
 // Do returns by the request's deadline (at most Arrival plus the batcher's
 // TimeoutMax) plus Config.ReplyGrace whatever ctx does: a request the
-// actors have not answered by then is answered Expired by the engine.
+// batcher and devices have not answered by then is answered Expired by
+// its front.
 func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, error) {
 	if err := ctx.Err(); err != nil {
 		return actors.Reply{}, err // nothing submitted, nothing to withdraw
@@ -428,7 +453,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 		if r, ok := e.abandon(sh, id, ch); ok {
 			return r, nil
 		}
-		e.rt.Send(e.batcher, actors.Cancel{ID: id})
+		e.rt.Send(e.front(id), actors.Cancel{ID: id})
 		return actors.Reply{}, ctx.Err()
 	case <-e.closing:
 		if r, ok := e.abandon(sh, id, ch); ok {
@@ -438,7 +463,7 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	}
 }
 
-// Submit hands req to the batcher and returns at once, with the id the
+// Submit hands req to its front and returns at once, with the id the
 // engine gave it (see Do for what the engine sets in req). done is called
 // exactly once with the request's one Reply, or with an engine error
 // (ErrClosed, ErrInFlightMax) and no reply, unless Cancel withdrew the
@@ -471,13 +496,13 @@ func (e *Engine) Cancel(id uint64) bool {
 	sh.mu.Unlock()
 	if waits {
 		e.counters.abandoned.Add(1)
-		e.rt.Send(e.batcher, actors.Cancel{ID: id})
+		e.rt.Send(e.front(id), actors.Cancel{ID: id})
 	}
 	return waits
 }
 
 // submit is the front door of Do and Submit: the door's admission window,
-// the in-flight bound, the waiter table, the message to the batcher. It
+// the in-flight bound, the waiter table, the message to the front. It
 // answers itself, with now (answered) or err, when the door sheds the
 // request, the engine is closed or InFlightMax requests are in flight;
 // otherwise the request's answer goes to ch (Do's) or done (Submit's).
@@ -511,12 +536,13 @@ func (e *Engine) submit(req actors.Request, ch chan actors.Reply, done func(acto
 	req.ReplyTo = e.waiter
 	sh = &e.shards[id%waiterShards]
 	sh.mu.Lock()
-	sh.m[id] = &waiting{ch: ch, done: done, req: req, door: dc}
+	sh.m[id] = &waiting{ch: ch, done: done, door: dc}
 	sh.mu.Unlock()
 
-	e.rt.Send(e.batcher, actors.Submit{Req: req})
+	e.rt.Send(e.front(id), actors.Submit{Req: req})
 	// Counted once sent, so a Submitted count seen elsewhere means those
-	// requests are in the batcher's mailbox, ahead of anything sent later.
+	// requests are in their front's mailbox, ahead of anything sent later
+	// (a Drain included: it goes through the fronts).
 	e.counters.submitted.Add(1)
 	return id, sh, actors.Reply{}, false, nil
 }
@@ -532,11 +558,11 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 	sh.mu.Lock()
 	w, waits := sh.m[id]
 	if waits {
-		w.ch = nil // no one waits: not resubmitted either
+		w.ch = nil // no one waits: its front's one answer is dropped
 	}
 	sh.mu.Unlock()
 	if !waits {
-		r := <-ch // deliver (or sweep) sends right after taking the entry
+		r := <-ch // deliver sends right after taking the entry
 		replyChans.Put(ch)
 		return r, true
 	}
@@ -544,10 +570,10 @@ func (e *Engine) abandon(sh *waiterShard, id uint64, ch chan actors.Reply) (acto
 	return actors.Reply{}, false
 }
 
-// receive is the waiter endpoint: every Reply of the engine's requests, and
-// the batcher's stats answers, arrive here on the sender's goroutine.
-// Replies are queued for deliver, but for rejections; the rest is handled
-// here.
+// receive is the waiter endpoint: every Reply of the engine's requests
+// (one per request, from its front), and the actors' stats answers, arrive
+// here on the sender's goroutine. Replies are queued for deliver, but for
+// rejections; the rest is handled here.
 func (e *Engine) receive(msg actors.Message) {
 	switch m := msg.(type) {
 	case actors.Reply:
@@ -555,16 +581,14 @@ func (e *Engine) receive(msg actors.Message) {
 			// Admission answers one request at a time, and fast, so it is
 			// handed over here: queued, it waited behind the replies of a
 			// whole batch and their handlers (replyQueue.run yields to
-			// each), milliseconds under overload. It may overtake a
-			// completion queued for the same request only where that
-			// request was resubmitted to a restarted batcher: the first
-			// handed over is its answer, the other a duplicate, as before.
+			// each), milliseconds under overload. The fronts send one
+			// reply per request, so it overtakes none of its own.
 			e.deliver(m)
 			return
 		}
 		e.replies.put(m) // handed over by deliver (see replyQueue)
-	case batcherRestarted:
-		e.resubmit()
+	case frontRestarted:
+		e.frontLost(m.Front)
 	case statsAnswer:
 		e.statsMu.Lock()
 		ch := e.statsWaiters[m.ID]
@@ -581,66 +605,63 @@ func (e *Engine) receive(msg actors.Message) {
 func (e *Engine) deliver(m actors.Reply) {
 	sh := &e.shards[m.ID%waiterShards]
 	sh.mu.Lock()
-	w, inFlight := sh.m[m.ID]
-	var ch chan actors.Reply
-	var done func(actors.Reply, error)
-	if inFlight {
-		ch, done = w.ch, w.done
-		delete(sh.m, m.ID)
-	}
+	w := sh.m[m.ID]
+	delete(sh.m, m.ID)
 	sh.mu.Unlock()
-	if !inFlight {
-		// Answered already: a device restarted by supervision mid-batch
-		// is re-queued whole, so items it had answered run again.
+	if w == nil {
+		// Not in flight: the fronts answer each request once, so this is
+		// a reply that did not come from them.
 		e.counters.duplicate.Add(1)
 		return
 	}
+	e.hand(w, m)
+}
+
+// hand gives m to whoever waits for w, which its caller took out of the
+// waiter table (so no one changes w any more).
+func (e *Engine) hand(w *waiting, m actors.Reply) {
 	// Released before the reply is handed over, so a caller that has
 	// its reply sees it out of the in-flight count.
 	e.release(w)
 	switch {
-	case ch != nil:
+	case w.ch != nil:
 		e.counters.replied.Add(1)
-		ch <- m // capacity 1, and only this send: never blocks
-	case done != nil:
+		w.ch <- m // capacity 1, and only this send: never blocks
+	case w.done != nil:
 		e.counters.replied.Add(1)
-		done(m, nil)
+		w.done(m, nil)
 	default:
 		e.counters.late.Add(1)
 	}
 }
 
-// batcherRestarted tells the engine that its batcher actor was restarted
-// by supervision: whatever was queued in it is gone.
-type batcherRestarted struct{}
-
-// resubmit hands every request still awaited to a batcher that restarted
-// (which has forgotten its queues), so it is answered now rather than
-// never. A request that was on a device meanwhile may run twice; its
-// first reply wins and the second is counted a duplicate, as after a
-// device's restart. A request whose Do gave up is dropped from the books
-// instead: the new batcher will not answer it, and no one waits.
-func (e *Engine) resubmit() {
-	var again []actors.Request
+// takeAll takes the requests that match out of the waiter table.
+func (e *Engine) takeAll(match func(id uint64, w *waiting) bool) map[uint64]*waiting {
+	out := map[uint64]*waiting{}
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		for id, w := range sh.m {
-			if w.ch == nil && w.done == nil {
+			if match(id, w) {
 				delete(sh.m, id)
-				e.release(w)
-				continue
+				out[id] = w
 			}
-			again = append(again, w.req)
 		}
 		sh.mu.Unlock()
 	}
-	// In ID order, which is arrival order: map order is not an order.
-	slices.SortFunc(again, func(a, b actors.Request) int { return cmp.Compare(a.ID, b.ID) })
-	for _, req := range again {
-		e.rt.Send(e.batcher, actors.Submit{Req: req})
+	return out
+}
+
+// frontLost answers Failed every request of front i, which supervision
+// restarted after a panic: the fresh Front knows nothing of them, and
+// nothing else would answer them. A request handed to the fresh one
+// before this ran is answered too; its own later answer is a duplicate.
+func (e *Engine) frontLost(i int) {
+	lost := e.takeAll(func(id uint64, _ *waiting) bool { return e.front(id) == e.fronts[i] })
+	for id, w := range lost {
+		e.hand(w, actors.Reply{ID: id, Outcome: actors.Failed, Reason: actors.ReasonAttempts,
+			Err: "the request's front actor restarted and lost it", Done: e.rt.Now()})
 	}
-	e.counters.resubmitted.Add(int64(len(again)))
 }
 
 // release takes an answered (or given up) request out of the in-flight
@@ -663,7 +684,9 @@ func (e *Engine) Drain(ctx context.Context) error {
 		return ErrClosed
 	}
 	e.draining.Store(true)
-	e.rt.Send(e.batcher, actors.Drain{})
+	for _, f := range e.fronts {
+		e.rt.Send(f, actors.Drain{}) // each passes it on behind its Submits
+	}
 	for e.inFlight.Load() > 0 {
 		select {
 		case <-e.idle:
@@ -699,7 +722,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.closed = true
 	close(e.closing)
 	e.closeMu.Unlock()
-	<-e.sweepDone // ends at closing, within one sweep
 	e.closeSubmits()
 	err := e.rt.Close(ctx)
 	// The runtime has stopped: no reply comes any more.
@@ -714,21 +736,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 // a Do still waiting returns ErrClosed. (A reply that comes after is a
 // duplicate.)
 func (e *Engine) closeSubmits() {
-	var dones []func(actors.Reply, error)
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		for id, w := range sh.m {
-			if w.done != nil {
-				delete(sh.m, id)
-				e.release(w)
-				dones = append(dones, w.done)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	for _, done := range dones {
-		done(actors.Reply{}, ErrClosed)
+	for _, w := range e.takeAll(func(_ uint64, w *waiting) bool { return w.done != nil }) {
+		e.release(w)
+		w.done(actors.Reply{}, ErrClosed)
 	}
 }
 
@@ -764,43 +774,49 @@ func (e *Engine) Requests() int64 {
 // Batcher is the address of the engine's batcher actor.
 func (e *Engine) Batcher() actors.Address { return e.batcher }
 
-// Stats returns the engine's counters and the batcher's, the latter asked
-// of the batcher actor itself (a message round trip), so no actor state is
-// read from outside its goroutine. When the batcher cannot answer (ctx
-// ended, engine closed) the engine's counters come back with the error.
+// Stats returns the door's counters, the fronts' and the batcher's, the
+// actors' asked of each actor itself (a message round trip), so no actor
+// state is read from outside its goroutine. When an actor cannot answer
+// (ctx ended, engine closed) the door's counters come back with the error.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
-	b, err := e.batcherStats(ctx)
+	var s Stats
+	var err error
+	s.Batcher, err = e.batcherStats(ctx)
+	for _, f := range e.fronts {
+		if err != nil {
+			break
+		}
+		var a statsAnswer
+		a, err = e.query(ctx, f, false)
+		s.Resubmitted += a.Front.Resubmitted
+		s.Unanswered += a.Front.Expired
+		s.Duplicate += a.Front.Duplicates
+	}
 	c := &e.counters
-	return Stats{
-		Batcher:     b,
-		InFlight:    e.inFlight.Load(),
-		Submitted:   c.submitted.Load(),
-		Replied:     c.replied.Load(),
-		Abandoned:   c.abandoned.Load(),
-		Late:        c.late.Load(),
-		Unanswered:  c.unanswered.Load(),
-		Duplicate:   c.duplicate.Load(),
-		Refused:     c.refused.Load(),
-		Shed:        c.shed.Load(),
-		Resubmitted: c.resubmitted.Load(),
-	}, err
+	s.InFlight = e.inFlight.Load()
+	s.Submitted, s.Replied = c.submitted.Load(), c.replied.Load()
+	s.Abandoned, s.Late = c.abandoned.Load(), c.late.Load()
+	s.Duplicate += c.duplicate.Load()
+	s.Refused, s.Shed = c.refused.Load(), c.shed.Load()
+	return s, err
 }
 
 func (e *Engine) batcherStats(ctx context.Context) (actors.BatcherStats, error) {
-	a, err := e.query(ctx, false)
+	a, err := e.query(ctx, e.batcher, false)
 	return a.Stats, err
 }
 
 // Signals returns the batcher's signals and autoscaling recommendation
 // (actors.Batcher.Signals), asked of the batcher actor like Stats.
 func (e *Engine) Signals(ctx context.Context) (actors.Signals, error) {
-	a, err := e.query(ctx, true)
+	a, err := e.query(ctx, e.batcher, true)
 	return a.Signals, err
 }
 
-// query asks the batcher host for its stats, and its signals too if asked:
-// a message round trip, bounded by statsInFlightMax queries at once.
-func (e *Engine) query(ctx context.Context, signals bool) (statsAnswer, error) {
+// query asks the batcher host or a front host, at to, for its actor's
+// stats, and the batcher's signals too if asked: a message round trip,
+// bounded by statsInFlightMax queries at once.
+func (e *Engine) query(ctx context.Context, to actors.Address, signals bool) (statsAnswer, error) {
 	if e.isClosed() {
 		return statsAnswer{}, ErrClosed
 	}
@@ -814,7 +830,7 @@ func (e *Engine) query(ctx context.Context, signals bool) (statsAnswer, error) {
 	id := e.statsSeq
 	e.statsWaiters[id] = ch
 	e.statsMu.Unlock()
-	e.rt.Send(e.batcher, statsQuery{ID: id, ReplyTo: e.waiter, Signals: signals})
+	e.rt.Send(to, statsQuery{ID: id, ReplyTo: e.waiter, Signals: signals})
 	forget := func() {
 		e.statsMu.Lock()
 		delete(e.statsWaiters, id)
@@ -830,63 +846,4 @@ func (e *Engine) query(ctx context.Context, signals bool) (statsAnswer, error) {
 		forget()
 		return statsAnswer{}, ErrClosed
 	}
-}
-
-// statsQuery asks the batcher host for the batcher's stats; statsAnswer
-// carries them back. Plain data, like every message.
-type (
-	statsQuery struct {
-		ID      uint64
-		ReplyTo actors.Address
-		Signals bool
-	}
-	statsAnswer struct {
-		ID      uint64
-		Stats   actors.BatcherStats
-		Signals actors.Signals
-	}
-)
-
-// batcherHost is the batcher actor as the engine spawns it: the Batcher,
-// plus an answer to statsQuery, which the Batcher itself does not know.
-// In an incarnation after the first (a restart by supervision), until a
-// device has announced itself again, it drops the Submits that reach it
-// (the Batcher would turn them away for want of a device); then it tells
-// the engine, which submits every request still awaited again, those and
-// the ones the old incarnation had queued.
-type batcherHost struct {
-	b      *actors.Batcher
-	notify bool // restarted, and no device announced yet
-	engine actors.Address
-	door   *door
-}
-
-func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
-	h.receive(ctx, msg)
-	// What the door sizes its window from; two atomic loads when nothing
-	// changed.
-	h.door.publish(h.b.Capacity())
-}
-
-func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
-	if h.notify {
-		switch msg.(type) {
-		case actors.Submit:
-			return // resubmitted once a device is back
-		case actors.DeviceReady:
-			h.b.Receive(ctx, msg)
-			h.notify = false
-			ctx.Send(h.engine, batcherRestarted{})
-			return
-		}
-	}
-	if q, ok := msg.(statsQuery); ok {
-		a := statsAnswer{ID: q.ID, Stats: h.b.Stats()}
-		if q.Signals {
-			a.Signals = h.b.Signals(ctx.Now())
-		}
-		ctx.Send(q.ReplyTo, a)
-		return
-	}
-	h.b.Receive(ctx, msg)
 }

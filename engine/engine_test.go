@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,14 +194,39 @@ func TestDoCancel(t *testing.T) {
 	}
 }
 
-// blackHole is a runtime that loses every request: the engine's Submits
-// go nowhere, so requests stay in flight until Close.
-type blackHole struct{ engine.Runtime }
+// blackHole is a runtime whose batcher loses every request: a Submit that
+// reaches an actor from a front (one whose ReplyTo is not the engine's
+// waiter endpoint) is dropped, so requests stay in flight until their
+// front gives up on them, or Close.
+type blackHole struct {
+	engine.Runtime
+	waiter atomic.Pointer[actors.Address]
+}
 
-func (b blackHole) Send(to actors.Address, msg actors.Message) {
-	if _, ok := msg.(actors.Submit); !ok {
-		b.Runtime.Send(to, msg)
+func newBlackHole(o engine.RuntimeOptions) (engine.Runtime, error) {
+	rt, err := engine.LinkedRuntime(o)
+	return &blackHole{Runtime: rt}, err
+}
+
+func (b *blackHole) Listen(addr actors.Address, fn func(actors.Message)) error {
+	b.waiter.Store(&addr)
+	return b.Runtime.Listen(addr, fn)
+}
+
+func (b *blackHole) Spawn(addr actors.Address, newActor func() actors.Actor, backend engine.Backend) error {
+	return b.Runtime.Spawn(addr, func() actors.Actor { return &losing{newActor(), b} }, backend)
+}
+
+type losing struct {
+	actors.Actor
+	b *blackHole
+}
+
+func (l *losing) Receive(ctx actors.Context, msg actors.Message) {
+	if s, ok := msg.(actors.Submit); ok && s.Req.ReplyTo != *l.b.waiter.Load() {
+		return
 	}
+	l.Actor.Receive(ctx, msg)
 }
 
 // TestInFlightMax: past the bound, Do refuses at once; Close releases the
@@ -208,10 +234,7 @@ func (b blackHole) Send(to actors.Address, msg actors.Message) {
 func TestInFlightMax(t *testing.T) {
 	c := fastConfig()
 	c.InFlightMax = 2
-	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
-		rt, err := engine.LinkedRuntime(o)
-		return blackHole{rt}, err
-	}
+	c.Runtime = newBlackHole
 	e := start(t, c)
 	errs := make(chan error, 2)
 	for i := range 2 {
@@ -246,10 +269,7 @@ func TestInFlightMax(t *testing.T) {
 func TestReplyGrace(t *testing.T) {
 	c := fastConfig()
 	c.ReplyGrace = 40 * time.Millisecond
-	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
-		rt, err := engine.LinkedRuntime(o)
-		return blackHole{rt}, err
-	}
+	c.Runtime = newBlackHole
 	e := start(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -454,6 +474,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *engine.Config) { c.ReplyGrace = 0 },
 		func(c *engine.Config) { c.Batcher.BatchMax = 0 },
 		func(c *engine.Config) { c.Device.WatchdogMultiple = 0 },
+		func(c *engine.Config) { c.Node = strings.Repeat("n", 256) }, // past a member name's length
 	}
 	for i, mod := range bad {
 		c := fastConfig()
@@ -478,3 +499,59 @@ func TestSignals(t *testing.T) {
 		t.Fatalf("signals: %d healthy of %d devices, %d keys; want %d devices and a key", s.DevicesHealthy, len(s.Devices), len(s.Keys), c.Devices)
 	}
 }
+
+// TestFrontRestart: a front that panics is restarted by supervision with
+// nothing of what it held; the engine answers those requests Failed at
+// once rather than never, and the fresh front serves the next ones (its
+// view knows the node).
+func TestFrontRestart(t *testing.T) {
+	c := fastConfig()
+	c.Devices = 1
+	c.Batcher.BatchMax = 1
+	c.Device.WatchdogMin = time.Minute
+	open := make(chan struct{})
+	c.Backend = func(int) engine.Backend { return gated{open} }
+	var rt engine.Runtime
+	c.Runtime = func(o engine.RuntimeOptions) (engine.Runtime, error) {
+		r, err := engine.LinkedRuntime(o)
+		rt = r
+		return r, err
+	}
+	e := start(t, c)
+	const n = 3
+	got := make(chan actors.Reply, n)
+	for i := range n {
+		req := request(i)
+		req.Deadline = e.Now() + time.Minute
+		e.Submit(req, func(r actors.Reply, err error) {
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+			got <- r
+		})
+	}
+	eventually(t, "the requests at the batcher", func() bool { s := stats(t, e); return int64(s.Batcher.Queued)+s.Batcher.Batches >= n })
+	rt.Send(engine.FrontsOf(e)[0], poison{})
+	for range n {
+		select {
+		case r := <-got:
+			if r.Outcome != actors.Failed || r.Reason != actors.ReasonAttempts {
+				t.Errorf("a request the front lost: %+v, want Failed", r)
+			}
+		case <-time.After(waitMax):
+			t.Fatal("a request the restarted front lost was never answered")
+		}
+	}
+	close(open)
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	if r, err := e.Do(ctx, request(n)); err != nil || r.Outcome != actors.Completed {
+		t.Fatalf("a request after the restart: %+v, %v", r, err)
+	}
+	if s := stats(t, e); s.InFlight != 0 || s.Replied != n+1 {
+		t.Errorf("stats %+v: want nothing in flight, %d replied", s, n+1)
+	}
+}
+
+// poison is a message no actor knows: the one it is sent to panics.
+type poison struct{}

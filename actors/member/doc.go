@@ -28,5 +28,6 @@
 // Updates), cluster/transport (it follows membership), cluster/wire
 // (Updates on the wire), engine/server (a node's view of its cluster, for
 // GET /v1/cluster), scenarios (a cluster scenario's owner(MODEL), the
-// node that owns a model). It imports nothing of batchd.
+// node that owns a model), engine (a node's view of itself, for its
+// fronts). It imports nothing of batchd.
 package member

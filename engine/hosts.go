@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/member"
+)
+
+// The actors as the engine spawns them: each wrapped in a host that adds
+// what the engine asks of it and the actor does not know.
+//
+// The engine's requests live in actors.Front, the request actor the
+// cluster simulator runs: it sends each request to the accumulator that
+// owns its model under its membership view (here the node's own batcher),
+// resubmits what waits when that accumulator restarts (a new incarnation
+// in the view), delivers exactly one Reply per request to the engine's
+// waiter endpoint (the first wins; later ones are dropped and counted),
+// and answers Expired at the deadline plus ReplyGrace. What the engine
+// keeps is the door: the in-flight bound, and the map from a request's ID
+// to the goroutine or callback that waits for it.
+//
+// frontsCount Fronts share the requests by ID, each on its own mailbox
+// goroutine. One is enough: a request costs its front about 0.7 µs of
+// its goroutine (the Submit and the Reply; a CPU profile of BenchmarkDo),
+// a ceiling near a million requests a second, where the whole server
+// reached about 117,000 on 16 cores. Raise it if a profile shows the
+// front's goroutine saturated.
+const frontsCount = 1
+
+// frontHost is a Front as the engine spawns it: the actor, plus what the
+// engine asks of it that a Front does not know (its counters, the batcher's
+// Drain behind the requests it forwarded).
+type frontHost struct {
+	f       *actors.Front
+	node    string
+	batcher actors.Address
+	// restarted: this is not the front's first incarnation, and the
+	// engine at waiter must answer what the lost one held (frontRestarted).
+	restarted bool
+	i         int
+	waiter    actors.Address
+	// announced is the batcher's incarnation its fronts know of, for a
+	// fresh Front's view.
+	announced *atomic.Uint64
+}
+
+func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
+	switch m := msg.(type) {
+	case actors.Start:
+		h.f.Receive(ctx, m)
+		// A node's view holds the node itself, alive at its batcher's
+		// incarnation; the cluster's membership will add the others.
+		h.f.Receive(ctx, member.Update{Node: h.node, Inc: h.announced.Load(), Kind: member.Alive})
+		if h.restarted {
+			ctx.Send(h.waiter, frontRestarted{Front: h.i})
+		}
+	case actors.Drain:
+		// After every Submit this front took before it, as Drain promises.
+		ctx.Send(h.batcher, m)
+	case statsQuery:
+		ctx.Send(m.ReplyTo, statsAnswer{ID: m.ID, Front: h.f.Stats()})
+	default:
+		h.f.Receive(ctx, msg)
+	}
+}
+
+// newFront returns what makes the Front of each incarnation of front i, or
+// an error naming a bad setting.
+func (e *Engine) newFront(i int) (func() actors.Actor, error) {
+	fc := actors.DefaultFrontConfig(e.node)
+	fc.Accumulator = batcherID
+	fc.SLO = e.cfg.Batcher.SLO
+	fc.TimeoutMax = e.cfg.Batcher.TimeoutMax
+	fc.Grace = e.cfg.ReplyGrace
+	// The door bounds what is in flight; a front never refuses for it.
+	fc.InFlightMax = min(e.cfg.InFlightMax, 1<<24)
+	if err := fc.Validate(); err != nil {
+		return nil, err
+	}
+	var lives atomic.Uint64 // incarnations so far
+	return func() actors.Actor {
+		// Submission IDs are drawn from node and incarnation: each front
+		// of the node, and each life of one after a supervised restart,
+		// draws from a life of its own, so that IDs never collide at the
+		// batcher.
+		life := lives.Add(1)
+		c := fc
+		c.Incarnation = uint64(i+1) + (life-1)*frontsCount
+		f, err := actors.NewFront(c)
+		if err != nil {
+			panic("batchd: engine: front config went bad: " + err.Error())
+		}
+		return &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
+	}, nil
+}
+
+// front is the Front that holds request id.
+func (e *Engine) front(id uint64) actors.Address { return e.fronts[id%uint64(len(e.fronts))] }
+
+// frontRestarted tells the engine that supervision restarted front Front
+// after a panic.
+type frontRestarted struct{ Front int }
+
+// statsQuery asks the batcher host, or a front host, for its actor's
+// stats; statsAnswer carries them back. Plain data, like every message.
+type (
+	statsQuery struct {
+		ID      uint64
+		ReplyTo actors.Address
+		Signals bool
+	}
+	statsAnswer struct {
+		ID      uint64
+		Stats   actors.BatcherStats
+		Signals actors.Signals
+		Front   actors.FrontStats
+	}
+)
+
+// batcherHost is the batcher actor as the engine spawns it: the Batcher,
+// plus an answer to statsQuery, which the Batcher itself does not know.
+// An incarnation after the first (a restart by supervision) is a new
+// incarnation of the node's accumulator: until a device has announced
+// itself again it drops the Submits that reach it (the Batcher would turn
+// them away for want of a device); then it tells the fronts that the node
+// is alive at its incarnation, and each front resubmits every request it
+// still awaits, those and the ones the old incarnation had queued.
+type batcherHost struct {
+	b         *actors.Batcher
+	inc       uint64
+	restarted bool // and no device announced yet
+	node      string
+	fronts    []actors.Address
+	announced *atomic.Uint64
+	door      *door
+}
+
+func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	h.receive(ctx, msg)
+	// What the door sizes its window from; two atomic loads when nothing
+	// changed.
+	h.door.publish(h.b.Capacity())
+}
+
+func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
+	if h.restarted {
+		switch msg.(type) {
+		case actors.Submit:
+			return // resubmitted once a device is back
+		case actors.DeviceReady:
+			h.b.Receive(ctx, msg)
+			h.restarted = false
+			h.announced.Store(h.inc)
+			for _, f := range h.fronts {
+				ctx.Send(f, member.Update{Node: h.node, Inc: h.inc, Kind: member.Alive})
+			}
+			return
+		}
+	}
+	if q, ok := msg.(statsQuery); ok {
+		a := statsAnswer{ID: q.ID, Stats: h.b.Stats()}
+		if q.Signals {
+			a.Signals = h.b.Signals(ctx.Now())
+		}
+		ctx.Send(q.ReplyTo, a)
+		return
+	}
+	h.b.Receive(ctx, msg)
+}
