@@ -163,9 +163,8 @@ func (d *Device) route(ctx Context) {
 			to = append(to, Address{Node: n, ID: c.accumulator})
 		}
 	} else {
-		owners := member.NewOwners(live)
 		for _, m := range d.cfg.Models {
-			if n, ok := owners.Owner(m); ok {
+			if n, ok := member.NewOwners(c.view.Holders(m, live)).Owner(m); ok {
 				a := Address{Node: n, ID: c.accumulator}
 				if !slices.Contains(to, a) {
 					to = append(to, a)

@@ -36,10 +36,11 @@ import (
 type Front struct {
 	cfg  FrontConfig
 	view *member.View
-	// owners is the rendezvous function over view's live members, rebuilt
-	// when the live set changes (view.Epoch).
-	owners      member.Owners
-	ownersEpoch uint64
+	// owners are, per model, the rendezvous function over view's live
+	// members that hold it warm (member.View.Holders), rebuilt when the
+	// view changes (view.Version) or ownersStale says so.
+	owners        map[string]member.Owners
+	ownersVersion uint64
 	// shunned are members a message to which came back Undeliverable
 	// (their process is down), with the incarnation they had: no model is
 	// placed on them until they come back alive at a higher one.
@@ -375,20 +376,30 @@ func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
 	}
 }
 
-// owner returns the owner of model under the view, with its incarnation.
+// ownersCacheMax bounds the models whose owner function a Front keeps
+// (an open registry may name any number).
+const ownersCacheMax = 1024
+
+// owner returns the owner of model under the view, with its incarnation:
+// the rendezvous choice among the live members it does not shun that
+// hold the model warm (all of them when none does).
 func (f *Front) owner(model string) (placement, bool) {
 	if f.cfg.Local {
 		return placement{node: f.cfg.Node, inc: f.cfg.Incarnation}, true
 	}
-	if f.ownersStale || f.ownersEpoch != f.view.Epoch() || f.view.Epoch() == 0 {
+	if f.ownersStale || f.owners == nil || f.ownersVersion != f.view.Version() || len(f.owners) >= ownersCacheMax {
+		f.owners, f.ownersVersion, f.ownersStale = map[string]member.Owners{}, f.view.Version(), false
+	}
+	o, cached := f.owners[model]
+	if !cached {
 		live := f.view.Live()
 		if len(f.shunned) > 0 {
 			live = liveExcept(live, f.shunned)
 		}
-		f.owners = member.NewOwners(live)
-		f.ownersEpoch, f.ownersStale = f.view.Epoch(), false
+		o = member.NewOwners(f.view.Holders(model, live))
+		f.owners[model] = o
 	}
-	node, ok := f.owners.Owner(model)
+	node, ok := o.Owner(model)
 	if !ok {
 		return placement{}, false
 	}

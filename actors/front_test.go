@@ -51,6 +51,35 @@ func TestFrontSendsToTheModelsOwner(t *testing.T) {
 	}
 }
 
+// TestFrontSendsToAWarmHolder: a model goes to the owner among the live
+// members holding it warm, whatever the rendezvous choice among all would
+// be; a model no member holds goes to the choice among all.
+func TestFrontSendsToAWarmHolder(t *testing.T) {
+	f, ctx := newTestFront(t, "a")
+	// The one holder of big is a node the choice among all would not pick.
+	all, _ := member.Owner("big", []string{"a", "b", "c"})
+	holder := map[string]string{"a": "b", "b": "c", "c": "a"}[all]
+	for _, n := range []string{"a", "b", "c"} {
+		models := []string{"small"}
+		if n == holder {
+			models = append(models, "big")
+		}
+		f.Receive(ctx, member.Update{Node: n, Inc: 1, Kind: member.Alive, Models: member.JoinModels(models)})
+	}
+	for i := range 50 {
+		model := fmt.Sprintf("big%d", i)
+		f.Receive(ctx, Submit{Req: Request{ID: uint64(2 * i), Model: "big", Input: "x", ReplyTo: waiter}})
+		f.Receive(ctx, Submit{Req: Request{ID: uint64(2*i + 1), Model: model, Input: "x", ReplyTo: waiter}})
+		s := submits(ctx.take())
+		if len(s) != 2 || s[0].to.Node != holder {
+			t.Fatalf("big went to %v, want %s, its one holder", s, holder)
+		}
+		if want, _ := member.Owner(model, []string{"a", "b", "c"}); s[1].to.Node != want {
+			t.Fatalf("%s (held by none) went to %v, want %s, the choice among all", model, s[1].to, want)
+		}
+	}
+}
+
 // One answer per request: the first reply for the current submission wins,
 // the rest are counted and dropped.
 func TestFrontFirstReplyWins(t *testing.T) {

@@ -153,19 +153,27 @@ func (v *View) Owner(model string) (string, bool) {
 	}
 	o, ok := v.owners[model]
 	if !ok {
-		var holders []string
-		for _, name := range v.live {
-			if v.nodes[v.index[name]].Holds(model) {
-				holders = append(holders, name)
-			}
-		}
-		if len(holders) == 0 {
-			holders = v.live
-		}
-		o = NewOwners(holders)
+		o = NewOwners(v.Holders(model, v.live))
 		v.owners[model] = o
 	}
 	return o.Owner(model)
+}
+
+// Holders returns the members of among (live members, say, less some an
+// actor avoids) that hold model warm, or among itself when none does: the
+// candidates a model's owner is chosen from. A name the View does not
+// know holds every model.
+func (v *View) Holders(model string, among []string) []string {
+	var holders []string
+	for _, name := range among {
+		if u, ok := v.Get(name); !ok || u.Holds(model) {
+			holders = append(holders, name)
+		}
+	}
+	if len(holders) == 0 {
+		return among
+	}
+	return holders
 }
 
 // NewView returns an empty View that holds at most limit node names
