@@ -86,6 +86,8 @@ type Batcher struct {
 	// with this one last said they queue (Share.Demand), at most
 	// peersMax of them, oldest news replaced first.
 	peers []peerDemand
+	// lastCall is the time of the message being handled.
+	lastCall time.Duration
 }
 
 // peerDemand is a peer accumulator's Demand, as heard at.
@@ -93,6 +95,8 @@ type peerDemand struct {
 	from Address
 	at   time.Duration
 	d    Demand
+	// queued are the tenants it queues (Share.Queued).
+	queued []string
 }
 
 // peersMax bounds Batcher.peers.
@@ -211,6 +215,7 @@ func (b *Batcher) Capacity() (healthy int, overrun time.Duration) {
 
 // Receive implements Actor.
 func (b *Batcher) Receive(ctx Context, msg Message) {
+	b.lastCall = ctx.Now()
 	if b.cfg.LearnOverrun {
 		b.overrun.Forget(ctx.Now(), b.cfg.OverrunAge)
 	}
@@ -380,7 +385,7 @@ func (b *Batcher) predictWait(q *keyQueue, t *tenantState, budget, now time.Dura
 		}
 	}
 	if len(b.peers) > 0 {
-		n, w := b.peersAhead(t.served, now)
+		n, w := b.peersAhead(t, now)
 		ahead += n
 		work += w
 	}
@@ -889,7 +894,7 @@ func (b *Batcher) schedule(ctx Context) {
 			d.freeAt = now
 			b.freeValid = false
 			head := best.best(now, b.cfg.PriorityAging)
-			o := Offer{Device: d.addr, From: ctx.Self(), Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)}
+			o := Offer{Device: d.addr, From: ctx.Self(), Priority: head.prio, Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)}
 			if b.cfg.KeyPolicy == PolicyFair {
 				o.Served = head.tenant.served
 			}
@@ -1023,7 +1028,7 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	// The device and the batcher share items from here on; neither writes it.
 	rb := RunBatch{Batch: d.inflight, From: ctx.Self()}
 	if d.offers {
-		rb.Share = Share{Charges: charges, VTime: b.vtime, Demand: b.demand()}
+		rb.Share = Share{Charges: charges, VTime: b.vtime, Demand: b.demand(now), Queued: b.queuedTenants()}
 	}
 	ctx.Send(d.addr, rb)
 	return true
@@ -1031,10 +1036,14 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 
 // demand is what the batcher queues, for the accumulators it shares
 // devices with (Share.Demand).
-func (b *Batcher) demand() Demand {
+func (b *Batcher) demand(now time.Duration) Demand {
 	var dm Demand
 	for _, q := range b.order {
 		if q.n == 0 {
+			if q.sig.rateNow(now, b.cfg.SignalWindow)*q.model.slo.Seconds() >= 1 {
+				dm.Arriving++
+				dm.ArrivingWork += b.predict(1, q.maxLen)
+			}
 			continue
 		}
 		n, w := b.batchesOf(q)
@@ -1047,6 +1056,18 @@ func (b *Batcher) demand() Demand {
 		dm.KeysWork += b.predict(min(q.n, q.model.batchMax), q.maxLen)
 	}
 	return dm
+}
+
+// queuedTenants names the tenants with requests queued here, at most
+// peersMax of them (Share.Queued).
+func (b *Batcher) queuedTenants() []string {
+	var out []string
+	for _, t := range b.tenantOrder {
+		if t.queued > 0 && len(out) < peersMax {
+			out = append(out, t.name)
+		}
+	}
+	return out
 }
 
 // share folds in what another accumulator of a split told the devices they
@@ -1073,10 +1094,15 @@ func (b *Batcher) share(ctx Context, from Address, s Share) {
 			}
 		}
 	}
-	b.peers[i] = peerDemand{from: from, at: now, d: s.Demand}
+	b.peers[i] = peerDemand{from: from, at: now, d: s.Demand, queued: s.Queued}
 	for _, c := range s.Charges {
 		if t := b.tenants[c.Tenant]; t != nil && c.Served > 0 && !math.IsInf(c.Served, 0) {
 			t.served += c.Served
+		}
+	}
+	for _, name := range s.Queued {
+		if t := b.tenants[name]; t != nil {
+			t.queuedElsewhere = now + 1
 		}
 	}
 	if !math.IsInf(s.VTime, 0) && !math.IsNaN(s.VTime) {
@@ -1084,23 +1110,36 @@ func (b *Batcher) share(ctx Context, from Address, s Share) {
 	}
 }
 
-// peersAhead is the peers' fresh demand that goes ahead of a request of a
-// tenant served served (see Demand): news older than two batch times is
-// stale (a peer that wins no device sends none, and one that wins none
-// is not ahead).
-func (b *Batcher) peersAhead(served float64, now time.Duration) (ahead int, work time.Duration) {
-	fresh := now - 2*b.compute()
+// peerFresh is how long what a peer accumulator said holds (see
+// peersAhead).
+func (b *Batcher) peerFresh() time.Duration { return max(2*b.compute(), b.cfg.SLO) }
+
+// peersAhead is the peers' fresh demand that goes ahead of a request of
+// tenant t (see Demand). A peer tells its demand with each
+// batch it sends to a shared device, what it has left once the batch is
+// out (so its last batch tells it has nothing); its news is fresh for the
+// SLO (or two batch times, if longer): a peer that wins no device for that
+// long is not ahead.
+func (b *Batcher) peersAhead(t *tenantState, now time.Duration) (ahead int, work time.Duration) {
+	fresh := now - b.peerFresh()
 	for _, p := range b.peers {
 		switch {
 		case p.at < fresh:
 		case b.cfg.KeyPolicy == PolicyFair:
-			if p.d.Keys > 0 && p.d.LeastServed <= served {
+			// Where t queues too, its keys' least served is no more than
+			// t's (as one batcher sees it); elsewhere the two views of
+			// the service agree but for rounding.
+			if p.d.Keys > 0 && (p.d.LeastServed <= t.served+1e-3 || slices.Contains(p.queued, t.name)) {
 				ahead += p.d.Keys
 				work += p.d.KeysWork
 			}
 		default:
 			ahead += p.d.Batches
 			work += p.d.Work
+		}
+		if p.at >= fresh {
+			ahead += p.d.Arriving
+			work += p.d.ArrivingWork
 		}
 	}
 	return ahead, work

@@ -189,6 +189,9 @@ type Share struct {
 	VTime float64
 	// Demand is what the sender queues once the batch left.
 	Demand Demand
+	// Queued names the tenants it still queues requests of (at most 64):
+	// the others do not level them as idle (see Batcher.levelled).
+	Queued []string
 }
 
 // Charge is one tenant's weighted service added by a batch.
@@ -212,6 +215,11 @@ type Demand struct {
 	Keys        int
 	KeysWork    time.Duration
 	LeastServed float64
+	// Arriving and ArrivingWork are the keys that queue nothing now but
+	// had requests arrive lately (at least one per SLO): a batch each by
+	// the time a request admitted elsewhere waits, whatever the policy.
+	Arriving     int
+	ArrivingWork time.Duration
 }
 
 // BatchDeclined answers a RunBatch that reached a device already running
@@ -251,17 +259,20 @@ type DeviceReady struct {
 // slack. Served is 0 under PolicySlack, where the slack decides.
 type Offer struct {
 	Device, From Address
-	Level        int8
-	Served       float64
-	Slack        time.Duration
+	// Priority is the head's own priority, Level its effective one (aged).
+	Priority, Level int8
+	Served          float64
+	Slack           time.Duration
 }
 
-// Before reports whether the device claims o before p: the higher level,
-// then the lower weighted service of the head's tenant, then the lesser
-// slack (Batcher.before's order).
+// Before reports whether the device claims o before p: between heads of
+// different priorities the higher effective level, then the lower weighted
+// service of the head's tenant, then the lesser slack (Batcher.before's
+// order: aging lifts a request over higher priorities, never over its
+// own, where the fair share decides).
 func (o Offer) Before(p Offer) bool {
 	switch {
-	case o.Level != p.Level:
+	case o.Priority != p.Priority && o.Level != p.Level:
 		return o.Level > p.Level
 	case o.Served != p.Served:
 		return o.Served < p.Served
