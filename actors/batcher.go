@@ -896,7 +896,7 @@ func (b *Batcher) schedule(ctx Context) {
 			head := best.best(now, b.cfg.PriorityAging)
 			o := Offer{Device: d.addr, From: ctx.Self(), Priority: head.prio, Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)}
 			if b.cfg.KeyPolicy == PolicyFair {
-				o.Served = head.tenant.served
+				o.Tenant, o.Served = head.tenant.name, head.tenant.served
 			}
 			ctx.Send(d.addr, o)
 			continue

@@ -261,20 +261,27 @@ type Offer struct {
 	Device, From Address
 	// Priority is the head's own priority, Level its effective one (aged).
 	Priority, Level int8
-	Served          float64
-	Slack           time.Duration
+	// Tenant is the head's tenant, Served its weighted service.
+	Tenant string
+	Served float64
+	Slack  time.Duration
 }
 
 // Before reports whether the device claims o before p: between heads of
-// different priorities the higher effective level, then the lower weighted
-// service of the head's tenant, then the lesser slack (Batcher.before's
+// different priorities the higher effective level, then (heads of
+// different tenants) the lower weighted service of the head's tenant,
+// then the lesser slack (Batcher.before's
 // order: aging lifts a request over higher priorities, never over its
 // own, where the fair share decides).
 func (o Offer) Before(p Offer) bool {
 	switch {
 	case o.Priority != p.Priority && o.Level != p.Level:
 		return o.Level > p.Level
-	case o.Served != p.Served:
+	case o.Tenant != p.Tenant && o.Served != p.Served:
+		// The same tenant heads both: one batcher compares its service
+		// with itself, a tie. Two accumulators' views of it differ by
+		// the charges on their way, and compared they would give one of
+		// them every device.
 		return o.Served < p.Served
 	}
 	return o.Slack < p.Slack

@@ -166,7 +166,8 @@ type Config struct {
 	// claimed in the order one batcher would pick). The models are
 	// Batcher.Models', or those the traffic asks for with an open
 	// registry. Each accumulator has Batcher's bounds (QueueTotalMax is
-	// per model). Signals are not sampled, and Autoscale is refused.
+	// per model). Signals are sampled only with one model (of its one
+	// accumulator), and Autoscale is refused.
 	Split bool
 }
 
@@ -485,8 +486,12 @@ func Run(cfg Config) (Report, error) {
 		w.Observe(sp)
 	}
 	w.Observe(led)
-	if cfg.SignalsEvery > 0 && sp == nil {
+	switch {
+	case cfg.SignalsEvery <= 0:
+	case sp == nil:
 		led.SampleSignals(batcher, cfg.SignalsEvery)
+	case len(sp.accs) == 1:
+		led.SampleSignals(sp.accs[0], cfg.SignalsEvery)
 	}
 	for _, o := range cfg.Observers {
 		w.Observe(o)
