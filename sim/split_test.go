@@ -75,7 +75,7 @@ func TestPropertySplitFairness(t *testing.T) {
 		}
 		for i := range xs {
 			if math.Abs(xs[i]-want[i]) > 0.1*want[i] {
-				t.Fatalf("tenant t%d (weight %g): %.1f req/s, want %.1f (±10%%; spread %v: one batcher's); all: %.1f, want %.1f, weights %v\n%s",
+				t.Fatalf("tenant t%d (weight %g): %.1f req/s, want %.1f (±10%%; spread %v); all: %.1f, want %.1f, weights %v\n%s",
 					i, weights[i], xs[i], want[i], spread, xs, want, weights, describeSources(cfg))
 			}
 		}
