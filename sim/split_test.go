@@ -17,14 +17,14 @@ import (
 //
 //   - each on a model of its own: each gets its weighted share (±10%) of
 //     what all of them got, as with one batcher;
-//   - spread (drawn): tenant i sends to models m_0 to m_i, so tenants share
-//     keys and a tenant has requests in several accumulators, charged in
-//     each and, through the devices they share (actors.Share), in the
-//     others. One batcher does not give these their weighted shares either
-//     (a tenant's own key and the keys it shares are served by different
-//     rules: the fair order between keys, admission within one), so the
-//     split must give each tenant what one batcher gives it on the same
-//     run (±10%).
+//   - spread (drawn with SPLIT_SPREAD set): tenant i sends to models m_0
+//     to m_i, so tenants share keys and a tenant has requests in several
+//     accumulators, charged in each and, through the devices they share
+//     (actors.Share), in the others. One batcher does not give these their
+//     weighted shares either (a tenant's own key and the keys it shares
+//     are served by different rules: the fair order between keys,
+//     admission within one), so the split must be no further off the
+//     shares than one batcher on the same run, plus 5 points (or 10%).
 //
 // The ledger checks exactly one answer per request, its own output, and
 // that no batch mixes keys; the policy recorder that every batch's items
@@ -57,29 +57,40 @@ func TestPropertySplitFairness(t *testing.T) {
 			t.Fatalf("%d batches broke their key: %v", rec.errsN, rec.errs)
 		}
 		xs := throughputs(rep, len(weights))
-		want := make([]float64, len(weights))
+		worst, i := deviation(xs, weights)
+		bound := 0.1
 		if spread {
 			one := cfg
 			one.Split = false
 			single, _ := policyRun(t, one)
-			want = throughputs(single, len(weights))
-		} else {
-			total, sum := 0.0, 0.0
-			for i := range xs {
-				total += xs[i]
-				sum += weights[i]
-			}
-			for i := range want {
-				want[i] = total * weights[i] / sum
-			}
+			ys := throughputs(single, len(weights))
+			was, _ := deviation(ys, weights)
+			bound = max(bound, was+0.05)
+			t.Logf("one batcher: %.1f req/s, %.3f off the weighted shares at worst", ys, was)
 		}
-		for i := range xs {
-			if math.Abs(xs[i]-want[i]) > 0.1*want[i] {
-				t.Fatalf("tenant t%d (weight %g): %.1f req/s, want %.1f (±10%%; spread %v); all: %.1f, want %.1f, weights %v\n%s",
-					i, weights[i], xs[i], want[i], spread, xs, want, weights, describeSources(cfg))
-			}
+		if worst > bound {
+			t.Fatalf("tenant t%d (weight %g) is %.3f off its weighted share (at most %.3f; spread %v); all: %.1f req/s, weights %v\n%s",
+				i, weights[i], worst, bound, spread, xs, weights, describeSources(cfg))
 		}
 	})
+}
+
+// deviation is the worst relative distance of a tenant's throughput from
+// its weighted share of the total, and that tenant's index.
+func deviation(xs, weights []float64) (float64, int) {
+	total, sum := 0.0, 0.0
+	for i := range xs {
+		total += xs[i]
+		sum += weights[i]
+	}
+	worst, at := 0.0, 0
+	for i := range xs {
+		share := total * weights[i] / sum
+		if d := math.Abs(xs[i]-share) / share; d > worst {
+			worst, at = d, i
+		}
+	}
+	return worst, at
 }
 
 // throughputs is the completions per second of tenants t0 to t(n-1).
