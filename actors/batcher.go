@@ -81,7 +81,26 @@ type Batcher struct {
 	// view is the cluster's membership as the batcher has been told it
 	// (member.Update); nil on a single node, where no update comes.
 	view *member.View
+
+	// peers is what the other accumulators of a split that share devices
+	// with this one last said they queue (Share.Demand), at most
+	// peersMax of them, oldest news replaced first.
+	peers []peerDemand
+	// lastCall is the time of the message being handled.
+	lastCall time.Duration
 }
+
+// peerDemand is a peer accumulator's Demand, as heard at.
+type peerDemand struct {
+	from Address
+	at   time.Duration
+	d    Demand
+	// queued are the tenants it queues (Share.Queued).
+	queued []string
+}
+
+// peersMax bounds Batcher.peers.
+const peersMax = 64
 
 // BatcherStats is a snapshot of a Batcher's counters for checks. It is
 // cheap: a checker may read it after every message.
@@ -196,6 +215,7 @@ func (b *Batcher) Capacity() (healthy int, overrun time.Duration) {
 
 // Receive implements Actor.
 func (b *Batcher) Receive(ctx Context, msg Message) {
+	b.lastCall = ctx.Now()
 	if b.cfg.LearnOverrun {
 		b.overrun.Forget(ctx.Now(), b.cfg.OverrunAge)
 	}
@@ -240,10 +260,14 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 	case Claim:
 		b.claimed(ctx, m)
 	case DeviceBusy:
+		b.share(ctx, m.From, m.Share)
 		if d := b.devs[m.Device]; d != nil && (d.phase == devIdle || d.phase == devOffered) && d.incarnation == m.Incarnation {
 			b.unready(d)
 			d.phase = devDown // lent to another batcher until it announces itself
 			d.freeAt = ctx.Now() + b.compute()
+			if m.FreeAt > ctx.Now() {
+				d.freeAt = m.FreeAt // the device's own prediction
+			}
 			b.freeValid = false
 		}
 	case member.Update:
@@ -359,6 +383,11 @@ func (b *Batcher) predictWait(q *keyQueue, t *tenantState, budget, now time.Dura
 			ahead += n
 			work += w
 		}
+	}
+	if len(b.peers) > 0 {
+		n, w := b.peersAhead(t, now)
+		ahead += n
+		work += w
 	}
 	return b.waitBehind(ahead, work, now)
 }
@@ -865,7 +894,11 @@ func (b *Batcher) schedule(ctx Context) {
 			d.freeAt = now
 			b.freeValid = false
 			head := best.best(now, b.cfg.PriorityAging)
-			ctx.Send(d.addr, Offer{Device: d.addr, From: ctx.Self(), Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)})
+			o := Offer{Device: d.addr, From: ctx.Self(), Priority: head.prio, Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)}
+			if b.cfg.KeyPolicy == PolicyFair {
+				o.Tenant, o.Served = head.tenant.name, head.tenant.served
+			}
+			ctx.Send(d.addr, o)
 			continue
 		}
 		if !b.dispatch(ctx, best, d, now) {
@@ -954,12 +987,25 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	cost := b.cfg.Latency.Predict(len(items), maxInput(items))
 	head := owners[0].t
 	b.vtime = max(b.vtime, head.served)
+	var charges []Charge
+	if d.offers {
+		// A shared device: the others it serves hear what this batch
+		// charged (see Share), as differences of served.
+		for _, o := range owners {
+			if !slices.ContainsFunc(charges, func(c Charge) bool { return c.Tenant == o.t.name }) {
+				charges = append(charges, Charge{Tenant: o.t.name, Served: -o.t.served})
+			}
+		}
+	}
 	share := float64(cost) / float64(len(items))
 	for _, o := range owners {
 		o.t.served += share / o.t.weight
 	}
 	if len(items) < bmax {
 		b.capRiders(head, owners, share)
+	}
+	for i := range charges {
+		charges[i].Served += b.tenants[charges[i].Tenant].served
 	}
 	q.sig.batch(len(items))
 	b.batchSeq++
@@ -980,8 +1026,123 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	d.freeAt = now + cost + b.overrun.Learnt() // as predict has it
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
-	ctx.Send(d.addr, RunBatch{Batch: d.inflight, From: ctx.Self()})
+	rb := RunBatch{Batch: d.inflight, From: ctx.Self()}
+	if d.offers {
+		rb.Share = Share{Charges: charges, VTime: b.vtime, Demand: b.demand(now), Queued: b.queuedTenants()}
+	}
+	ctx.Send(d.addr, rb)
 	return true
+}
+
+// demand is what the batcher queues, for the accumulators it shares
+// devices with (Share.Demand).
+func (b *Batcher) demand(now time.Duration) Demand {
+	var dm Demand
+	for _, q := range b.order {
+		if q.n == 0 {
+			if q.sig.rateNow(now, b.cfg.SignalWindow)*q.model.slo.Seconds() >= 1 {
+				dm.Arriving++
+				dm.ArrivingWork += b.predict(1, q.maxLen)
+			}
+			continue
+		}
+		n, w := b.batchesOf(q)
+		dm.Batches += n
+		dm.Work += w
+		if least := q.leastServed(); dm.Keys == 0 || least < dm.LeastServed {
+			dm.LeastServed = least
+		}
+		dm.Keys++
+		dm.KeysWork += b.predict(min(q.n, q.model.batchMax), q.maxLen)
+	}
+	return dm
+}
+
+// queuedTenants names the tenants with requests queued here, at most
+// peersMax of them (Share.Queued).
+func (b *Batcher) queuedTenants() []string {
+	var out []string
+	for _, t := range b.tenantOrder {
+		if t.queued > 0 && len(out) < peersMax {
+			out = append(out, t.name)
+		}
+	}
+	return out
+}
+
+// share folds in what another accumulator of a split told the devices they
+// share (see Share): its tenants' charges, for those this one keeps (a
+// tenant it does not keep starts at the virtual time when it comes), its
+// virtual time, and its demand, which predictWait counts ahead while it is
+// fresh.
+func (b *Batcher) share(ctx Context, from Address, s Share) {
+	if from.IsZero() || from == ctx.Self() {
+		return
+	}
+	now := ctx.Now()
+	i := slices.IndexFunc(b.peers, func(p peerDemand) bool { return p.from == from })
+	switch {
+	case i >= 0:
+	case len(b.peers) < peersMax:
+		b.peers = append(b.peers, peerDemand{})
+		i = len(b.peers) - 1
+	default:
+		i = 0
+		for j, p := range b.peers {
+			if p.at < b.peers[i].at {
+				i = j
+			}
+		}
+	}
+	b.peers[i] = peerDemand{from: from, at: now, d: s.Demand, queued: s.Queued}
+	for _, c := range s.Charges {
+		if t := b.tenants[c.Tenant]; t != nil && c.Served > 0 && !math.IsInf(c.Served, 0) {
+			t.served += c.Served
+		}
+	}
+	for _, name := range s.Queued {
+		if t := b.tenants[name]; t != nil {
+			t.queuedElsewhere = now + 1
+		}
+	}
+	if !math.IsInf(s.VTime, 0) && !math.IsNaN(s.VTime) {
+		b.vtime = max(b.vtime, s.VTime)
+	}
+}
+
+// peerFresh is how long what a peer accumulator said holds (see
+// peersAhead).
+func (b *Batcher) peerFresh() time.Duration { return max(2*b.compute(), b.cfg.SLO) }
+
+// peersAhead is the peers' fresh demand that goes ahead of a request of
+// tenant t (see Demand). A peer tells its demand with each
+// batch it sends to a shared device, what it has left once the batch is
+// out (so its last batch tells it has nothing); its news is fresh for the
+// SLO (or two batch times, if longer): a peer that wins no device for that
+// long is not ahead.
+func (b *Batcher) peersAhead(t *tenantState, now time.Duration) (ahead int, work time.Duration) {
+	fresh := now - b.peerFresh()
+	for _, p := range b.peers {
+		switch {
+		case p.at < fresh:
+		case b.cfg.KeyPolicy == PolicyFair:
+			// Where t queues too, its keys' least served is no more than
+			// t's (as one batcher sees it); elsewhere the two views of
+			// the service agree but for rounding.
+			if p.d.Keys > 0 && (p.d.LeastServed <= t.served+1e-3 || slices.Contains(p.queued, t.name)) {
+				ahead += p.d.Keys
+				work += p.d.KeysWork
+			}
+		default:
+			ahead += p.d.Batches
+			work += p.d.Work
+		}
+		if p.at >= fresh {
+			ahead += p.d.Arriving
+			work += p.d.ArrivingWork
+		}
+	}
+	return ahead, work
 }
 
 // trimLate answers Expired the items that this batch's own predicted cost

@@ -360,6 +360,12 @@ type DeviceConfig struct {
 	QuarantineFor time.Duration
 	// Models the device holds warm; empty means any.
 	Models []string
+	// OfferWindow is how long a device that serves several batchers
+	// gathers their offers before it claims the best (it claims at once
+	// when every one has offered). Default 0: ClusterOfferWindow, a few
+	// link latencies; on one node (a split in the simulator) a microsecond
+	// is enough.
+	OfferWindow time.Duration
 }
 
 // DefaultDeviceConfig returns the configuration of an emulated seeds' GPU.
@@ -383,6 +389,8 @@ func (c DeviceConfig) Validate() error {
 		return fmt.Errorf("device config: need 0 < RestartBackoff <= RestartBackoffMax")
 	case c.QuarantineAfter < 1 || c.QuarantineFor <= 0:
 		return fmt.Errorf("device config: QuarantineAfter and QuarantineFor must be positive")
+	case c.OfferWindow < 0 || c.OfferWindow > time.Second:
+		return fmt.Errorf("device config: OfferWindow %v: want 0 to 1s", c.OfferWindow)
 	}
 	if err := c.Latency.Validate(); err != nil {
 		return fmt.Errorf("device config: %w", err)

@@ -37,6 +37,10 @@ type Device struct {
 	// from is the batcher whose batch is running.
 	from    Address
 	cluster *deviceCluster
+	// offers gathered in the window open since the first one (a device
+	// that serves several batchers); offerGen tells a stale window's timer.
+	offers   []Offer
+	offerGen uint64
 
 	incarnation uint64
 	phase       devicePhase
@@ -84,6 +88,37 @@ func NewDevice(cfg DeviceConfig, batcher Address) (*Device, error) {
 	return &Device{cfg: cfg, batcher: batcher, batchers: []Address{batcher}}, nil
 }
 
+// NewSharedDevice returns a Device that serves several batchers on one
+// node: the accumulators of the models it holds, in a split (one
+// accumulator per model). It offers itself to all of them and claims the
+// best offer (see Offer).
+func NewSharedDevice(cfg DeviceConfig, batchers []Address) (*Device, error) {
+	if len(batchers) == 0 || len(batchers) > SplitModelsMax {
+		return nil, fmt.Errorf("device: %d batchers: want 1 to %d", len(batchers), SplitModelsMax)
+	}
+	d, err := NewDevice(cfg, batchers[0])
+	if err != nil {
+		return nil, err
+	}
+	d.batchers = slices.Clone(batchers)
+	return d, nil
+}
+
+// SplitModelsMax bounds the models of a split: the accumulators one
+// device or front may address.
+const SplitModelsMax = 256
+
+// SplitAccumulatorID is the actor ID of model's accumulator in a split of
+// models (one accumulator per model, the same on every node): base+1+i
+// for models[i]; ok is false for a model not in the list.
+func SplitAccumulatorID(base uint64, models []string, model string) (id uint64, ok bool) {
+	i := slices.Index(models, model)
+	if i < 0 {
+		return 0, false
+	}
+	return base + 1 + uint64(i), true
+}
+
 // ClusterHeartbeat is how often an idle device in a cluster announces
 // itself again to the batchers it serves, so that one lost message (its
 // DeviceReady, a RunBatch, a BatchDone) costs at most this long.
@@ -102,16 +137,23 @@ type claimTimeout struct{ gen uint64 }
 // from which it finds the owners of its models.
 type deviceCluster struct {
 	view *member.View
-	// offers gathered in the window open since the first one; offerGen
-	// tells a stale window's timer.
-	offers   []Offer
-	offerGen uint64
 	// shunned are nodes a message to which came back Undeliverable; the
 	// device serves no accumulator there until the view next changes
 	// about them.
 	shunned     map[string]uint64
 	accumulator uint64
-	nodeInc     uint64
+	// perModel, in a split, are the models that have an accumulator of
+	// their own on every node (see SplitAccumulatorID).
+	perModel []string
+	nodeInc  uint64
+}
+
+// isAccumulator reports whether id is an accumulator's actor ID.
+func (c *deviceCluster) isAccumulator(id uint64) bool {
+	if len(c.perModel) == 0 {
+		return id == c.accumulator
+	}
+	return id > c.accumulator && id <= c.accumulator+uint64(len(c.perModel))
 }
 
 // NewClusterDevice returns a Device of a cluster node at incarnation
@@ -131,6 +173,23 @@ func NewClusterDevice(cfg DeviceConfig, accumulator, nodeInc uint64) (*Device, e
 	}
 	return &Device{cfg: cfg, incarnation: nodeInc << 32,
 		cluster: &deviceCluster{view: member.NewView(0), shunned: map[string]uint64{}, accumulator: accumulator, nodeInc: nodeInc}}, nil
+}
+
+// NewSplitClusterDevice is NewClusterDevice for a split: each model of
+// models has its own accumulator on every node (SplitAccumulatorID from
+// accumulator), and the device announces itself to the accumulator of
+// each model it holds (every one of models if it holds any) at the
+// model's owner.
+func NewSplitClusterDevice(cfg DeviceConfig, accumulator uint64, models []string, nodeInc uint64) (*Device, error) {
+	if len(models) == 0 || len(models) > SplitModelsMax {
+		return nil, fmt.Errorf("device: a split of %d models: want 1 to %d", len(models), SplitModelsMax)
+	}
+	d, err := NewClusterDevice(cfg, accumulator, nodeInc)
+	if err != nil {
+		return nil, err
+	}
+	d.cluster.perModel = slices.Clone(models)
+	return d, nil
 }
 
 // membership applies u to a cluster device's view and announces the device
@@ -158,7 +217,20 @@ func (d *Device) route(ctx Context) {
 		live = liveExcept(live, c.shunned)
 	}
 	var to []Address
-	if len(d.cfg.Models) == 0 {
+	if len(c.perModel) > 0 {
+		owners := member.NewOwners(live)
+		models := d.cfg.Models
+		if len(models) == 0 {
+			models = c.perModel
+		}
+		for _, m := range models {
+			n, ok := owners.Owner(m)
+			id, split := SplitAccumulatorID(c.accumulator, c.perModel, m)
+			if a := (Address{Node: n, ID: id}); ok && split && !slices.Contains(to, a) {
+				to = append(to, a)
+			}
+		}
+	} else if len(d.cfg.Models) == 0 {
 		for _, n := range live {
 			to = append(to, Address{Node: n, ID: c.accumulator})
 		}
@@ -185,15 +257,45 @@ func (d *Device) route(ctx Context) {
 // window. Offers that come while it runs or claims are stale: the batcher
 // hears the device is busy, or its next DeviceReady.
 func (d *Device) offered(ctx Context, o Offer) {
-	c := d.cluster
-	if c == nil || d.phase != deviceIdle || len(c.offers) >= 64 {
+	if len(d.batchers) < 2 || d.phase != deviceIdle || len(d.offers) >= 64 {
 		return
 	}
-	c.offers = append(c.offers, o)
-	if len(c.offers) == 1 {
-		c.offerGen++
-		ctx.After(ClusterOfferWindow, offerWindow{gen: c.offerGen})
+	if slices.ContainsFunc(d.offers, func(p Offer) bool { return p.From == o.From }) {
+		return // one offer per batcher and window
 	}
+	d.offers = append(d.offers, o)
+	if len(d.offers) == len(d.batchers) {
+		// Every batcher has offered: no better offer can come.
+		d.claim(ctx)
+		return
+	}
+	if len(d.offers) == 1 {
+		d.offerGen++
+		w := d.cfg.OfferWindow
+		if w == 0 {
+			w = ClusterOfferWindow
+		}
+		ctx.After(w, offerWindow{gen: d.offerGen})
+	}
+}
+
+// claim claims the best offer gathered.
+func (d *Device) claim(ctx Context) {
+	best := d.offers[0]
+	for _, o := range d.offers[1:] {
+		if o.Before(best) {
+			best = o
+		}
+	}
+	d.offers = d.offers[:0]
+	d.phase = deviceClaiming
+	d.offerGen++
+	ctx.Send(best.From, Claim{Device: ctx.Self()})
+	w := d.cfg.OfferWindow
+	if w == 0 {
+		w = ClusterOfferWindow
+	}
+	ctx.After(20*max(w, ClusterOfferWindow), claimTimeout{gen: d.offerGen})
 }
 
 // toBatchers sends msg to every batcher the device serves.
@@ -221,38 +323,29 @@ func (d *Device) Receive(ctx Context, msg Message) {
 	case Offer:
 		d.offered(ctx, m)
 	case offerWindow:
-		if c := d.cluster; c != nil && m.gen == c.offerGen && d.phase == deviceIdle && len(c.offers) > 0 {
-			best := c.offers[0]
-			for _, o := range c.offers[1:] {
-				if o.Level > best.Level || o.Level == best.Level && o.Slack < best.Slack {
-					best = o
-				}
-			}
-			c.offers = c.offers[:0]
-			d.phase = deviceClaiming
-			c.offerGen++
-			ctx.Send(best.From, Claim{Device: ctx.Self()})
-			ctx.After(20*ClusterOfferWindow, claimTimeout{gen: c.offerGen})
+		if m.gen == d.offerGen && d.phase == deviceIdle && len(d.offers) > 0 {
+			d.claim(ctx)
 		}
 	case claimTimeout:
-		if c := d.cluster; c != nil && m.gen == c.offerGen && d.phase == deviceClaiming {
+		if m.gen == d.offerGen && d.phase == deviceClaiming {
 			d.phase = deviceIdle // the claim or its batch was lost
 			d.ready(ctx)
 		}
 	case Undeliverable:
-		if c := d.cluster; c != nil && m.To.ID == c.accumulator && !shuns(c.shunned, m.To.Node) {
+		if c := d.cluster; c != nil && c.isAccumulator(m.To.ID) && !shuns(c.shunned, m.To.Node) {
 			u, _ := c.view.Get(m.To.Node)
 			c.shunned[m.To.Node] = u.Inc
 			d.route(ctx)
 		}
 	case RunBatch:
-		if d.phase != deviceIdle && d.phase != deviceClaiming && d.cluster != nil {
+		shared := d.cluster != nil || len(d.batchers) > 1
+		if d.phase != deviceIdle && d.phase != deviceClaiming && shared {
 			ctx.Send(m.From, BatchDeclined{Device: ctx.Self(), BatchID: m.Batch.ID})
 			return
 		}
-		if d.cluster != nil {
-			d.cluster.offers = d.cluster.offers[:0]
-			d.cluster.offerGen++
+		if shared {
+			d.offers = d.offers[:0]
+			d.offerGen++
 		}
 		if d.phase != deviceIdle && d.phase != deviceClaiming {
 			panic(fmt.Sprintf("batchd: device %v got batch %d while not idle", ctx.Self(), m.Batch.ID))
@@ -266,9 +359,11 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		if d.from.IsZero() {
 			d.from = d.batcher
 		}
+		busy := DeviceBusy{Device: ctx.Self(), Incarnation: d.incarnation, From: d.from, Share: m.Share,
+			FreeAt: ctx.Now() + d.cfg.Latency.Predict(len(m.Batch.Items), maxInput(m.Batch.Items))}
 		for _, b := range d.batchers {
 			if b != d.from {
-				ctx.Send(b, DeviceBusy{Device: ctx.Self(), Incarnation: d.incarnation})
+				ctx.Send(b, busy)
 			}
 		}
 		all := make([]int, len(m.Batch.Items))

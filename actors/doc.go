@@ -6,6 +6,14 @@
 // resource, preemption by recompute), its Step interface and the
 // emulated generator (genstep.go).
 //
+// A Batcher configured for one model is an accumulator: a split runs one per
+// model, a Router (on one node) or the cluster's Front in front of them, and
+// Devices shared between them (NewSharedDevice, NewSplitClusterDevice) that
+// claim their Offers in the order one Batcher picks its keys. The
+// accumulators keep cross-model fairness without a global lock by telling
+// each other, through the devices they share (Share on RunBatch and
+// DeviceBusy), the service they charged and the work they queue.
+//
 // Actors here are state machines in the style of etcd's raft core: a message
 // comes in, state changes, effects go out through Context. The runtime that
 // drives them (sim for the deterministic simulator, engine for the live

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/batchd/batchd/actors/member"
@@ -99,6 +100,12 @@ type FrontConfig struct {
 	// whatever the membership: per-node batching, where no request leaves
 	// its node.
 	Local bool
+	// Split, when set, names the models that have an accumulator each on
+	// every node (one accumulator per model): model m's owner is
+	// Address{Node: owner, ID: SplitAccumulatorID(Accumulator, Split, m)},
+	// and a request for a model not in the list is answered Rejected
+	// (ReasonUnknownModel). Empty: one accumulator per node at Accumulator.
+	Split []string
 }
 
 // DefaultFrontConfig returns a front's defaults for node: a grace of one
@@ -133,6 +140,8 @@ func (c FrontConfig) Validate() error {
 		return fmt.Errorf("front config: InFlightMax %d: want 1 to %d", c.InFlightMax, 1<<24)
 	case c.ResubmitMax < 0 || c.ResubmitMax > 64:
 		return fmt.Errorf("front config: ResubmitMax %d: want 0 to 64", c.ResubmitMax)
+	case len(c.Split) > SplitModelsMax:
+		return fmt.Errorf("front config: Split of %d models: at most %d", len(c.Split), SplitModelsMax)
 	}
 	return nil
 }
@@ -238,6 +247,11 @@ func (f *Front) submit(ctx Context, req Request) {
 			Err: "front: too many requests in flight", RetryAfter: f.cfg.SLO, Arrival: req.Arrival, Done: now})
 		return
 	}
+	if len(f.cfg.Split) > 0 && !slices.Contains(f.cfg.Split, req.Model) {
+		ctx.Send(req.ReplyTo, Reply{ID: req.ID, Outcome: Rejected, Reason: ReasonUnknownModel,
+			Err: fmt.Sprintf("unknown model %q", req.Model), Arrival: req.Arrival, Done: now})
+		return
+	}
 	deadline := req.Deadline
 	switch {
 	case f.cfg.TimeoutMax > 0 && (deadline == 0 || deadline > req.Arrival+f.cfg.TimeoutMax):
@@ -271,10 +285,14 @@ func (f *Front) send(ctx Context, e *frontEntry, owner placement) {
 	f.byID[id] = e
 	r := e.req
 	r.ID, r.ReplyTo = id, ctx.Self()
-	ctx.Send(f.accumulator(owner.node), Submit{Req: r})
+	ctx.Send(f.accumulator(owner.node, r.Model), Submit{Req: r})
 }
 
-func (f *Front) accumulator(node string) Address {
+// accumulator is the address of model's accumulator on node.
+func (f *Front) accumulator(node, model string) Address {
+	if id, ok := SplitAccumulatorID(f.cfg.Accumulator, f.cfg.Split, model); ok {
+		return Address{Node: node, ID: id}
+	}
 	return Address{Node: node, ID: f.cfg.Accumulator}
 }
 
@@ -282,7 +300,7 @@ func (f *Front) cancel(ctx Context, m Cancel) {
 	// The owner answers the submission Cancelled if it still queues it;
 	// one already on a device runs, and its reply comes here.
 	if e := f.byReq[m.ID]; e != nil {
-		ctx.Send(f.accumulator(e.owner.node), Cancel{ID: e.cur})
+		ctx.Send(f.accumulator(e.owner.node, e.req.Model), Cancel{ID: e.cur})
 	}
 }
 
@@ -359,7 +377,7 @@ func (f *Front) replace(ctx Context) {
 
 func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
 	if f.view.IsLive(e.owner.node) {
-		ctx.Send(f.accumulator(e.owner.node), Cancel{ID: e.cur})
+		ctx.Send(f.accumulator(e.owner.node, e.req.Model), Cancel{ID: e.cur})
 	}
 	switch {
 	case to.node == "":

@@ -167,6 +167,59 @@ type Batch struct {
 type RunBatch struct {
 	Batch Batch
 	From  Address
+	// Share is what the batcher tells the other batchers of a device that
+	// serves several (DeviceReady.Offers); the device passes it on in its
+	// DeviceBusy. Empty otherwise.
+	Share Share
+}
+
+// Share is what one accumulator of a split tells the others that share a
+// device with it, on every batch it sends there: the service it charged
+// (so that a tenant charged on one model is charged on every model, and
+// fair order compares like with like across accumulators) and the work it
+// still queues (so that each plans admission and waits with the devices'
+// competing demand, not as if the devices were its own). Eventually
+// consistent: a lost or late Share only delays the others' view.
+type Share struct {
+	// Charges are the weighted service (device time over weight) the batch
+	// added to each of its tenants.
+	Charges []Charge
+	// VTime is the sender's system virtual time once the batch left: the
+	// others level a tenant back from idle no lower.
+	VTime float64
+	// Demand is what the sender queues once the batch left.
+	Demand Demand
+	// Queued names the tenants it still queues requests of (at most 64):
+	// the others do not level them as idle (see Batcher.levelled).
+	Queued []string
+}
+
+// Charge is one tenant's weighted service added by a batch.
+type Charge struct {
+	Tenant string
+	Served float64
+}
+
+// Demand summarises an accumulator's queues for the others that share
+// its devices.
+type Demand struct {
+	// Batches and Work are every queued batch (full ones and a partial
+	// one per key) and their predicted device time: what goes ahead under
+	// PolicySlack.
+	Batches int
+	Work    time.Duration
+	// Keys and KeysWork are one batch per key that queues something, and
+	// their device time: what goes ahead under PolicyFair of a tenant
+	// served no less than LeastServed, the least weighted service of a
+	// tenant queued there (0 when Keys is 0).
+	Keys        int
+	KeysWork    time.Duration
+	LeastServed float64
+	// Arriving and ArrivingWork are the keys that queue nothing now but
+	// had requests arrive lately (at least one per SLO): a batch each by
+	// the time a request admitted elsewhere waits, whatever the policy.
+	Arriving     int
+	ArrivingWork time.Duration
 }
 
 // BatchDeclined answers a RunBatch that reached a device already running
@@ -197,13 +250,41 @@ type DeviceReady struct {
 // Offer tells a device that offered itself (DeviceReady.Offers) that From
 // has a batch due for it: Level is its head's effective priority, Slack
 // what its most urgent request has left once the batch has run. The device
-// gathers offers for ClusterOfferWindow and Claims the best one: the
-// highest level, then the least slack (earliest deadline first between
-// models, whose batchers' fair shares are their own).
+// gathers offers for its offer window (DeviceConfig.OfferWindow; until
+// every batcher it serves has offered, if sooner) and Claims the best one
+// (Before). Served carries the head's tenant's weighted service under
+// PolicyFair, so that the device orders the offers of several accumulators
+// (one per model in a split) as one batcher orders its keys (see
+// Batcher.before): the level, then the least served tenant, then the least
+// slack. Served is 0 under PolicySlack, where the slack decides.
 type Offer struct {
 	Device, From Address
-	Level        int8
-	Slack        time.Duration
+	// Priority is the head's own priority, Level its effective one (aged).
+	Priority, Level int8
+	// Tenant is the head's tenant, Served its weighted service.
+	Tenant string
+	Served float64
+	Slack  time.Duration
+}
+
+// Before reports whether the device claims o before p: between heads of
+// different priorities the higher effective level, then (heads of
+// different tenants) the lower weighted service of the head's tenant,
+// then the lesser slack (Batcher.before's
+// order: aging lifts a request over higher priorities, never over its
+// own, where the fair share decides).
+func (o Offer) Before(p Offer) bool {
+	switch {
+	case o.Priority != p.Priority && o.Level != p.Level:
+		return o.Level > p.Level
+	case o.Tenant != p.Tenant && o.Served != p.Served:
+		// The same tenant heads both: one batcher compares its service
+		// with itself, a tie. Two accumulators' views of it differ by
+		// the charges on their way, and compared they would give one of
+		// them every device.
+		return o.Served < p.Served
+	}
+	return o.Slack < p.Slack
 }
 
 // Claim asks the batcher whose Offer won for the batch. A batcher with
@@ -245,9 +326,17 @@ type BatchAborted struct {
 // DeviceBusy tells the other batchers a device serves that it took a
 // batch of one of them: they count it busy until it announces itself
 // again, rather than send it a batch it would decline.
+//
+// FreeAt is when the device predicts that batch ends, so that they plan
+// with the device's real availability; Share is what the batch's sender
+// told them (RunBatch.Share).
 type DeviceBusy struct {
 	Device      Address
 	Incarnation uint64
+	// From is the batcher whose batch the device took.
+	From   Address
+	FreeAt time.Duration
+	Share  Share
 }
 
 // DeviceDown reports that a device is quarantined: it keeps failing, and

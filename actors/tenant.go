@@ -23,6 +23,9 @@ type tenantState struct {
 	// The token bucket, when cfg.Rate > 0.
 	tokens   float64
 	refilled time.Duration
+	// queuedElsewhere is when another accumulator of a split last said it
+	// queues requests of the tenant (Share.Queued), plus one; 0: never.
+	queuedElsewhere time.Duration
 }
 
 func newTenant(name string, cfg TenantConfig) *tenantState {
@@ -99,7 +102,16 @@ func (b *Batcher) tenant(name string, now time.Duration) *tenantState {
 // 1.5 times its share, it was served 29.6 req/s against a share of 33.2
 // (TestPropertyFairness); with the credit, 31.3 against 33.4. One item
 // bounds what a tenant gains by going idle.
+//
+// In a split the tenant is idle only if no other accumulator queues its
+// requests either (Share.Queued, fresh as peersAhead has it): one batcher
+// levels a tenant that waits in another key of its not at all, and an
+// accumulator that levelled it whenever its own queue ran dry would push
+// a tenant spread over several models behind the others.
 func (b *Batcher) levelled(t *tenantState, batchMax int) float64 {
+	if t.queuedElsewhere > 0 && t.queuedElsewhere-1 >= b.lastCall-b.peerFresh() {
+		return t.served
+	}
 	credit := float64(b.compute()) / float64(max(batchMax, 1)) / t.weight
 	return max(t.served, b.vtime-credit)
 }

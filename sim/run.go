@@ -158,6 +158,48 @@ type Config struct {
 	// called once the run is over, with the time the world stopped. None by
 	// default; they do not change the run.
 	Observers []Observer
+	// Split runs one accumulator per model instead of one Batcher for
+	// all: an actors.Router at BatcherAddr sends each request to its
+	// model's accumulator (a Batcher whose registry is that model alone,
+	// at AccumulatorAddr(i)), and a device that holds several models is
+	// shared between their accumulators (actors.NewSharedDevice: offers,
+	// claimed in the order one batcher would pick). The models are
+	// Batcher.Models', or those the traffic asks for with an open
+	// registry. Each accumulator has Batcher's bounds (QueueTotalMax is
+	// per model). Signals are sampled only with one model (of its one
+	// accumulator), and Autoscale is refused.
+	Split bool
+}
+
+// AccumulatorAddrBase + 1 + i is the address ID of the accumulator of the
+// i-th model of a split run (Config.Split): past every source's ID.
+const AccumulatorAddrBase = SourceAddrBase + SourcesLimit + 1000
+
+// AccumulatorAddr is the address of a split run's i-th accumulator.
+func AccumulatorAddr(i int) actors.Address {
+	return actors.Address{ID: AccumulatorAddrBase + 1 + uint64(i)}
+}
+
+// splitModels is the models of a split run: the registry's, or those its
+// traffic asks for, sorted.
+func (c Config) splitModels() []string {
+	var ms []string
+	for _, m := range c.Batcher.Models {
+		ms = append(ms, m.Name)
+	}
+	if len(ms) > 0 {
+		return ms
+	}
+	for _, s := range c.sources() {
+		for _, m := range s.Mix {
+			ms = append(ms, m.Model)
+		}
+	}
+	for _, r := range c.Replay {
+		ms = append(ms, r.Model)
+	}
+	slices.Sort(ms)
+	return slices.Compact(ms)
 }
 
 // DefaultConfig returns the seeds' reference workload: 1000 req/s Poisson
@@ -341,6 +383,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("sim config: Windows must be increasing and not negative")
 		}
 	}
+	if c.Split {
+		switch n := len(r.splitModels()); {
+		case c.Autoscale != nil:
+			return fmt.Errorf("sim config: Split with Autoscale: not supported")
+		case n > actors.SplitModelsMax:
+			return fmt.Errorf("sim config: Split of %d models: at most %d", n, actors.SplitModelsMax)
+		}
+	}
 	if c.Autoscale != nil {
 		if err := c.Autoscale.validate(c.Devices, r.Batcher.DevicesMax); err != nil {
 			return fmt.Errorf("sim config: %w", err)
@@ -386,6 +436,12 @@ func Run(cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
+	var sp *split
+	if cfg.Split {
+		if sp, err = newSplit(cfg); err != nil {
+			return Report{}, fmt.Errorf("sim: %w", err)
+		}
+	}
 	srcs := cfg.sources()
 	traffic := make([]*Traffic, len(srcs))
 	var hint, lastID float64
@@ -404,7 +460,7 @@ func Run(cfg Config) (Report, error) {
 		replay = newReplaySource(cfg.Replay, BatcherAddr, LedgerAddr)
 		lastID = float64(len(cfg.Replay))
 	}
-	led, err := ledger.New(ledger.Config{
+	lc := ledger.Config{
 		Batcher:       BatcherAddr,
 		BatchMax:      cfg.Batcher.BatchMax,
 		AttemptMax:    cfg.Batcher.AttemptMax,
@@ -416,19 +472,38 @@ func Run(cfg Config) (Report, error) {
 		RequestsHint:  int(lastID) + 1024,
 		Models:        cfg.Batcher.Models,
 		BucketMerge:   cfg.Batcher.BucketMerge,
-	})
+	}
+	if sp != nil {
+		lc.QueueTotalMax *= len(sp.accs)
+		lc.Probe, lc.SelfCheck = sp.stats, sp.check
+	}
+	led, err := ledger.New(lc)
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
 
+	if sp != nil {
+		w.Observe(sp)
+	}
 	w.Observe(led)
-	if cfg.SignalsEvery > 0 {
+	switch {
+	case cfg.SignalsEvery <= 0:
+	case sp == nil:
 		led.SampleSignals(batcher, cfg.SignalsEvery)
+	case len(sp.accs) == 1:
+		led.SampleSignals(sp.accs[0], cfg.SignalsEvery)
 	}
 	for _, o := range cfg.Observers {
 		w.Observe(o)
 	}
-	w.Spawn(BatcherAddr, batcher)
+	if sp != nil {
+		w.Spawn(BatcherAddr, sp.router)
+		for i, a := range sp.accs {
+			w.Spawn(AccumulatorAddr(i), a)
+		}
+	} else {
+		w.Spawn(BatcherAddr, batcher)
+	}
 	w.Spawn(LedgerAddr, led)
 	for k, t := range traffic {
 		w.Spawn(SourceAddr(k), t)
@@ -455,7 +530,16 @@ func Run(cfg Config) (Report, error) {
 		if i < len(cfg.DeviceModels) {
 			dc.Models = cfg.DeviceModels[i]
 		}
-		a, err := actors.NewDevice(dc, BatcherAddr)
+		var a *actors.Device
+		if sp != nil {
+			if dc.OfferWindow == 0 {
+				// One node: the offers of one round come at once.
+				dc.OfferWindow = time.Microsecond
+			}
+			a, err = actors.NewSharedDevice(dc, sp.batchersOf(dc.Models))
+		} else {
+			a, err = actors.NewDevice(dc, BatcherAddr)
+		}
 		if err != nil {
 			return Report{}, fmt.Errorf("sim: device %d: %w", i, err)
 		}

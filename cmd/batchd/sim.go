@@ -135,6 +135,7 @@ func newSimFlags(cfg *sim.Config, experiment, serveConfig string) *simFlags {
 	fs.String("experiment", experiment, "start from a named experiment of the batching-policy study instead of the reference workload: "+strings.Join(sim.Experiments(), ", "))
 	fs.String("config", serveConfig, "simulate what 'batchd serve --config FILE' runs: its policy, models, tenants and devices (count, latency model, supervision, warm models, fault rates); '"+fidelity.EmbeddedConfig+"' is the embedded default serve configuration, what 'batchd serve' runs without --config")
 	f.policy = fs.String("policy", schema.KeyPolicyName(cfg.Batcher.KeyPolicy), "which due key a free device serves: fair or slack")
+	fs.BoolVar(&cfg.Split, "split", cfg.Split, "one accumulator per model (a router in front, devices shared between the accumulators of the models they hold) instead of one batcher for all")
 	fs.BoolVar(&cfg.Batcher.BucketMerge, "bucket-merge", cfg.Batcher.BucketMerge, "let a due batch take requests of shorter length buckets of its model version")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, requests per simulated second")
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of emulated GPUs")

@@ -36,6 +36,7 @@ func newSimClusterFlags(cfg *cluster.Config) *simClusterFlags {
 	fs.Float64Var(&cfg.Link.Loss, "link-loss", cfg.Link.Loss, "each message's chance of being lost, in [0, 1)")
 	f.faults = fs.String("faults", "", "true events, comma-separated, instead of a scenario's: crash:NODE@T, restart:NODE@T, leave:NODE@T, partition:A|B@T1-T2, oneway:A|B@T1-T2 (A, B: nodes joined by +)")
 	fs.BoolVar(&cfg.PerNode, "per-node", cfg.PerNode, "per-node batching: every front sends to its own node's accumulator")
+	fs.BoolVar(&cfg.Split, "split", cfg.Split, "one accumulator per model on every node (devices claim the accumulators' offers); false: one accumulator per node for the models it owns")
 	f.asJSON = fs.Bool("json", false, "print the report (with a scenario: the result, checks included) as JSON")
 	return f
 }

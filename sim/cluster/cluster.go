@@ -17,6 +17,9 @@ const (
 	FrontID       uint64 = 2
 	WaiterID      uint64 = 3
 	DeviceIDBase  uint64 = 100
+	// SplitIDBase: with Config.Split, model i's accumulator on every node
+	// is SplitIDBase+1+i (actors.SplitAccumulatorID).
+	SplitIDBase uint64 = 1000
 	// sourceIDBase numbers the traffic sources, on the clients' node "".
 	sourceIDBase uint64 = 1 << 20
 )
@@ -66,6 +69,13 @@ type Config struct {
 	// node's accumulator and each device serves only its own node, so no
 	// request leaves its node.
 	PerNode bool
+	// Split runs one accumulator per model on every node (actors'
+	// split: the front sends a request to its model's accumulator at the
+	// model's owner, a device announces itself to the accumulator of each
+	// model it holds and claims their offers in the batcher's order)
+	// instead of one accumulator per node for every model it owns. On by
+	// default.
+	Split bool
 	// Observers see every delivery, after the run's own checker.
 	Observers []sim.Observer
 }
@@ -99,6 +109,7 @@ func DefaultConfig() Config {
 		Grace:          100 * time.Millisecond,
 		Link:           LinkConfig{Latency: 200 * time.Microsecond, Jitter: 50 * time.Microsecond},
 		SWIM:           sw,
+		Split:          true,
 	}
 }
 
@@ -123,6 +134,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cluster config: Rate %v for %v: more requests than the checker holds (%d)", c.Rate, c.Duration, recsMax)
 	case c.Grace < 0:
 		return fmt.Errorf("cluster config: Grace %v: must not be negative", c.Grace)
+	case c.Split && len(c.Models) > actors.SplitModelsMax:
+		return fmt.Errorf("cluster config: Split of %d models: at most %d", len(c.Models), actors.SplitModelsMax)
+	}
+	for i, m := range c.Models {
+		if m == "" || slices.Index(c.Models, m) != i {
+			return fmt.Errorf("cluster config: Models[%d] %q: empty or listed twice", i, m)
+		}
 	}
 	for i, e := range c.Events {
 		if e.At < 0 || e.At >= c.Duration+c.Drain {
@@ -320,27 +338,53 @@ func (r *run) start(i int, inc uint64) error {
 	name := r.names[i]
 	self := func(id uint64) actors.Address { return actors.Address{Node: name, ID: id} }
 
-	acc, err := actors.NewBatcher(r.cfg.Batcher)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
 	fc := actors.DefaultFrontConfig(name)
 	fc.Incarnation, fc.Accumulator, fc.SLO, fc.Grace = inc, AccumulatorID, r.cfg.Batcher.SLO, r.cfg.Grace
 	fc.Local = r.cfg.PerNode
+	var local []actors.Address // the node's accumulators
+	if r.cfg.Split {
+		fc.Accumulator, fc.Split = SplitIDBase, r.cfg.Models
+		for _, m := range r.cfg.Models {
+			bc := r.cfg.Batcher
+			if len(bc.Models) > 0 {
+				i := slices.IndexFunc(bc.Models, func(c actors.ModelConfig) bool { return c.Name == m })
+				if i < 0 {
+					return fmt.Errorf("cluster: model %q is not in the batcher's registry", m)
+				}
+				bc.Models = []actors.ModelConfig{bc.Models[i]}
+			}
+			acc, err := actors.NewBatcher(bc)
+			if err != nil {
+				return fmt.Errorf("cluster: %w", err)
+			}
+			id, _ := actors.SplitAccumulatorID(SplitIDBase, r.cfg.Models, m)
+			r.w.Spawn(self(id), acc)
+			local = append(local, self(id))
+		}
+	} else {
+		acc, err := actors.NewBatcher(r.cfg.Batcher)
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		r.w.Spawn(self(AccumulatorID), acc)
+		local = append(local, self(AccumulatorID))
+	}
 	front, err := actors.NewFront(fc)
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	r.w.Spawn(self(AccumulatorID), acc)
 	r.w.Spawn(self(FrontID), front)
 	r.w.Spawn(self(WaiterID), waiter{})
 	for k := range r.devicesOf(i) {
 		dc := r.cfg.Device
 		dc.Models = r.cfg.Models
 		var d *actors.Device
-		if r.cfg.PerNode {
-			d, err = actors.NewDevice(dc, self(AccumulatorID))
-		} else {
+		switch {
+		case r.cfg.PerNode:
+			d, err = actors.NewSharedDevice(dc, local)
+		case r.cfg.Split:
+			d, err = actors.NewSplitClusterDevice(dc, SplitIDBase, r.cfg.Models, inc)
+		default:
 			d, err = actors.NewClusterDevice(dc, AccumulatorID, inc)
 		}
 		if err != nil {
@@ -372,7 +416,14 @@ func (r *run) tell(i int, u member.Update) {
 	if r.cfg.PerNode {
 		return // nothing leaves the node: the front routes to itself
 	}
-	r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: AccumulatorID}, u)
+	if r.cfg.Split {
+		for _, m := range r.cfg.Models {
+			id, _ := actors.SplitAccumulatorID(SplitIDBase, r.cfg.Models, m)
+			r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: id}, u)
+		}
+	} else {
+		r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: AccumulatorID}, u)
+	}
 	for k := range r.devicesOf(i) {
 		r.w.Inject(r.w.Now(), actors.Address{Node: name, ID: DeviceIDBase + uint64(k)}, u)
 	}

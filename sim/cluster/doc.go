@@ -1,6 +1,8 @@
 // Package cluster simulates a batchd cluster: nodes, each with a front
-// (actors.Front, the request actor), an accumulator (an actors.Batcher for
-// the models the node owns) and devices (actors.Device in cluster mode),
+// (actors.Front, the request actor), accumulators (by default one
+// actors.Batcher per model, batching it where the node owns it: the split;
+// Config.Split false: one Batcher for every model the node owns) and
+// devices (actors.Device in cluster mode),
 // over a seeded network model (per-link latency and jitter, loss, one-way
 // and symmetric partitions, nodes that crash and restart), with membership
 // delivered to every node's actors as the SWIM model of package sim/swim

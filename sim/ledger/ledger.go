@@ -308,7 +308,9 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 	}
 	switch m := msg.(type) {
 	case actors.Submit:
-		l.submit(at, m.Req)
+		if to == l.cfg.Batcher { // not a router's hop on to an accumulator
+			l.submit(at, m.Req)
+		}
 	case actors.Cancel:
 		if r := l.rec(m.ID); r != nil {
 			r.cancelled = true
