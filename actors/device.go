@@ -218,13 +218,12 @@ func (d *Device) route(ctx Context) {
 	}
 	var to []Address
 	if len(c.perModel) > 0 {
-		owners := member.NewOwners(live)
 		models := d.cfg.Models
 		if len(models) == 0 {
 			models = c.perModel
 		}
 		for _, m := range models {
-			n, ok := owners.Owner(m)
+			n, ok := member.NewOwners(c.view.Holders(m, live)).Owner(m)
 			id, split := SplitAccumulatorID(c.accumulator, c.perModel, m)
 			if a := (Address{Node: n, ID: id}); ok && split && !slices.Contains(to, a) {
 				to = append(to, a)
