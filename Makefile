@@ -15,7 +15,7 @@ DURATION ?= 20s
 
 .PHONY: run load test bench sim soak vet build
 .PHONY: fidelity scenarios overload poison
-.PHONY: gpu-test ptx torch proto opstools
+.PHONY: gpu-test ptx torch proto opstools cluster
 
 # The live server on its embedded default: 4 emulated devices at 100 ms,
 # batches of up to 100, model "echo", on 127.0.0.1:8080; ARGS are more
@@ -27,6 +27,10 @@ ARGS ?=
 run:
 	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
 	exec bin/batchd serve $(ARGS)
+
+# Three nodes of a cluster on loopback (cluster/local.sh: NODES, DEVICES).
+cluster: build
+	sh cluster/local.sh
 
 # Open-loop load against a running server (start one with `make run`).
 load:

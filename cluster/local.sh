@@ -1,0 +1,54 @@
+#!/bin/sh
+# local.sh starts a cluster of batchd nodes on this machine's loopback
+# (make cluster): NODES nodes (default 3) of DEVICES emulated devices
+# each (default 2), node i serving HTTP on 127.0.0.1:$((HTTP_BASE+i)) and
+# gossiping on 127.0.0.1:$((GOSSIP_BASE+i)), each with its own job store
+# under DIR, all sharing a fresh gossip key. It prints a curl line for each
+# front and the cluster's view, and stops every node on Ctrl-C (a graceful
+# leave each).
+set -eu
+BIN=${BIN:-bin/batchd}
+NODES=${NODES:-3}
+DEVICES=${DEVICES:-2}
+HTTP_BASE=${HTTP_BASE:-8081}
+GOSSIP_BASE=${GOSSIP_BASE:-7946}
+DIR=${DIR:-$(mktemp -d /tmp/batchd-cluster.XXXXXX)}
+[ "$NODES" -ge 1 ] && [ "$NODES" -le 16 ] || { echo "NODES=$NODES: want 1 to 16" >&2; exit 2; }
+BATCHD_GOSSIP_KEY=$(head -c 32 /dev/urandom | base64)
+export BATCHD_GOSSIP_KEY
+pids=""
+stop() {
+	for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+}
+trap 'stop; exit 0' INT TERM
+i=0
+while [ "$i" -lt "$NODES" ]; do
+	name=n$i
+	join=""
+	[ "$i" -gt 0 ] && join="--join 127.0.0.1:$GOSSIP_BASE"
+	printf 'cluster:\n  secret_key_env: BATCHD_GOSSIP_KEY\n' > "$DIR/$name.yaml"
+	# shellcheck disable=SC2086 # $join is two words or none
+	"$BIN" serve --config "$DIR/$name.yaml" --node "$name" --devices "$DEVICES" \
+		--addr "127.0.0.1:$((HTTP_BASE + i))" --cluster-bind "127.0.0.1:$((GOSSIP_BASE + i))" \
+		--data-dir "$DIR/$name" $join > "$DIR/$name.log" 2>&1 &
+	pids="$pids $!"
+	# The first node must be up before the others join it.
+	tries=0
+	until curl -sf "http://127.0.0.1:$((HTTP_BASE + i))/v2/health/ready" > /dev/null; do
+		tries=$((tries + 1))
+		if [ "$tries" -gt 100 ]; then echo "node $name did not start; its log:" >&2; cat "$DIR/$name.log" >&2; stop; exit 1; fi
+		sleep 0.1
+	done
+	i=$((i + 1))
+done
+echo "$NODES nodes up (logs and job stores in $DIR). Their fronts:"
+i=0
+while [ "$i" -lt "$NODES" ]; do
+	echo "  curl -s http://127.0.0.1:$((HTTP_BASE + i))/v1/models/echo/infer -d '{\"input\": \"hello\"}'"
+	i=$((i + 1))
+done
+sleep 1
+"$BIN" status --url "http://127.0.0.1:$HTTP_BASE"
+echo "(batchd status --url http://127.0.0.1:$HTTP_BASE shows it again; Ctrl-C stops the nodes)"
+wait
