@@ -127,8 +127,12 @@ const ClusterHeartbeat = time.Second
 type deviceBeat struct{}
 
 // ClusterOfferWindow is how long a device that serves several batchers
-// gathers their offers before it claims the best: a few link latencies.
-const ClusterOfferWindow = 500 * time.Microsecond
+// gathers their offers before it claims the best (unless every one has
+// offered): a round trip to a batcher on another node and back, with room
+// for the link's jitter. At 0.5 ms a local batcher's offer, in at once, closed
+// the window before a remote one's could arrive, so remote models lost
+// devices they needed (a request expired queued at 10% load).
+const ClusterOfferWindow = 2 * time.Millisecond
 
 type offerWindow struct{ gen uint64 }
 type claimTimeout struct{ gen uint64 }
