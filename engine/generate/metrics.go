@@ -94,7 +94,11 @@ func (m *metrics) cancelled(model string, sent int) {
 
 // ended counts a request that ended by its scheduler's GenEnd.
 func (m *metrics) ended(md *model, req openai.Request, e actors.GenEnd) {
-	m.requests.WithLabelValues(md.name, e.Outcome.String(), e.Reason.String()).Inc()
+	reason := e.Reason.String()
+	if e.Reason == actors.ReasonNone {
+		reason = "none"
+	}
+	m.requests.WithLabelValues(md.name, e.Outcome.String(), reason).Inc()
 	if e.Outcome == actors.Rejected {
 		return
 	}
