@@ -91,7 +91,10 @@ const (
 )
 
 // GenConfig is the schedulers' configuration (Model is set per model);
-// every tenant's limits are the server's (tenants, default_tenant).
+// every tenant's limits are the server's (tenants, default_tenant). The
+// keys the file does not have are DefaultGenConfig's, but for the
+// admission headroom, at most an eighth of a device's blocks (so a small
+// cache keeps most of it for admissions).
 func (f *File) GenConfig() actors.GenConfig {
 	g := f.Generation
 	c := actors.DefaultGenConfig("", g.Version, g.Devices)

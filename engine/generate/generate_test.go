@@ -10,9 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/openai"
 )
+
+// TestMain: Close leaves no goroutine of the runtime or the workers.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testOutLen: outputs of median 12 tokens, at most 40.
 var testOutLen = actors.Lognormal{Median: 12, Sigma: 0.8, Max: 40}
