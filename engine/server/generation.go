@@ -32,6 +32,8 @@ func (s *Server) openGeneration(hcfg *httpapi.Config, log *slog.Logger) error {
 		return fmt.Errorf("generation: %w", err)
 	}
 	s.gen = gen
+	log.Info("generation on: /v1/completions, /v1/chat/completions, /v1/models", "models", g.Models, "devices", g.Devices,
+		"static", g.Static, "ttft_slo", g.TTFTSLO)
 	hcfg.Collectors = append(hcfg.Collectors, gen.Collectors()...)
 	return nil
 }
