@@ -52,10 +52,11 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1)
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags hollywood ./engine/
+	$(GO) vet -tags hollywood ./engine/ ./engine/generate/
 
 # The live runtime and the HTTP adapter run again under the race detector,
-# and the engine once more on its second actor library (hollywood). First,
+# and the engine and the live generation once more on its second actor
+# library (hollywood). First,
 # torch: Debian's PyTorch for the worker-process example's end-to-end test,
 # installed where apt and root (or sudo -n) allow; where not, that test
 # skips and says why. BATCHD_NO_TORCH=1 skips the install. Then the
@@ -63,7 +64,7 @@ vet:
 test: vet torch opstools
 	$(GO) test -count=1 -timeout 8m $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m ./engine/... ./cmd/...
-	$(GO) test -count=1 -timeout 8m -tags hollywood ./engine/
+	$(GO) test -count=1 -timeout 8m -tags hollywood ./engine/ ./engine/generate/
 
 torch:
 	@if [ -n "$(BATCHD_NO_TORCH)" ]; then echo "torch: BATCHD_NO_TORCH set, not installing python3-torch"; \

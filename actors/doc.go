@@ -28,7 +28,7 @@
 //
 // Imported by: actors/actorstest, actors/devicemodel, actors/schema,
 // cluster/transport, cluster/wire, cmd/batchd, engine, engine/autoscale,
-// engine/config, engine/enginetest, engine/fidelity, engine/httpapi,
+// engine/config, engine/enginetest, engine/fidelity, engine/generate, engine/httpapi,
 // engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
 // engine/server, scenarios, sim, sim/charts, sim/cluster, sim/flushcheck,
 // sim/gen, sim/ledger (and tests).

@@ -213,6 +213,19 @@ func (g *GenScheduler) Blocks(id uint64) int {
 // InFlight is the number of requests queued or running.
 func (g *GenScheduler) InFlight() int { return len(g.seqs) }
 
+// Waiting is the number of sequences queued for admission (new, or back
+// from a preemption or a crash).
+func (g *GenScheduler) Waiting() int { return len(g.waiting) }
+
+// Running is the number of sequences admitted to a device.
+func (g *GenScheduler) Running() int {
+	n := 0
+	for d := range g.devs {
+		n += len(g.devs[d].running)
+	}
+	return n
+}
+
 func (g *GenScheduler) blocksFor(tokens int) int {
 	return (tokens + g.cfg.BlockTokens - 1) / g.cfg.BlockTokens
 }

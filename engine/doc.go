@@ -50,7 +50,7 @@
 // engine/enginetest) checks the runtime against the same contract as the
 // simulator, in both builds.
 //
-// Imported by: engine/autoscale, engine/config, engine/enginetest,
+// Imported by: engine/autoscale, engine/config, engine/enginetest, engine/generate,
 // engine/httpapi, engine/jobs, engine/record, engine/server, engine/upstream,
 // engine/workerproc (and tests).
 // It imports actors, actors/devicemodel and actors/member and nothing

@@ -65,6 +65,9 @@ type File struct {
 	// HorizontalPodAutoscaler or KEDA to act on. Absent: no
 	// recommendation beyond batchd_devices_needed.
 	Autoscale *schema.Autoscale `yaml:"autoscale,omitempty"`
+	// Generation serves text generation over the OpenAI-compatible API
+	// on the same listener; off by default.
+	Generation Generation `yaml:"generation"`
 
 	// src says where each key's value came from ("file.yaml:12" or
 	// "--devices"), by path; errors quote it.

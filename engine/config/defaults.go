@@ -44,6 +44,7 @@ func Default() *File {
 		Jobs:          defaultJobs(),
 		Process:       Process{GCPercent: DefaultGCPercent},
 		Cluster:       defaultCluster(),
+		Generation:    defaultGeneration(),
 	}
 }
 

@@ -51,6 +51,7 @@ func (f *File) Validate() error {
 	v.process()
 	v.grpc()
 	v.cluster()
+	v.generation()
 	if a := v.f.Autoscale; a != nil {
 		a.Check(v.Validator, "autoscale", v.f.Devices.Count)
 	}

@@ -19,6 +19,7 @@
 // without knowing. Unknown fields are ignored, as OpenAI's clients send
 // fields of newer API versions.
 //
-// Imported by: nothing (the server mounts it once a generation engine
-// runs live; its tests run the official openai npm client against it).
+// Imported by: engine/generate (the live generation engine, a
+// Generator), engine/server (which mounts the handler when generation is
+// on). Its tests run the official openai npm client against it.
 package openai

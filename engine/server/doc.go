@@ -11,6 +11,8 @@
 // Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
 // engine/autoscale, engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
 // engine/record, engine/upstream (the upstream and fanout backends),
+// engine/generate and engine/openai (generation over the
+// OpenAI-compatible API, with generation.enabled),
 // engine/workerproc (the worker backend), cudabridge (the cpu and cuda
 // backends), cluster and actors/member (a node's membership in a cluster).
 //
@@ -38,7 +40,11 @@
 // for both the handler and the runner; the HTTP handler; the job runner;
 // the listener; with grpc.addr, the gRPC server and its listener; with
 // autoscale, the live autoscaling policy (engine/autoscale) beside the
-// engine. Serve then serves HTTP (and gRPC), starts the memory releaser,
+// engine. With generation.enabled, the generation service
+// (engine/generate: a scheduler per model on a runtime of its own) starts
+// before the HTTP handler, and the OpenAI-compatible routes
+// (/v1/completions, /v1/chat/completions, /v1/models: engine/openai) are
+// mounted beside the handler's on the same listener, with its API keys. Serve then serves HTTP (and gRPC), starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload,
 // and the policy's readings of the batcher's signals.
 //
@@ -48,7 +54,8 @@
 // did not open. Within Shutdown's ctx:
 //
 //  1. the handler turns not ready and stops taking new jobs (durable
-//     async requests and batches get 503 draining);
+//     async requests and batches get 503 draining), and generation
+//     takes no new request (503; the streams in flight go on);
 //  2. the job runner stops feeding, and writes what it has in flight (or
 //     hands it back to the store queued);
 //  3. the engine stops admitting (new requests get 503 at once), flushes
@@ -64,7 +71,8 @@
 // Then, each with a bound of its own where it needs one:
 //
 //  6. the autoscaling policy stops reading the signals, and its runtime
-//     stops; the engine's actors and goroutines stop;
+//     stops; the generation service's schedulers and device workers
+//     stop; the engine's actors and goroutines stop;
 //  7. the recording is flushed and closed;
 //  8. the memory releaser stops;
 //  9. the job store is closed;

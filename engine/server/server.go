@@ -15,6 +15,7 @@ import (
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/autoscale"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/generate"
 	"github.com/batchd/batchd/engine/grpcapi"
 	"github.com/batchd/batchd/engine/httpapi"
 )
@@ -58,9 +59,11 @@ type Server struct {
 	scaleStop   context.CancelFunc
 	scaleDone   chan struct{}
 	closeRecord func() error
-	h           *httpapi.Handler
-	ln          *quietListener
-	srv         *http.Server
+	// gen serves generation, when the file enables it.
+	gen *generate.Service
+	h   *httpapi.Handler
+	ln  *quietListener
+	srv *http.Server
 	// The gRPC server and its listener, when f.GRPC.Addr is set.
 	gsrv *grpcapi.Server
 	gln  net.Listener
@@ -175,6 +178,9 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	}
 	s.closeRecord = closeRecord
 	hcfg.Jobs = s.js.newRunner(door)
+	if err := s.openGeneration(&hcfg, log); err != nil {
+		return err
+	}
 	if s.h, err = httpapi.New(door, hcfg); err != nil {
 		return fmt.Errorf("http handler: %w", err)
 	}
@@ -186,7 +192,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	s.ln = &quietListener{Listener: tcp}
-	s.srv = httpapi.NewServer(s.ln.Addr().String(), s.h)
+	s.srv = httpapi.NewServer(s.ln.Addr().String(), s.rootHandler(s.h))
 	s.srv.ReadHeaderTimeout = f.HTTP.ReadHeaderTimeout
 	s.srv.IdleTimeout = f.HTTP.IdleTimeout
 	s.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
@@ -339,6 +345,9 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 			errs = append(errs, fmt.Errorf("http handler: %w", err))
 		}
 	}
+	if s.gen != nil {
+		s.gen.Drain() // new generation requests get 503; those streaming go on
+	}
 	if s.js != nil {
 		if err := s.js.stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("job runner: %w", err))
@@ -399,6 +408,9 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 			errs = append(errs, err)
 		}
 		cancel()
+	}
+	if err := s.closeGeneration(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.eng != nil {
 		// The engine gets a bound of its own: stopping its goroutines

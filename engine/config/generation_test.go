@@ -1,0 +1,50 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGeneration: the generation section maps onto the scheduler's
+// configuration, the server's tenants included, and its mistakes are
+// errors naming the key (checked only when it is enabled).
+func TestGeneration(t *testing.T) {
+	f, err := Load("gen.yaml", []byte(`
+generation:
+  enabled: true
+  models: [a, b]
+  devices: 2
+  block_tokens: 8
+  blocks_per_device: 100
+  ttft_slo: 250ms
+  static: true
+  cost: {base: 2ms, per_token: 0s, per_kv_token: 0s}
+tenants:
+  - {name: alice, api_key: alice-key-1, in_flight_max: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.GenConfig()
+	if c.Devices != 2 || c.BlockTokens != 8 || c.BlocksPerDevice != 100 || c.TTFT != 250*time.Millisecond || !c.Static ||
+		c.Cost.Base != 2*time.Millisecond || len(c.Tenants) != 1 || c.Tenants[0].InflightMax != 3 {
+		t.Errorf("GenConfig %+v", c)
+	}
+	if _, err := Load("off.yaml", []byte("generation:\n  models: []\n")); err != nil {
+		t.Errorf("a disabled section is not checked: %v", err)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"generation:\n  enabled: true\n  models: []\n", "generation.models: 0 models"},
+		{"generation:\n  enabled: true\n  models: [a, a]\n", `generation.models[1]: "a": listed twice`},
+		{"generation:\n  enabled: true\n  seqs_max: 64\n  step_tokens_max: 8\n", "generation.step_tokens_max: 8"},
+		{"generation:\n  enabled: true\n  cost: {base: 0s, per_token: 0s}\n", "generation.cost: base and per_token both 0"},
+		{"generation:\n  enabled: true\n  output_len: {median: 0}\n", "generation.output_len.median"},
+		{"generation:\n  enabled: true\n  ttft_slo: 2s\n  timeout: 1s\n", "generation.timeout: 1s"},
+	} {
+		_, err := Load("bad.yaml", []byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error with %q", c.yaml, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+// Package generate serves text generation live: it runs one
+// actors.GenScheduler per generation model on the engine's own actor
+// runtime (engine.LinkedRuntime: protoactor-go, or hollywood with -tags
+// hollywood), runs the steps the scheduler hands out on a worker
+// goroutine per device with the emulated generator (actors.EmulatedGen,
+// each step taking the time the cost model predicts for it), and
+// implements openai.Generator over it, so engine/openai's handler serves
+// the models over the OpenAI-compatible API.
+//
+// The scheduler is a pure actor whose Receive takes an
+// actors.StepContext. The runtime gives a spawned actor a plain
+// actors.Context; the actor here (schedActor) wraps that Context with
+// ExecStep, which hands the step to its device's worker and returns at
+// once. The worker runs the step off the actor and sends the StepDone
+// back through the runtime (Runtime.Send, safe from any goroutine), so
+// the scheduler still sees one message at a time in its mailbox, and the
+// runtime's timers and clock are its timers and clock. Nothing of the
+// runtime changes: a runtime restart of a panicking scheduler makes a
+// fresh scheduler (a new incarnation, whose devices are reset and which
+// ignores the old incarnation's step results); the requests the old one
+// held end at their deadline (504), as no GenEnd will come.
+//
+// Bounds: the requests in Generate at once (InFlightMax; past it 503),
+// hence the mailbox (a request sends at most one GenSubmit and one
+// GenCancel); one step per device (the scheduler's guarantee, and a
+// worker has a one-step slot: a step handed over while the last has not
+// started replaces it, which only a scheduler that gave up on a hung step
+// does); the tokens a request buffers (its MaxTokens).
+//
+// Tokens reach a request's stream through one listener endpoint of the
+// runtime, by request ID; the stream keeps the next index it expects and
+// drops any other, so each token's text is emitted exactly once and in
+// order.
+//
+// Imported by: engine/server.
+package generate

@@ -1,0 +1,261 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/engine/openai"
+)
+
+// TestMain: Close leaves no goroutine of the runtime or the workers.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testOutLen: outputs of median 12 tokens, at most 40.
+var testOutLen = actors.Lognormal{Median: 12, Sigma: 0.8, Max: 40}
+
+// testConfig is a small, fast group: 2 devices of 64 blocks of 4 tokens,
+// steps of 1 ms plus 10 µs a token.
+func testConfig() Config {
+	g := actors.DefaultGenConfig("", "v1", 2)
+	g.BlockTokens, g.BlocksPerDevice, g.AdmitHeadroomBlocks = 4, 64, 2
+	g.StepTokensMax, g.SeqsMax = 64, 8
+	g.WaitingMax, g.PromptMax, g.TokensMax = 64, 200, 100
+	g.TTFT, g.Timeout = 5*time.Second, 20*time.Second
+	g.Cost = actors.GenCost{Base: time.Millisecond, PerToken: 10 * time.Microsecond}
+	return Config{Models: []string{"tiny", "small"}, Gen: g, OutLen: testOutLen}
+}
+
+func newService(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// generate runs one request and returns its text, as the handler would
+// collect it.
+func generate(ctx context.Context, s *Service, req openai.Request) (string, openai.Result, error) {
+	var b strings.Builder
+	res, err := s.Generate(ctx, req, func(text string) error {
+		b.WriteString(text)
+		return nil
+	})
+	return b.String(), res, err
+}
+
+// waitIdle polls model's published state until nothing is in flight and
+// no KV block is held, for at most bound.
+func waitIdle(t *testing.T, s *Service, model string, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		st := s.Stats(model)
+		if st.InFlight == 0 && st.BlocksUsed == 0 && st.Running == 0 && st.Waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not idle after %v: %+v", model, bound, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestGenerateIsEmulatedOutput: 40 concurrent requests over two models
+// stream exactly EmulatedGenOutput's text for their prompt, model and
+// version, with finish "length" where max_tokens cut the output and
+// "stop" where the model ended it; afterwards every KV block is free.
+func TestGenerateIsEmulatedOutput(t *testing.T) {
+	s := newService(t, testConfig())
+	var wg sync.WaitGroup
+	lengths := map[openai.Finish]int{}
+	var mu sync.Mutex
+	for i := range 40 {
+		wg.Go(func() {
+			model := []string{"tiny", "small"}[i%2]
+			prompt := fmt.Sprintf("prompt %d: %s", i, strings.Repeat("x", i*3))
+			maxTokens := 5 + i%20
+			req := openai.Request{Model: model, Prompt: prompt, MaxTokens: maxTokens, Tenant: "t"}
+			text, res, err := generate(context.Background(), s, req)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			want := actors.EmulatedGenOutput(model, "v1", prompt, testOutLen, maxTokens)
+			if text != want {
+				t.Errorf("request %d: text %q, want %q", i, text, want)
+			}
+			wantFinish := openai.FinishStop
+			if len(want) == maxTokens {
+				wantFinish = openai.FinishLength
+			}
+			if res.Finish != wantFinish || res.PromptTokens != len(prompt) {
+				t.Errorf("request %d: %+v, want finish %s, %d prompt tokens", i, res, wantFinish, len(prompt))
+			}
+			mu.Lock()
+			lengths[res.Finish]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if lengths[openai.FinishStop] == 0 || lengths[openai.FinishLength] == 0 {
+		t.Errorf("finishes %v: want both kinds", lengths)
+	}
+	for _, m := range s.Models() {
+		waitIdle(t, s, m, 5*time.Second)
+	}
+	if st := s.Stats("tiny"); st.Tokens == 0 || st.Steps == 0 {
+		t.Errorf("tiny: %+v: no tokens or steps counted", st)
+	}
+}
+
+// TestCancelFreesBlocks: a client that goes away after its first token
+// ends its request (ctx's error), and the scheduler frees the sequence's
+// blocks: its state goes back to nothing in flight.
+func TestCancelFreesBlocks(t *testing.T) {
+	cfg := testConfig()
+	cfg.OutLen = actors.Lognormal{Median: 1000, Max: 1000} // it never ends on its own
+	// 100 tokens take 2 s: the request would not end on its own within
+	// the 1 s the test waits for its blocks.
+	cfg.Gen.Cost.Base = 20 * time.Millisecond
+	s := newService(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Generate(ctx, openai.Request{Model: "tiny", Prompt: "a long story", MaxTokens: 100}, func(string) error {
+			select {
+			case <-first:
+			default:
+				close(first)
+			}
+			return nil
+		})
+		done <- err
+	}()
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first token in 10 s")
+	}
+	if st := s.Stats("tiny"); st.InFlight != 1 || st.BlocksUsed == 0 {
+		t.Fatalf("streaming: %+v, want 1 in flight holding blocks", st)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Generate after cancel: %v", err)
+	}
+	waitIdle(t, s, "tiny", time.Second)
+}
+
+// TestRefusals: what a request the schedulers refuse is answered with.
+func TestRefusals(t *testing.T) {
+	cfg := testConfig()
+	cfg.OutLen = actors.Lognormal{Median: 1000, Max: 1000}
+	cfg.Gen.Cost.Base = 5 * time.Millisecond
+	cfg.Gen.Tenants = []actors.TenantConfig{{Name: "one", InflightMax: 1}}
+	cfg.InFlightMax = 4
+	s := newService(t, cfg)
+	ctx := context.Background()
+	status := func(err error) (int, *openai.Error) {
+		var e *openai.Error
+		if !errors.As(err, &e) {
+			return 0, nil
+		}
+		return e.Status, e
+	}
+	// Prompt plus max_tokens past a device's KV cache (64 blocks of 4).
+	_, _, err := generate(ctx, s, openai.Request{Model: "tiny", Prompt: strings.Repeat("p", 200), MaxTokens: 100})
+	if st, _ := status(err); st != http.StatusBadRequest {
+		t.Errorf("prompt too long for the KV cache: %v, want 400", err)
+	}
+	if _, _, err := generate(ctx, s, openai.Request{Model: "nope", Prompt: "x", MaxTokens: 1}); err == nil {
+		t.Error("unknown model: no error")
+	} else if st, _ := status(err); st != http.StatusNotFound {
+		t.Errorf("unknown model: %v, want 404", err)
+	}
+	// Four requests in Generate (InFlightMax): a fifth is refused before
+	// the scheduler (503, Retry-After).
+	hold, release := context.WithCancel(ctx)
+	defer release()
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"one", "two", "three"} {
+		holdOne(t, s, hold, &wg, openai.Request{Model: "tiny", Prompt: "hold " + tenant, MaxTokens: 100, Tenant: tenant})
+	}
+	// Tenant "one" may have one request in flight (per model): a second
+	// is 429.
+	_, _, err = generate(ctx, s, openai.Request{Model: "tiny", Prompt: "x", MaxTokens: 1, Tenant: "one"})
+	if st, e := status(err); st != http.StatusTooManyRequests || e.Code != "quota_exceeded" {
+		t.Errorf("tenant over its in-flight quota: %v, want 429 quota_exceeded", err)
+	}
+	holdOne(t, s, hold, &wg, openai.Request{Model: "small", Prompt: "hold four", MaxTokens: 100, Tenant: "four"})
+	_, _, err = generate(ctx, s, openai.Request{Model: "small", Prompt: "x", MaxTokens: 1, Tenant: "five"})
+	if st, e := status(err); st != http.StatusServiceUnavailable || e.RetryAfter <= 0 {
+		t.Errorf("past InFlightMax: %v, want 503 with a retry hint", err)
+	}
+	release()
+	wg.Wait()
+	waitIdle(t, s, "tiny", 5*time.Second)
+	s.Drain()
+	if _, _, err := generate(ctx, s, openai.Request{Model: "tiny", Prompt: "x", MaxTokens: 1}); func() int { st, _ := status(err); return st }() != http.StatusServiceUnavailable {
+		t.Errorf("draining: %v, want 503", err)
+	}
+}
+
+// holdOne starts req on s under ctx and returns once its first token is
+// out; wg counts its Generate.
+func holdOne(t *testing.T, s *Service, ctx context.Context, wg *sync.WaitGroup, req openai.Request) {
+	t.Helper()
+	first := make(chan struct{})
+	var once sync.Once
+	wg.Go(func() {
+		_, _ = s.Generate(ctx, req, func(string) error {
+			once.Do(func() { close(first) })
+			return nil
+		})
+	})
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%+v: no first token in 10 s", req)
+	}
+}
+
+// TestTokensOnceInOrder: the reply endpoint keeps each index once and in
+// order: a repeat, a gap and a token after the end are dropped.
+func TestTokensOnceInOrder(t *testing.T) {
+	s := &Service{streams: map[uint64]*stream{}}
+	st := &stream{max: 10, wake: make(chan struct{}, 1)}
+	s.streams[7] = st
+	for _, m := range []actors.Message{
+		actors.Token{ID: 7, Index: 0, Byte: 'a'},
+		actors.Token{ID: 7, Index: 0, Byte: 'x'}, // repeat
+		actors.Token{ID: 7, Index: 2, Byte: 'y'}, // gap
+		actors.Token{ID: 7, Index: 1, Byte: 'b'},
+		actors.Token{ID: 8, Index: 2, Byte: 'z'}, // another request's, gone
+		actors.GenEnd{ID: 7, Outcome: actors.Completed, Tokens: 2},
+		actors.Token{ID: 7, Index: 2, Byte: 'c'}, // after the end
+	} {
+		s.deliver(m)
+	}
+	if string(st.out) != "ab" || st.end == nil || st.end.Tokens != 2 {
+		t.Errorf("stream %q, end %+v; want \"ab\" and the end", st.out, st.end)
+	}
+}

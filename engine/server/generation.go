@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/batchd/batchd/engine/generate"
+	"github.com/batchd/batchd/engine/httpapi"
+	"github.com/batchd/batchd/engine/openai"
+)
+
+// genWriteSlack is the time a generation response may take to write past
+// its body's read and its generation's deadline.
+const genWriteSlack = 10 * time.Second
+
+// openGeneration starts the generation service when the file enables it,
+// and adds its series to hcfg's /metrics.
+func (s *Server) openGeneration(hcfg *httpapi.Config, log *slog.Logger) error {
+	g := s.f.Generation
+	if !g.Enabled {
+		return nil
+	}
+	gen, err := generate.New(generate.Config{
+		Models: g.Models, Gen: s.f.GenConfig(), OutLen: s.f.GenOutputLen(),
+		Seed: s.f.Engine.Seed, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("generation: %w", err)
+	}
+	s.gen = gen
+	log.Info("generation on: /v1/completions, /v1/chat/completions, /v1/models", "models", g.Models, "devices", g.Devices,
+		"static", g.Static, "ttft_slo", g.TTFTSLO)
+	hcfg.Collectors = append(hcfg.Collectors, gen.Collectors()...)
+	return nil
+}
+
+// rootHandler is what the listener serves: with generation on, the
+// OpenAI-compatible routes beside the rest of the API (h), whose API keys
+// they share; without, h alone.
+func (s *Server) rootHandler(h *httpapi.Handler) http.Handler {
+	if s.gen == nil {
+		return h
+	}
+	g, hc := s.f.Generation, s.f.HTTP
+	oai := openai.New(s.gen, openai.Config{
+		MaxTokensLimit: g.TokensMax,
+		BodyMaxBytes:   hc.BodyMaxBytes,
+		// The bearer keys and tenants of the rest of the API: 401 for a
+		// missing or unknown key once there are keys, else the open
+		// default tenant.
+		Authenticate: func(r *http.Request) (string, *openai.Error) {
+			c, e := h.Authenticate(r.Header.Get("Authorization"))
+			if e != nil {
+				return "", &openai.Error{Status: e.Status, Type: "invalid_request_error", Code: "invalid_api_key", Message: e.Message}
+			}
+			return c.Tenant(), nil
+		},
+		Logger: s.log,
+	})
+	// The connection's deadlines, as httpapi sets its own per request:
+	// the body within body_read_timeout, the whole response within the
+	// generation's deadline and some slack.
+	bodyRead, write := hc.BodyReadTimeout, hc.BodyReadTimeout+g.Timeout+genWriteSlack
+	bounded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		now := time.Now()
+		_ = rc.SetWriteDeadline(now.Add(write))
+		if r.ContentLength != 0 {
+			_ = rc.SetReadDeadline(now.Add(bodyRead))
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		}
+		oai.ServeHTTP(w, r)
+	})
+	mux := http.NewServeMux()
+	// Exact paths: /v1/models/{model}/infer and the rest stay httpapi's.
+	for _, p := range []string{"/v1/models", "/v1/completions", "/v1/chat/completions"} {
+		mux.Handle(p, bounded)
+	}
+	mux.Handle("/", h)
+	return mux
+}
+
+// deadlineBody clears the connection's read deadline once the body is
+// read: past it net/http would end the request's context while the
+// response streams.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// closeGeneration stops the generation service, within its own bound.
+func (s *Server) closeGeneration() error {
+	if s.gen == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeEngineMax)
+	defer cancel()
+	if err := s.gen.Close(ctx); err != nil {
+		return fmt.Errorf("generation: %w", err)
+	}
+	return nil
+}
