@@ -318,6 +318,13 @@ func sample(o []float32, wt []float64, temp, u float64) int {
 // least one byte continues with under sp, ending early after the stop byte
 // when stop is printable.
 func (w *Weights) Generate(prompt string, n int, sp Sampling, stop byte) string {
+	out, _ := w.generate(prompt, n, sp, stop)
+	return out
+}
+
+// generate is Generate, also returning the state before each byte picked:
+// states[i] is the state the i-th byte is picked from.
+func (w *Weights) generate(prompt string, n int, sp Sampling, stop byte) (string, [][]float32) {
 	var p [Embed]float32
 	for i := 0; i < len(prompt); i++ {
 		row := w.Embed[int(prompt[i])*Embed:][:Embed]
@@ -330,8 +337,10 @@ func (w *Weights) Generate(prompt string, n int, sp Sampling, stop byte) string 
 	}
 	s := affine(w.W2, w.B2, affine(w.W1, w.B1, p[:], true), true)
 	out := make([]byte, 0, n)
+	var states [][]float32
 	wt := make([]float64, printable)
 	for len(out) < n {
+		states = append(states, s)
 		o := affine(w.WO, w.BO, s, false)[PrintLo : PrintHi+1]
 		var c byte
 		if sp.Temperature == 0 {
@@ -352,5 +361,5 @@ func (w *Weights) Generate(prompt string, n int, sp Sampling, stop byte) string 
 		}
 		s = affine(W, w.BH, x, true)
 	}
-	return string(out)
+	return string(out), states
 }

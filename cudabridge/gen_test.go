@@ -2,6 +2,7 @@ package cudabridge
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,6 +82,30 @@ func TestGenMatchesReference(t *testing.T) {
 			want := w.Generate(prompt, 80, sp, 0)
 			if got := generate(t, g, uint64(i), prompt, 13, 80); got != want {
 				t.Errorf("%+v prompt %d: step-wise %q, reference %q", sp, i, got, want)
+			}
+		}
+	}
+}
+
+// The generator's state before each byte is the reference's, bit for bit
+// (a byte comparison alone would miss a change of rounding that moves no
+// argmax).
+func TestGenStatesMatchReference(t *testing.T) {
+	w := NewWeights(WeightSeed)
+	sp := Sampling{Temperature: 0.8, Seed: 9}
+	g := newTestGen(t, GenOptions{Sampling: sp})
+	for i, prompt := range ProfileInputs(4, 40) {
+		want, states := w.generate(prompt, 50, sp, 0)
+		seq := uint64(i)
+		if err := g.Prefill(seq, 0, prompt, len(prompt)); err != nil {
+			t.Fatal(err)
+		}
+		for k := range want {
+			if got := g.seqs[seq].s[:]; !slices.Equal(got, states[k]) {
+				t.Fatalf("prompt %d byte %d: state %v, reference %v", i, k, got, states[k])
+			}
+			if err := g.Prefill(seq, len(prompt)+k, want[k:k+1], len(prompt)); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
