@@ -85,6 +85,9 @@ type Gen struct {
 	w    *Weights
 	opt  GenOptions
 	seqs map[uint64]*genState
+	// steps counts the steps run: a sequence's step is the last that fed
+	// it, so that two slots of one step for it are an error.
+	steps uint64
 	// Scratch, so that a step allocates nothing per token.
 	p, h1, next [Hidden]float32
 	o           [printable]float32
@@ -100,6 +103,7 @@ type genState struct {
 	pos, promptLen int
 	pool           [Embed]float32
 	s              [Hidden]float32
+	step           uint64
 }
 
 // NewGen returns a generator with no sequences, with the weights made from
@@ -152,7 +156,7 @@ func (g *Gen) Prefill(seq uint64, start int, input string, promptLen int) error 
 			s = &genState{}
 			g.seqs[seq] = s
 		}
-		*s = genState{promptLen: promptLen}
+		*s = genState{promptLen: promptLen, step: s.step}
 	}
 	if s == nil || s.pos != start || s.promptLen != promptLen {
 		held := "nothing"
@@ -204,10 +208,15 @@ func (g *Gen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDo
 		g.Free(id)
 	}
 	out := make([]actors.StepOut, len(job.Slots))
+	g.steps++
 	for i, sl := range job.Slots {
+		if s := g.seqs[sl.Seq]; s != nil && s.step == g.steps {
+			return fail(fmt.Errorf("cudabridge: sequence %d in two slots of one step", sl.Seq))
+		}
 		if err := g.Prefill(sl.Seq, sl.Start, sl.Input, sl.PromptLen); err != nil {
 			return fail(err)
 		}
+		g.seqs[sl.Seq].step = g.steps
 		if !sl.Sample {
 			continue
 		}
@@ -222,7 +231,7 @@ func (g *Gen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDo
 		if err != nil {
 			return fail(err)
 		}
-		out[i] = actors.StepOut{Token: c, End: g.opt.Stop >= PrintLo && g.opt.Stop <= PrintHi && c == g.opt.Stop}
+		out[i] = stepOut(c, g.opt.Stop)
 	}
 	return actors.StepDone{ID: job.ID, Out: out}
 }
@@ -273,10 +282,7 @@ func (g *Gen) pick(s *genState, sp Sampling) byte {
 		}
 		g.o[v] = a
 	}
-	if sp.Temperature == 0 {
-		return byte(argmax(g.o[:], PrintLo))
-	}
-	return byte(PrintLo + sample(g.o[:], g.wt[:], sp.Temperature, drawAt(sp.Seed, s.pos)))
+	return choose(g.o[:], g.wt[:], sp, s.pos)
 }
 
 // drawAt is the n-th draw (from 0) of the splitmix64 stream seeded with
@@ -342,12 +348,7 @@ func (w *Weights) generate(prompt string, n int, sp Sampling, stop byte) (string
 	for len(out) < n {
 		states = append(states, s)
 		o := affine(w.WO, w.BO, s, false)[PrintLo : PrintHi+1]
-		var c byte
-		if sp.Temperature == 0 {
-			c = byte(argmax(o, PrintLo))
-		} else {
-			c = byte(PrintLo + sample(o, wt, sp.Temperature, drawAt(sp.Seed, len(prompt)+len(out))))
-		}
+		c := choose(o, wt, sp, len(prompt)+len(out))
 		out = append(out, c)
 		if stop >= PrintLo && stop <= PrintHi && c == stop {
 			break
