@@ -27,8 +27,9 @@
 // anything else of batchd).
 //
 // Imported by: actors/actorstest, actors/devicemodel, actors/schema,
-// cluster/transport, cluster/wire, cmd/batchd, engine, engine/autoscale,
-// engine/config, engine/enginetest, engine/fidelity, engine/generate, engine/httpapi,
+// cluster/transport, cluster/wire, cmd/batchd, cudabridge (its generators
+// implement Step), engine, engine/autoscale, engine/config,
+// engine/enginetest, engine/fidelity, engine/generate, engine/httpapi,
 // engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
 // engine/server, scenarios, sim, sim/charts, sim/cluster, sim/flushcheck,
 // sim/gen, sim/ledger (and tests).

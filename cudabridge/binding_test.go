@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ebitengine/purego"
+	"pgregory.net/rapid"
 )
 
 // TestBindingAgainstCFake runs the real purego binding (cudaDriver), not
@@ -112,10 +113,54 @@ func TestBindingAgainstCFake(t *testing.T) {
 			t.Errorf("batch of %d: %d launches, want %d", n, got, 4+2*ContLen)
 		}
 	}
+
+	// The generation kernels, model.cu's in C, through the binding: the
+	// GPU generator's bytes and states are Gen's, bit for bit.
+	lim := GenLimits{SeqsMax: 4, StepTokensMax: 1 << 10}
+	rapid.Check(t, func(rt *rapid.T) {
+		ref, _ := NewGen(GenOptions{SeqsMax: lim.SeqsMax})
+		g, err := d.NewGen(GenOptions{}, lim)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		randomGenJobs(rt, ref, g, lim.SeqsMax, func(rt *rapid.T, held map[uint64]bool) {
+			pool := readDeviceFloats(rt, d, d.st.gen.pool, lim.SeqsMax*Embed)
+			s := readDeviceFloats(rt, d, d.st.gen.s, lim.SeqsMax*Hidden)
+			for id := range held {
+				if err := sameState(ref, id, g.tab, pool, s); err != nil {
+					rt.Fatal(err)
+				}
+			}
+		})
+	})
+
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if n := live(); n != 0 {
 		t.Errorf("after Close the fake driver holds %d allocations, streams, modules or retains", n)
 	}
+}
+
+// readDeviceFloats copies n floats of device memory at p back through
+// page-locked memory, on d's context and stream.
+func readDeviceFloats(t *rapid.T, d *Device, p cuDevPtr, n int) []float32 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st := d.st
+	if err := d.drv.CtxSetCurrent(st.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.drv.MemAllocHost(n * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.drv.MemFreeHost(h) }()
+	if err := d.drv.MemcpyDtoHAsync(h, p, st.stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.wait(context.Background(), st.stream); err != nil {
+		t.Fatal(err)
+	}
+	return bytesFloat32(h)
 }

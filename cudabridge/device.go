@@ -112,6 +112,8 @@ type gpuState struct {
 	module cuModule
 	fn     struct{ embedPool, dense, step cuFunction }
 	stream cuStream
+	// gen holds a generator's buffers, from its first step (gen_device.go).
+	gen *genBufs
 
 	// Device buffers, each its own allocation.
 	weights []cuDevPtr // in the order of weightArrays
@@ -218,27 +220,8 @@ func (d *Device) Forward(ctx context.Context, inputs []string) ([]Output, error)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
-	if d.closed {
-		return nil, fmt.Errorf("cudabridge: device %d: closed: %w", d.cfg.Ordinal, ErrDeviceFault)
-	}
-	if d.fault != nil {
-		if err := d.reset(); err != nil {
-			return nil, err
-		}
-	} else if d.st != nil {
-		// Another goroutine, on another thread, may have run the last
-		// batch: make the context current on this one.
-		if err := d.drv.CtxSetCurrent(d.st.ctx); err != nil {
-			return nil, d.failed(err)
-		}
-	}
-	if d.st == nil {
-		// The setup is bounded by BatchTimeout, not by this batch's ctx:
-		// cut short, it would leave the device to set up again, and a
-		// JIT compile slower than the watchdog would fault for ever.
-		if err := d.setup(context.WithoutCancel(ctx)); err != nil {
-			return nil, err
-		}
+	if err := d.ready(ctx); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		// Nothing was queued: the device stays healthy.

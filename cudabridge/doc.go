@@ -55,11 +55,30 @@
 // A test checks that the checked-in PTX is what clang makes of model.cu,
 // when clang is installed.
 //
+// # Generation
+//
+// Gen runs bytenet one byte at a time as a generation backend
+// (actors.Step, what the generation scheduler drives): per-sequence state
+// kept between steps (the pooled prompt, then the continuation's
+// recurrent state: the model's KV cache, Embed+Hidden floats whatever the
+// length), chunked prefill giving the very state of a whole prefill,
+// greedy decoding or sampling at a temperature with a seed (a function of
+// the seed and the position), frees, and recompute after a crash that
+// continues the stream exactly. Its greedy first ContLen bytes are Infer's
+// continuation; gen.go defines the generation function, and
+// Weights.Generate is its plain reference. DeviceGen runs the same steps
+// on a GPU (model.cu's bytenet_gen_* kernels, on its Device's context),
+// and the batched CPU generator the same launches through their Go twins;
+// both are checked against Gen bit for bit (on the fake drivers here, on a
+// GPU by TestGPUGenMatchesGen). Sampling has a generator-wide Sampling
+// (StepSlot carries none yet) or one per slot (StepSampled).
+//
 // # Who imports it
 //
 // Imported by: cmd/batchd (the devices and profile commands; and tests),
 // engine/server (serve --backend cpu or cuda). engine/server adapts a
 // Device or CPU to the engine's Backend and maps ErrDeviceFault onto the
 // engine's device fault.
-// cudabridge imports neither the engine nor the actors.
+// cudabridge imports no engine package; it imports actors for the
+// generation step's types (Gen and DeviceGen implement actors.Step).
 package cudabridge

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -223,7 +224,7 @@ func (f *fakeDriver) ModuleGetFunction(m cuModule, name string) (cuFunction, err
 	switch {
 	case !f.modules[m]:
 		return 0, fakeError("ModuleGetFunction", 400)
-	case name != kernelNameEmbedPool && name != kernelNameDense && name != kernelNameStep:
+	case !slices.Contains([]string{kernelNameEmbedPool, kernelNameDense, kernelNameStep, kernelNameGenPool, kernelNameGenMean, kernelNameGenFeed, kernelNameGenScatter, kernelNameGenGather}, name):
 		return 0, fakeError("ModuleGetFunction "+name, 500)
 	}
 	fn := cuFunction(f.alloc())
@@ -433,6 +434,14 @@ func (f *fakeDriver) run(name string, threads int, p []uint64) error {
 	}
 	fl := func(i int) []float32 { return bytesFloat32(buf(i)) }
 	put := func(i int, v []float32) { copy(buf(i), float32Bytes(v)) }
+	ints := func(i int) []int32 {
+		b := buf(i)
+		v := make([]int32, len(b)/4)
+		for k := range v {
+			v[k] = int32(binary.LittleEndian.Uint32(b[k*4:]))
+		}
+		return v
+	}
 	n := int(p[4])
 	switch name {
 	case kernelNameEmbedPool:
@@ -463,6 +472,45 @@ func (f *fakeDriver) run(name string, threads int, p []uint64) error {
 		hn := fl(6)
 		kernelStep(fl(0), fl(1), fl(2), fl(3), fl(4), fl(5), hn, buf(7), n, int(p[9]))
 		put(6, hn)
+	case kernelNameGenPool:
+		n = int(p[7])
+		if threads < n*Embed {
+			panic("too few threads")
+		}
+		pool := fl(6)
+		kernelGenPool(buf(0), ints(1), ints(2), ints(3), ints(4), fl(5), pool, n)
+		put(6, pool)
+	case kernelNameGenMean:
+		if threads < n*Embed {
+			panic("too few threads")
+		}
+		out := fl(3)
+		kernelGenMean(fl(0), ints(1), ints(2), out, n)
+		put(3, out)
+	case kernelNameGenFeed:
+		n = int(p[9])
+		if threads < n*Hidden {
+			panic("too few threads")
+		}
+		out := fl(7)
+		kernelGenFeed(ints(0), ints(1), fl(2), fl(3), fl(4), fl(5), fl(6), out, int(p[8]), n)
+		put(7, out)
+	case kernelNameGenScatter:
+		n = int(p[4])
+		if threads < n*int(p[5]) {
+			panic("too few threads")
+		}
+		dst := fl(2)
+		kernelGenScatter(fl(0), ints(1), dst, int(p[3]), n, int(p[5]))
+		put(2, dst)
+	case kernelNameGenGather:
+		n = int(p[3])
+		if threads < n*int(p[4]) {
+			panic("too few threads")
+		}
+		dst := fl(2)
+		kernelGenGather(fl(0), ints(1), dst, n, int(p[4]))
+		put(2, dst)
 	}
 	return nil
 }

@@ -6,11 +6,16 @@
 #   gpu-tests.txt        GPU == CPU reference on every test input, and the
 #   gpu-vs-cpu.txt         comparison's figures (bit-exact count, largest
 #                          logit difference)
+#   gpu-gen-vs-cpu.txt   the generation kernels (DeviceGen) against the CPU
+#                          generator (Gen): bytes and states bit for bit
+#                          (TestGPUGenMatchesGen)
 #   profile-gpuN.txt     each GPU's latency table, batch sizes 1..100 at
 #                          input lengths 16, 128, 1024 (TestGPUProfile)
 #   profile-cuda*.txt    the same through `batchd profile`, with its summary
 #   profile-cpu.txt      the CPU backend's table, for comparison
-#   throughput.txt       GPU vs CPU batches/s and items/s (go benchmarks)
+#   throughput.txt       GPU vs CPU batches/s and items/s, and the generator's
+#                          ns per decode step at 1, 16, 64 sequences
+#                          (go benchmarks)
 # Without a driver or GPU the GPU tests skip and say what is missing; the
 # binaries are self-contained (no cgo, PTX embedded), so copy BIN and this
 # script to a GPU host and run it there: sh gpu-test.sh BIN OUT
@@ -33,7 +38,7 @@ fi
 cat "$out/devices.txt"
 [ "$gpu" = no ] && echo "No usable GPU here: the GPU tests below skip, saying why."
 
-echo "== GPU tests (GPU == CPU reference; latency profile 1..100)"
+echo "== GPU tests (GPU == CPU reference; generation kernels == Gen; latency profile 1..100)"
 "$bin/cudabridge.test" -test.v -test.count=1 -test.timeout=20m -test.run 'GPU' -gpu.out "$out" 2>&1 | tee "$out/gpu-tests.txt"
 grep -q '^--- FAIL' "$out/gpu-tests.txt" && status=1
 
@@ -48,7 +53,7 @@ echo "== batchd profile --backend cpu"
 	2>&1 | tee "$out/profile-cpu-summary.txt" || status=1
 
 echo "== throughput: GPU vs CPU"
-"$bin/cudabridge.test" -test.v -test.run '^$' -test.bench 'Forward' -test.benchtime 200x 2>&1 | tee "$out/throughput.txt"
+"$bin/cudabridge.test" -test.v -test.run '^$' -test.bench 'Forward|GenDecode' -test.benchtime 200x 2>&1 | tee "$out/throughput.txt"
 grep -q '^--- FAIL' "$out/throughput.txt" && status=1
 
 echo "== results in $out"

@@ -126,3 +126,84 @@ BN_EXTERN_C __global__ void bytenet_step(const float *o, const float *h, const f
   hn[idx] = a;
   if (j == 0) cont[i * BN_CONT + step] = (unsigned char)c;
 }
+
+// The generation kernels: bytenet run one byte at a time (see gen.go for
+// the generation function and gengpu.go for the launches). A sequence's
+// state lives in two tables indexed by its row: pool (EMBED floats, the
+// sum of its prompt's embeddings) and s (HIDDEN floats, the recurrent
+// state once the prompt is fed). Integer arrays are int; an item's row,
+// token and lengths come from them, so one launch serves a whole step.
+
+// bytenet_gen_pool: adds item i's prompt bytes x[off[i]..off[i]+len[i])
+// to its pool row, in increasing position, starting from zeros when
+// fresh[i] is not 0 (a sequence begun afresh).
+BN_EXTERN_C __global__ void bytenet_gen_pool(const unsigned char *x, const int *off, const int *len, const int *row,
+                                            const int *fresh, const float *E, float *pool, long long n) {
+  long long idx = BN_INDEX();
+  if (idx >= n * BN_EMBED) return;
+  long long i = idx / BN_EMBED;
+  long long d = idx % BN_EMBED;
+  float *pr = pool + (long long)row[i] * BN_EMBED;
+  float a = fresh[i] != 0 ? 0.0f : pr[d];
+  const unsigned char *xi = x + off[i];
+  for (long long t = 0; t < len[i]; t++) {
+    a = BN_ADD(a, E[(long long)xi[t] * BN_EMBED + d]);
+  }
+  pr[d] = a;
+}
+
+// bytenet_gen_mean: p[i][d] = pool[row[i]][d] / plen[i], the pooled mean
+// of a prompt fed to its end (then two bytenet_dense make s).
+BN_EXTERN_C __global__ void bytenet_gen_mean(const float *pool, const int *row, const int *plen, float *p, long long n) {
+  long long idx = BN_INDEX();
+  if (idx >= n * BN_EMBED) return;
+  long long i = idx / BN_EMBED;
+  long long d = idx % BN_EMBED;
+  p[idx] = BN_DIV(pool[(long long)row[i] * BN_EMBED + d], (float)plen[i]);
+}
+
+// bytenet_gen_feed: feeds item base+i its byte tok[base+i]:
+// out[i][j] = relu(BH[j] + sum_k WH[j][k]*s[row[base+i]][k]
+// + sum_k WX[j][k]*E[tok[base+i]][k]), the continuation's recurrence.
+// bytenet_gen_scatter then writes out back to the rows.
+BN_EXTERN_C __global__ void bytenet_gen_feed(const int *tok, const int *row, const float *s, const float *E,
+                                            const float *WH, const float *WX, const float *BH, float *out,
+                                            long long base, long long n) {
+  long long idx = BN_INDEX();
+  if (idx >= n * BN_HIDDEN) return;
+  long long i = idx / BN_HIDDEN;
+  long long j = idx % BN_HIDDEN;
+  const float *si = s + (long long)row[base + i] * BN_HIDDEN;
+  const float *e = E + (long long)tok[base + i] * BN_EMBED;
+  const float *wh = WH + j * BN_HIDDEN;
+  float a = BH[j];
+  for (long long k = 0; k < BN_HIDDEN; k++) {
+    a = BN_ADD(a, BN_MUL(wh[k], si[k]));
+  }
+  const float *wx = WX + j * BN_EMBED;
+  for (long long k = 0; k < BN_EMBED; k++) {
+    a = BN_ADD(a, BN_MUL(wx[k], e[k]));
+  }
+  if (!(a > 0.0f)) a = 0.0f;
+  out[idx] = a;
+}
+
+// bytenet_gen_scatter: dst[row[base+i]][d] = src[i][d], rows of dim floats.
+BN_EXTERN_C __global__ void bytenet_gen_scatter(const float *src, const int *row, float *dst, long long base, long long n,
+                                               long long dim) {
+  long long idx = BN_INDEX();
+  if (idx >= n * dim) return;
+  long long i = idx / dim;
+  long long d = idx % dim;
+  dst[(long long)row[base + i] * dim + d] = src[idx];
+}
+
+// bytenet_gen_gather: dst[i][d] = src[row[i]][d], rows of dim floats (the
+// states to pick from, for one bytenet_dense with WO).
+BN_EXTERN_C __global__ void bytenet_gen_gather(const float *src, const int *row, float *dst, long long n, long long dim) {
+  long long idx = BN_INDEX();
+  if (idx >= n * dim) return;
+  long long i = idx / dim;
+  long long d = idx % dim;
+  dst[idx] = src[(long long)row[i] * dim + d];
+}

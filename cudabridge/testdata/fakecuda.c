@@ -155,13 +155,18 @@ CUresult cuModuleUnload(CUmodule m) {
   return 0;
 }
 
-static int kernel_ids[3] = {1, 2, 3};
+static int kernel_ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
   NEED_CTX;
   if (m != (CUmodule)&module_token) return 400;
   if (!strcmp(name, "bytenet_embed_pool")) *f = &kernel_ids[0];
   else if (!strcmp(name, "bytenet_dense")) *f = &kernel_ids[1];
   else if (!strcmp(name, "bytenet_step")) *f = &kernel_ids[2];
+  else if (!strcmp(name, "bytenet_gen_pool")) *f = &kernel_ids[3];
+  else if (!strcmp(name, "bytenet_gen_mean")) *f = &kernel_ids[4];
+  else if (!strcmp(name, "bytenet_gen_feed")) *f = &kernel_ids[5];
+  else if (!strcmp(name, "bytenet_gen_scatter")) *f = &kernel_ids[6];
+  else if (!strcmp(name, "bytenet_gen_gather")) *f = &kernel_ids[7];
   else return 500; // CUDA_ERROR_NOT_FOUND
   return 0;
 }
@@ -259,6 +264,24 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     case 3:
       bytenet_step(P(0, const float *), P(1, const float *), P(2, const float *), P(3, const float *), P(4, const float *),
                    P(5, const float *), P(6, float *), P(7, unsigned char *), P(8, long long), P(9, long long));
+      break;
+    case 4:
+      bytenet_gen_pool(P(0, const unsigned char *), P(1, const int *), P(2, const int *), P(3, const int *), P(4, const int *),
+                       P(5, const float *), P(6, float *), P(7, long long));
+      break;
+    case 5:
+      bytenet_gen_mean(P(0, const float *), P(1, const int *), P(2, const int *), P(3, float *), P(4, long long));
+      break;
+    case 6:
+      bytenet_gen_feed(P(0, const int *), P(1, const int *), P(2, const float *), P(3, const float *), P(4, const float *),
+                       P(5, const float *), P(6, const float *), P(7, float *), P(8, long long), P(9, long long));
+      break;
+    case 7:
+      bytenet_gen_scatter(P(0, const float *), P(1, const int *), P(2, float *), P(3, long long), P(4, long long),
+                          P(5, long long));
+      break;
+    case 8:
+      bytenet_gen_gather(P(0, const float *), P(1, const int *), P(2, float *), P(3, long long), P(4, long long));
       break;
     default:
       return 400;
