@@ -3,6 +3,7 @@ package actors
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -251,6 +252,10 @@ func (g *GenScheduler) submit(ctx StepContext, r GenRequest) {
 		return
 	case len(r.Prompt) < 1 || len(r.Prompt) > g.cfg.PromptMax || r.MaxTokens < 1 || r.MaxTokens > g.cfg.TokensMax:
 		g.reject(ctx, r, Rejected, ReasonInvalid, fmt.Sprintf("prompt of %d tokens, max_tokens %d: want 1..%d and 1..%d", len(r.Prompt), r.MaxTokens, g.cfg.PromptMax, g.cfg.TokensMax), 0)
+		return
+	case !(r.Temperature >= 0) || math.IsInf(r.Temperature, 1):
+		// A backend fails a whole step on it, as a device fault.
+		g.reject(ctx, r, Rejected, ReasonInvalid, fmt.Sprintf("temperature %v: want a finite number >= 0", r.Temperature), 0)
 		return
 	case g.blocksFor(len(r.Prompt)+r.MaxTokens) > g.cfg.BlocksPerDevice:
 		// The preemption bound reserves a sequence's whole length on one
@@ -517,7 +522,8 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 			in[i] = s.input(s.kv + i)
 		}
 		smp := s.kv+n == s.context()
-		job.Slots = append(job.Slots, StepSlot{Seq: s.req.ID, Start: s.kv, Input: string(in), PromptLen: len(s.req.Prompt), Sample: smp})
+		job.Slots = append(job.Slots, StepSlot{Seq: s.req.ID, Start: s.kv, Input: string(in), PromptLen: len(s.req.Prompt), Sample: smp,
+			Temperature: s.req.Temperature, Seed: s.req.Seed})
 		seqs, fed, sample = append(seqs, s), append(fed, n), append(sample, smp)
 		tokens += n
 		w := float64(n) / s.tenant.weight

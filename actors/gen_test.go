@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -372,5 +373,41 @@ func TestGenStaticWaitsForBatch(t *testing.T) {
 	h.drain()
 	if got, end := h.stream(2); end == nil || end.Outcome != Completed || got != EmulatedGenOutput("m", "v1", "cd", out, 6) {
 		t.Fatalf("request 2: %q %+v", got, end)
+	}
+}
+
+// Every slot of a sequence carries its request's temperature and seed,
+// across its prefill chunks and decodes, beside a sequence with its own;
+// a temperature a backend would fail a step on is refused at submission.
+func TestGenSlotsCarrySampling(t *testing.T) {
+	h := newGenHarness(t, smallGenConfig(), genOut)
+	a, b := genReq(1, "abcdefghijkl", 10), genReq(2, "xy", 10)
+	a.Temperature, a.Seed = 0.7, -42
+	h.send(GenSubmit{Req: a})
+	h.send(GenSubmit{Req: b})
+	slots := 0
+	for range 10_000 {
+		if len(h.c.steps) == 0 {
+			break
+		}
+		j := h.step(false)
+		for _, sl := range j.Slots {
+			want := map[uint64][2]any{1: {0.7, int64(-42)}, 2: {0.0, int64(0)}}[sl.Seq]
+			if sl.Temperature != want[0] || sl.Seed != want[1] {
+				t.Fatalf("step %d: sequence %d slot temperature %v seed %d, want %v", j.ID, sl.Seq, sl.Temperature, sl.Seed, want)
+			}
+			slots++
+		}
+	}
+	if slots < 20 {
+		t.Fatalf("%d slots checked, want both sequences' whole lives", slots)
+	}
+	for i, temp := range []float64{-1, math.NaN(), math.Inf(1)} {
+		r := genReq(uint64(3+i), "ab", 4)
+		r.Temperature = temp
+		h.send(GenSubmit{Req: r})
+		if _, end := h.stream(r.ID); end == nil || end.Reason != ReasonInvalid {
+			t.Fatalf("temperature %v: end %+v, want rejected invalid", temp, end)
+		}
 	}
 }

@@ -20,6 +20,14 @@ type GenRequest struct {
 	// MaxTokens caps the output: the stream ends there if the model has
 	// not ended it before.
 	MaxTokens int
+	// Temperature and Seed are how the model picks each token, carried to
+	// every step slot of the sequence: Temperature 0 is greedy, above 0 a
+	// draw from the softmax of the logits over Temperature, seeded with
+	// Seed (a backend's own function of the seed and the position, so a
+	// recompute picks the same tokens). Temperature must be a finite
+	// number >= 0. The emulated generator ignores both.
+	Temperature float64
+	Seed        int64
 	// Arrival is when the front door received the request.
 	Arrival time.Duration
 	// TTFTDeadline is the absolute time by which the first token is

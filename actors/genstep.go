@@ -47,6 +47,10 @@ type StepSlot struct {
 	// Sample asks for the token that follows Input: set when Input ends
 	// the known context (the last prefill chunk, or a decode).
 	Sample bool
+	// Temperature and Seed are the sequence's sampling (GenRequest's):
+	// the same in every slot of the sequence.
+	Temperature float64
+	Seed        int64
 }
 
 // StepOut is the result of one slot.
