@@ -60,15 +60,24 @@ func (s Sampling) Validate() error {
 	return nil
 }
 
+// SlotSampling is the sampling a step slot carries: its request's
+// temperature and seed (the seed's bits as the unsigned seed).
+func SlotSampling(sl actors.StepSlot) Sampling {
+	return Sampling{Temperature: sl.Temperature, Seed: uint64(sl.Seed)}
+}
+
 // GenSeqsMaxDefault is the most sequences a Gen holds when GenOptions
 // leaves SeqsMax zero: 4,096 states of about 600 bytes.
 const GenSeqsMaxDefault = 4096
 
 // GenOptions configure a Gen.
 type GenOptions struct {
-	// Sampling is every sequence's (a StepSlot carries none); StepSampled
+	// Sampling, when set, is every sequence's, whatever its slots carry
+	// (tests and benchmarks that fix one). Nil: Step samples each slot by
+	// its own Temperature and Seed (the request's, which the scheduler
+	// sets), so one step mixes greedy and sampled sequences. StepSampled
 	// takes one per slot.
-	Sampling Sampling
+	Sampling *Sampling
 	// Stop, when printable, is the byte that ends a sequence: the step that
 	// generates it reports End. 0 (not printable) never ends one: the
 	// scheduler's MaxTokens does.
@@ -76,6 +85,34 @@ type GenOptions struct {
 	// SeqsMax bounds the sequences held (0: GenSeqsMaxDefault): a slot
 	// that would start one more fails its step.
 	SeqsMax int
+}
+
+func (o GenOptions) validate() error {
+	if o.Sampling == nil {
+		return nil
+	}
+	return o.Sampling.Validate()
+}
+
+// fixed is the options' Sampling, greedy when nil.
+func (o GenOptions) fixed() Sampling {
+	if o.Sampling == nil {
+		return Sampling{}
+	}
+	return *o.Sampling
+}
+
+// slotSampling is what Step samples job's slots by: nil (the options'
+// Sampling for all) when it is set, else each slot's own.
+func (o GenOptions) slotSampling(job actors.StepJob) []Sampling {
+	if o.Sampling != nil {
+		return nil
+	}
+	sp := make([]Sampling, len(job.Slots))
+	for i, sl := range job.Slots {
+		sp[i] = SlotSampling(sl)
+	}
+	return sp
 }
 
 // Gen is bytenet's generation backend for one device, on the CPU: an
@@ -109,7 +146,7 @@ type genState struct {
 // NewGen returns a generator with no sequences, with the weights made from
 // WeightSeed.
 func NewGen(opt GenOptions) (*Gen, error) {
-	if err := opt.Sampling.Validate(); err != nil {
+	if err := opt.validate(); err != nil {
 		return nil, err
 	}
 	if opt.SeqsMax < 0 {
@@ -181,12 +218,14 @@ func (g *Gen) Next(seq uint64, sp Sampling) (byte, error) {
 	return g.pick(s, sp), nil
 }
 
-// Step runs job with every sequence sampled by the options' Sampling
-// (actors.Step).
-func (g *Gen) Step(job actors.StepJob) actors.StepDone { return g.StepSampled(job, nil) }
+// Step runs job with each slot sampled by its own Temperature and Seed,
+// or every slot by the options' Sampling when set (actors.Step).
+func (g *Gen) Step(job actors.StepJob) actors.StepDone {
+	return g.StepSampled(job, g.opt.slotSampling(job))
+}
 
-// StepSampled runs job, slot i sampled by sampling[i] (by the options'
-// Sampling when sampling is nil). It follows actors.EmulatedGen's contract:
+// StepSampled runs job, slot i sampled by sampling[i] (when sampling is
+// nil, every slot by the options' Sampling, greedy if it is nil). It follows actors.EmulatedGen's contract:
 // the sequences of Free are dropped first; a slot with Start 0 begins its
 // sequence afresh, any other must resume where its sequence stopped; a
 // slot that asks for a byte gets it, with End when it is the Stop byte. A
@@ -220,7 +259,7 @@ func (g *Gen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDo
 		if !sl.Sample {
 			continue
 		}
-		sp := g.opt.Sampling
+		sp := g.opt.fixed()
 		if sampling != nil {
 			if err := sampling[i].Validate(); err != nil {
 				return fail(err)

@@ -16,7 +16,7 @@ import (
 //	go test ./cudabridge -run '^$' -bench Gen -benchtime 2000x
 
 func benchDecode(b *testing.B, seqs, ctxLen int, sp Sampling) {
-	g, err := NewGen(GenOptions{Sampling: sp})
+	g, err := NewGen(GenOptions{Sampling: &sp})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -58,7 +58,7 @@ type genBufs struct {
 // NewGen returns a generator on d, whose tables and step buffers are
 // sized by lim when its first step runs. A device serves one generator.
 func (d *Device) NewGen(opt GenOptions, lim GenLimits) (*DeviceGen, error) {
-	if err := opt.Sampling.Validate(); err != nil {
+	if err := opt.validate(); err != nil {
 		return nil, err
 	}
 	if err := lim.Validate(); err != nil {
@@ -70,8 +70,11 @@ func (d *Device) NewGen(opt GenOptions, lim GenLimits) (*DeviceGen, error) {
 // Held is the number of sequences whose state the generator keeps.
 func (g *DeviceGen) Held() int { return len(g.tab.seqs) }
 
-// Step runs job with every sequence sampled by the options' Sampling.
-func (g *DeviceGen) Step(job actors.StepJob) actors.StepDone { return g.StepSampled(job, nil) }
+// Step runs job as Gen.Step does: each slot sampled by its own
+// Temperature and Seed, or every slot by the options' Sampling when set.
+func (g *DeviceGen) Step(job actors.StepJob) actors.StepDone {
+	return g.StepSampled(job, g.opt.slotSampling(job))
+}
 
 // StepSampled runs job as Gen.StepSampled does, on the GPU.
 func (g *DeviceGen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDone {
@@ -106,7 +109,7 @@ func (g *DeviceGen) StepSampled(job actors.StepJob, sampling []Sampling) actors.
 	} else if st.gen.lim != g.lim {
 		return fault(fmt.Errorf("cudabridge: device %d: a generator of limits %+v is set up, not %+v", d.cfg.Ordinal, st.gen.lim, g.lim))
 	}
-	pl, err := g.tab.plan(job, sampling, g.opt.Sampling)
+	pl, err := g.tab.plan(job, sampling, g.opt.fixed())
 	if err != nil {
 		g.tab.reset()
 		return actors.StepDone{ID: job.ID, Err: err.Error()}

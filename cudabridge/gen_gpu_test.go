@@ -43,8 +43,8 @@ func TestGPUGenMatchesGen(t *testing.T) {
 		})
 		// A full batch: 64 sequences decoding together.
 		sp := Sampling{Temperature: 0.8, Seed: uint64(k) + 1}
-		ref, _ := NewGen(GenOptions{Sampling: sp})
-		g, err := d.NewGen(GenOptions{Sampling: sp}, lim)
+		ref, _ := NewGen(GenOptions{Sampling: &sp})
+		g, err := d.NewGen(GenOptions{Sampling: &sp}, lim)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -225,7 +225,7 @@ type genBatch struct {
 }
 
 func newGenBatch(opt GenOptions, lim GenLimits) (*genBatch, error) {
-	if err := opt.Sampling.Validate(); err != nil {
+	if err := opt.validate(); err != nil {
 		return nil, err
 	}
 	if err := lim.Validate(); err != nil {
@@ -240,10 +240,12 @@ func newGenBatch(opt GenOptions, lim GenLimits) (*genBatch, error) {
 	}, nil
 }
 
-func (b *genBatch) Step(job actors.StepJob) actors.StepDone { return b.StepSampled(job, nil) }
+func (b *genBatch) Step(job actors.StepJob) actors.StepDone {
+	return b.StepSampled(job, b.opt.slotSampling(job))
+}
 
 func (b *genBatch) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDone {
-	pl, err := b.tab.plan(job, sampling, b.opt.Sampling)
+	pl, err := b.tab.plan(job, sampling, b.opt.fixed())
 	if err != nil {
 		b.tab.reset()
 		return actors.StepDone{ID: job.ID, Err: err.Error()}

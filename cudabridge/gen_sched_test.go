@@ -110,7 +110,7 @@ func TestGenSchedulerStreams(t *testing.T) {
 		opt  GenOptions
 	}{
 		{"greedy", GenOptions{}},
-		{"sampled with stop", GenOptions{Sampling: Sampling{Temperature: 0.9, Seed: 5}, Stop: 'e'}},
+		{"sampled with stop", GenOptions{Sampling: &Sampling{Temperature: 0.9, Seed: 5}, Stop: 'e'}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testGenScheduler(t, tc.opt) })
 	}
@@ -165,7 +165,7 @@ func testGenScheduler(t *testing.T, opt GenOptions) {
 		if b := client.streams[id]; b != nil {
 			got = b.String()
 		}
-		want := ref.Generate(req.Prompt, req.MaxTokens, opt.Sampling, opt.Stop)
+		want := ref.Generate(req.Prompt, req.MaxTokens, opt.fixed(), opt.Stop)
 		switch {
 		case end == nil:
 			t.Errorf("request %d: no GenEnd", id)

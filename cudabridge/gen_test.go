@@ -77,7 +77,7 @@ func TestGenGreedyIsInferCont(t *testing.T) {
 func TestGenMatchesReference(t *testing.T) {
 	w := NewWeights(WeightSeed)
 	for _, sp := range []Sampling{{}, {Temperature: 0.7, Seed: 1}, {Temperature: 1.5, Seed: 42}} {
-		g := newTestGen(t, GenOptions{Sampling: sp})
+		g := newTestGen(t, GenOptions{Sampling: &sp})
 		for i, prompt := range ProfileInputs(6, 50) {
 			want := w.Generate(prompt, 80, sp, 0)
 			if got := generate(t, g, uint64(i), prompt, 13, 80); got != want {
@@ -93,7 +93,7 @@ func TestGenMatchesReference(t *testing.T) {
 func TestGenStatesMatchReference(t *testing.T) {
 	w := NewWeights(WeightSeed)
 	sp := Sampling{Temperature: 0.8, Seed: 9}
-	g := newTestGen(t, GenOptions{Sampling: sp})
+	g := newTestGen(t, GenOptions{Sampling: &sp})
 	for i, prompt := range ProfileInputs(4, 40) {
 		want, states := w.generate(prompt, 50, sp, 0)
 		seq := uint64(i)
@@ -144,11 +144,11 @@ func TestGenChunkedPrefillIsWhole(t *testing.T) {
 // from the prompt and the bytes already sent, continues the very stream.
 func TestGenRecomputeContinues(t *testing.T) {
 	for _, sp := range []Sampling{{}, {Temperature: 1, Seed: 7}} {
-		ref := newTestGen(t, GenOptions{Sampling: sp})
+		ref := newTestGen(t, GenOptions{Sampling: &sp})
 		prompt := "The quick brown fox"
 		want := generate(t, ref, 1, prompt, 64, 60)
 		for _, k := range []int{1, 2, 17, 59} {
-			g := newTestGen(t, GenOptions{Sampling: sp})
+			g := newTestGen(t, GenOptions{Sampling: &sp})
 			sent := generate(t, g, 1, prompt, 5, k)
 			g.Reset() // the device crashed
 			ctx := prompt + sent
@@ -178,7 +178,7 @@ func TestGenRecomputeContinues(t *testing.T) {
 func TestGenSamplingDeterministic(t *testing.T) {
 	prompt := "Once upon a time"
 	run := func(sp Sampling, seq uint64) string {
-		return generate(t, newTestGen(t, GenOptions{Sampling: sp}), seq, prompt, 4, 64)
+		return generate(t, newTestGen(t, GenOptions{Sampling: &sp}), seq, prompt, 4, 64)
 	}
 	a := run(Sampling{Temperature: 1, Seed: 3}, 1)
 	if b := run(Sampling{Temperature: 1, Seed: 3}, 99); a != b {
@@ -260,14 +260,14 @@ func TestGenStop(t *testing.T) {
 	if ref := w.Generate("stop here", 400, sp, 'e'); ref != want {
 		t.Errorf("reference with stop 'e': %q, want %q", ref, want)
 	}
-	if got := generate(t, newTestGen(t, GenOptions{Sampling: sp, Stop: 'e'}), 1, "stop here", 3, 400); got != want {
+	if got := generate(t, newTestGen(t, GenOptions{Sampling: &sp, Stop: 'e'}), 1, "stop here", 3, 400); got != want {
 		t.Errorf("with stop 'e': %q, want %q", got, want)
 	}
 }
 
 func TestSamplingValidate(t *testing.T) {
 	for _, temp := range []float64{-1, math.NaN(), math.Inf(1)} {
-		if _, err := NewGen(GenOptions{Sampling: Sampling{Temperature: temp}}); err == nil {
+		if _, err := NewGen(GenOptions{Sampling: &Sampling{Temperature: temp}}); err == nil {
 			t.Errorf("temperature %v accepted", temp)
 		}
 	}
@@ -280,6 +280,55 @@ func TestDrawAtIsStream(t *testing.T) {
 		want := float64(r.next()>>11) / (1 << 53)
 		if got := drawAt(5, n); got != want {
 			t.Fatalf("draw %d: %v, want %v", n, got, want)
+		}
+	}
+}
+
+// With no fixed Sampling, Step samples each slot by the temperature and
+// seed it carries: steps that decode a greedy, two sampled (a negative
+// seed among them) and another greedy sequence together give each the
+// reference's bytes under its own sampling. The batched generator on the
+// CPU (the GPU generator's reference) does the same.
+func TestGenStepMixesSlotSampling(t *testing.T) {
+	w := NewWeights(WeightSeed)
+	type seqSpec struct {
+		prompt string
+		temp   float64
+		seed   int64
+	}
+	specs := []seqSpec{{"greedy one", 0, 0}, {"sampled one", 1, 3}, {"sampled two", 0.8, -7}, {"greedy two", 0, 9}}
+	const n = 40
+	batch, err := newGenBatch(GenOptions{}, DefaultGenLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []actors.Step{newTestGen(t, GenOptions{}), batch} {
+		out := make([][]byte, len(specs))
+		for len(out[0]) < n {
+			job := actors.StepJob{Model: ModelName, Version: ModelVersion}
+			for i, sp := range specs {
+				sl := actors.StepSlot{Seq: uint64(i + 1), Input: sp.prompt, PromptLen: len(sp.prompt), Sample: true, Temperature: sp.temp, Seed: sp.seed}
+				if k := len(out[i]); k > 0 {
+					sl.Start, sl.Input = len(sp.prompt)+k-1, string(out[i][k-1:])
+				}
+				job.Slots = append(job.Slots, sl)
+			}
+			res := st.Step(job)
+			if res.Err != "" {
+				t.Fatalf("%T: %s", st, res.Err)
+			}
+			for i, o := range res.Out {
+				out[i] = append(out[i], o.Token)
+			}
+		}
+		for i, sp := range specs {
+			want := w.Generate(sp.prompt, n, Sampling{Temperature: sp.temp, Seed: uint64(sp.seed)}, 0)
+			if string(out[i]) != want {
+				t.Errorf("%T: sequence %d (temperature %v seed %d): %q, reference %q", st, i+1, sp.temp, sp.seed, out[i], want)
+			}
+		}
+		if string(out[0]) == string(out[3]) || string(out[1]) == w.Generate(specs[1].prompt, n, Sampling{}, 0) {
+			t.Errorf("%T: the sampled sequence is its greedy text, or the greedy ones agree: %q", st, out)
 		}
 	}
 }
