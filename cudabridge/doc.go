@@ -70,13 +70,15 @@
 // on a GPU (model.cu's bytenet_gen_* kernels, on its Device's context),
 // and the batched CPU generator the same launches through their Go twins;
 // both are checked against Gen bit for bit (on the fake drivers here, on a
-// GPU by TestGPUGenMatchesGen). Sampling has a generator-wide Sampling
-// (StepSlot carries none yet) or one per slot (StepSampled).
+// GPU by TestGPUGenMatchesGen). Step samples each slot by the temperature
+// and seed it carries (its request's), so one step mixes greedy and
+// sampled sequences; GenOptions.Sampling fixes one for every slot
+// instead, and StepSampled takes one per slot.
 //
 // # Who imports it
 //
 // Imported by: cmd/batchd (the devices and profile commands; and tests),
-// engine/server (serve --backend cpu or cuda). engine/server adapts a
+// engine/server (serve --backend cpu or cuda; generation.backend bytenet). engine/server adapts a
 // Device or CPU to the engine's Backend and maps ErrDeviceFault onto the
 // engine's device fault.
 // cudabridge imports no engine package; it imports actors for the
