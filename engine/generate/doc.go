@@ -3,7 +3,10 @@
 // runtime (engine.LinkedRuntime: protoactor-go, or hollywood with -tags
 // hollywood), runs the steps the scheduler hands out on a worker
 // goroutine per device with the emulated generator (actors.EmulatedGen,
-// each step taking the time the cost model predicts for it), and
+// each step taking the time the cost model predicts for it) or with the
+// backend Config.NewStep makes (engine/server injects bytenet's CPU
+// generator: real tokens, each step its own compute time; this package
+// imports no backend), and
 // implements openai.Generator over it, so engine/openai's handler serves
 // the models over the OpenAI-compatible API.
 //
@@ -26,6 +29,10 @@
 // worker has a one-step slot: a step handed over while the last has not
 // started replaces it, which only a scheduler that gave up on a hung step
 // does); the tokens a request buffers (its MaxTokens).
+//
+// A request's temperature and seed ride on every step slot of its
+// sequence (actors.StepSlot), so a backend samples each sequence its own
+// way within one step.
 //
 // Tokens reach a request's stream through one listener endpoint of the
 // runtime, by request ID; the stream keeps the next index it expects and

@@ -31,6 +31,13 @@ type Config struct {
 	Gen actors.GenConfig
 	// OutLen is the emulated generator's output length distribution.
 	OutLen actors.Lognormal
+	// NewStep, when set, makes each device's generation backend (called
+	// once per device of each model, by model name and device index):
+	// its tokens are the backend's, and a step takes the backend's own
+	// compute time, with no wait for the cost model (which the scheduler
+	// still predicts with). Nil: the emulated generator
+	// (actors.EmulatedGen), each step taking Gen.Cost's time.
+	NewStep func(model string, device int) (Step, error)
 	// InFlightMax bounds the requests in Generate at once, over all
 	// models; past it a request is refused (503) before it reaches a
 	// mailbox. Zero: per model, Gen.WaitingMax plus every device's
@@ -70,6 +77,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("generate: InFlightMax %d, ReplyGrace %v: must not be negative", c.InFlightMax, c.ReplyGrace)
 	}
 	return nil
+}
+
+// Step is a device's generation backend: it runs one step at a time, on
+// its device's worker goroutine, and forgets every sequence on Reset (a
+// new scheduler incarnation knows nothing of what the old one held).
+type Step interface {
+	actors.Step
+	Reset()
 }
 
 // Service is the live generation of some models: their schedulers on a
@@ -145,8 +160,12 @@ func New(cfg Config) (*Service, error) {
 		m := &model{name: name, addr: actors.Address{Node: Node, ID: uint64(16 + i)}, cfg: cfg.Gen}
 		m.cfg.Model = name
 		for d := range m.cfg.Devices {
-			dv := &device{index: d, m: m, rt: rt, cost: m.cfg.Cost, wake: make(chan struct{}, 1),
-				emu: actors.NewEmulatedGen(cfg.OutLen, m.cfg.BlockTokens)}
+			dv := &device{index: d, m: m, rt: rt, cost: m.cfg.Cost, wake: make(chan struct{}, 1), emulated: cfg.NewStep == nil}
+			if dv.emulated {
+				dv.gen = actors.NewEmulatedGen(cfg.OutLen, m.cfg.BlockTokens)
+			} else if dv.gen, err = cfg.NewStep(name, d); err != nil {
+				return fail(fmt.Errorf("generate: %s device %d: %w", name, d, err))
+			}
 			m.devs = append(m.devs, dv)
 			s.workers.Go(func() { dv.loop(wctx) })
 		}
@@ -277,8 +296,9 @@ func (c stepCtx) ExecStep(job actors.StepJob) {
 	devs[job.Device].exec(c.a.inc, job)
 }
 
-// device is one emulated device: a worker goroutine that runs one step at
-// a time, taking the step's predicted time.
+// device is one device: a worker goroutine that runs one step at a time,
+// on the emulated generator taking the step's predicted time, or on the
+// backend NewStep made taking its own.
 type device struct {
 	index int
 	m     *model
@@ -289,8 +309,12 @@ type device struct {
 	mu   sync.Mutex
 	next *pendingStep // the step handed over and not started
 
+	// emulated: gen is the emulated generator, and a step waits out its
+	// predicted time.
+	emulated bool
+
 	// Owned by the worker goroutine.
-	emu *actors.EmulatedGen
+	gen Step
 	inc uint64
 }
 
@@ -326,12 +350,12 @@ func (d *device) loop(ctx context.Context) {
 			continue
 		}
 		if p.inc != d.inc {
-			d.emu.Reset() // a new scheduler knows nothing of what this one held
+			d.gen.Reset() // a new scheduler knows nothing of what this one held
 			d.inc = p.inc
 		}
 		due := time.Now().Add(d.cost.StepCost(p.job))
-		done := d.emu.Step(p.job)
-		if sleepUntil(ctx, due) != nil {
+		done := d.gen.Step(p.job)
+		if d.emulated && sleepUntil(ctx, due) != nil {
 			return
 		}
 		d.rt.Send(d.m.addr, stepResult{inc: p.inc, done: done})

@@ -259,3 +259,67 @@ func TestTokensOnceInOrder(t *testing.T) {
 		t.Errorf("stream %q, end %+v; want \"ab\" and the end", st.out, st.end)
 	}
 }
+
+// recordStep is a backend that answers every sampling slot with the last
+// digit of its seed ('0' + seed mod 10, or 'g' when greedy) and records
+// the slots it ran, per model and device.
+type recordStep struct {
+	name string
+	mu   *sync.Mutex
+	log  *[]string
+}
+
+func (r recordStep) Step(job actors.StepJob) actors.StepDone {
+	out := make([]actors.StepOut, len(job.Slots))
+	for i, sl := range job.Slots {
+		r.mu.Lock()
+		*r.log = append(*r.log, fmt.Sprintf("%s t=%v s=%d", r.name, sl.Temperature, sl.Seed))
+		r.mu.Unlock()
+		out[i].Token = 'g'
+		if sl.Temperature > 0 {
+			out[i].Token = byte('0' + sl.Seed%10)
+		}
+	}
+	return actors.StepDone{ID: job.ID, Out: out}
+}
+
+func (recordStep) Reset() {}
+
+// With NewStep, the devices run the backend it makes, one per device of
+// each model, and each request's temperature and seed reach every slot of
+// its sequence.
+func TestNewStepCarriesSampling(t *testing.T) {
+	var mu sync.Mutex
+	var log []string
+	made := map[string]bool{}
+	cfg := testConfig()
+	cfg.NewStep = func(model string, device int) (Step, error) {
+		name := fmt.Sprintf("%s/%d", model, device)
+		made[name] = true
+		return recordStep{name: name, mu: &mu, log: &log}, nil
+	}
+	s := newService(t, cfg)
+	if len(made) != 4 {
+		t.Fatalf("backends made: %v, want tiny and small on devices 0 and 1", made)
+	}
+	ctx := context.Background()
+	text, _, err := generate(ctx, s, openai.Request{Model: "tiny", Prompt: "abc", MaxTokens: 5, Temperature: 0.5, Seed: 1237})
+	if err != nil || text != "77777" {
+		t.Fatalf("sampled: %q, %v: want 77777", text, err)
+	}
+	if text, _, err = generate(ctx, s, openai.Request{Model: "small", Prompt: "abc", MaxTokens: 3, Seed: 5}); err != nil || text != "ggg" {
+		t.Fatalf("greedy: %q, %v: want ggg", text, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, l := range log {
+		if !strings.HasSuffix(l, " t=0.5 s=1237") && !strings.HasSuffix(l, " t=0 s=5") {
+			t.Errorf("slot %s: want t=0.5 s=1237 or t=0 s=5", l)
+		}
+		n++
+	}
+	if n < 5+3 {
+		t.Errorf("%d slots ran, want a slot per token at least", n)
+	}
+}

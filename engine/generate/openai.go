@@ -93,7 +93,7 @@ func (s *Service) Generate(ctx context.Context, req openai.Request, emit func(te
 	arrival := s.rt.Now()
 	s.rt.Send(m.addr, actors.GenSubmit{Req: actors.GenRequest{
 		ID: id, Tenant: req.Tenant, Model: req.Model, Prompt: req.Prompt, MaxTokens: req.MaxTokens,
-		Arrival: arrival, ReplyTo: replyAddr,
+		Temperature: req.Temperature, Seed: req.Seed, Arrival: arrival, ReplyTo: replyAddr,
 	}})
 	// The scheduler answers by the request's deadline; past it and the
 	// grace, its GenEnd is lost (a scheduler restarted under it).
