@@ -12,11 +12,19 @@ import (
 // /v1/models), on the same listener as the rest of the API: one
 // continuous-batching scheduler (actors.GenScheduler) per model, on
 // emulated devices whose steps take the cost model's time and whose
-// tokens are the emulated generator's. Off by default.
+// tokens are the emulated generator's, or (Backend bytenet) on bytenet's
+// generator on the CPU. Off by default.
 type Generation struct {
 	// Enabled mounts the OpenAI-compatible routes and starts the
 	// schedulers.
 	Enabled bool `yaml:"enabled"`
+	// Backend is what runs a device's steps: GenBackendEmulated (the
+	// emulated generator, each step taking the cost model's time) or
+	// GenBackendBytenet (cudabridge's bytenet generator on the CPU: real
+	// byte tokens, each step taking its own compute time; every model
+	// name served is that one network, and OutputLen is unused: a stream
+	// ends at max_tokens).
+	Backend string `yaml:"backend"`
 	// Models are the generation models served (GET /v1/models), each on
 	// Devices devices of its own; Version is their version.
 	Models  []string `yaml:"models"`
@@ -53,6 +61,12 @@ type Generation struct {
 	OutputLen GenLength `yaml:"output_len"`
 }
 
+// The generation backends (Generation.Backend).
+const (
+	GenBackendEmulated = "emulated"
+	GenBackendBytenet  = "bytenet"
+)
+
 // GenCost is the generation cost model (actors.GenCost).
 type GenCost struct {
 	Base       time.Duration `yaml:"base"`
@@ -73,7 +87,8 @@ type GenLength struct {
 func defaultGeneration() Generation {
 	g := actors.DefaultGenConfig("tiny", "v1", 1)
 	return Generation{
-		Models: []string{"tiny"}, Version: g.Version, Devices: g.Devices,
+		Backend: GenBackendEmulated,
+		Models:  []string{"tiny"}, Version: g.Version, Devices: g.Devices,
 		BlockTokens: g.BlockTokens, BlocksPerDevice: g.BlocksPerDevice,
 		StepTokensMax: g.StepTokensMax, SeqsMax: g.SeqsMax, WaitingMax: g.WaitingMax,
 		PromptMax: g.PromptMax, TokensMax: g.TokensMax, TTFTSLO: g.TTFT, Timeout: g.Timeout,
@@ -123,6 +138,9 @@ func (v *validator) generation() {
 		return
 	}
 	const p = "generation."
+	if g.Backend != GenBackendEmulated && g.Backend != GenBackendBytenet {
+		v.Bad(p+"backend", "%q: want %s or %s", g.Backend, GenBackendEmulated, GenBackendBytenet)
+	}
 	if len(g.Models) == 0 || len(g.Models) > genModelsMax {
 		v.Bad(p+"models", "%d models: want 1 to %d", len(g.Models), genModelsMax)
 	}

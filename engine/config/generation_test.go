@@ -26,6 +26,12 @@ tenants:
 	if err != nil {
 		t.Fatal(err)
 	}
+	if f.Generation.Backend != GenBackendEmulated {
+		t.Errorf("backend %q, want the default %q", f.Generation.Backend, GenBackendEmulated)
+	}
+	if b, err := Load("bytenet.yaml", []byte("generation:\n  enabled: true\n  backend: bytenet\n")); err != nil || b.Generation.Backend != GenBackendBytenet {
+		t.Errorf("backend bytenet: %v", err)
+	}
 	c := f.GenConfig()
 	if c.Devices != 2 || c.BlockTokens != 8 || c.BlocksPerDevice != 100 || c.TTFT != 250*time.Millisecond || !c.Static ||
 		c.Cost.Base != 2*time.Millisecond || len(c.Tenants) != 1 || c.Tenants[0].InflightMax != 3 {
@@ -36,6 +42,7 @@ tenants:
 	}
 	for _, c := range []struct{ yaml, want string }{
 		{"generation:\n  enabled: true\n  models: []\n", "generation.models: 0 models"},
+		{"generation:\n  enabled: true\n  backend: gpu\n", `generation.backend: "gpu": want emulated or bytenet`},
 		{"generation:\n  enabled: true\n  models: [a, a]\n", `generation.models[1]: "a": listed twice`},
 		{"generation:\n  enabled: true\n  seqs_max: 64\n  step_tokens_max: 8\n", "generation.step_tokens_max: 8"},
 		{"generation:\n  enabled: true\n  cost: {base: 0s, per_token: 0s}\n", "generation.cost: base and per_token both 0"},
