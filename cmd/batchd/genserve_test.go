@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,10 +13,12 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/openai"
 )
@@ -157,4 +160,120 @@ func TestServeGeneration(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
+}
+
+// genServeBytenetYAML serves generation on bytenet's CPU generator, under
+// the network's own name.
+const genServeBytenetYAML = `
+devices: {count: 1, latency: 1ms}
+generation:
+  enabled: true
+  backend: bytenet
+  models: [bytenet]
+  block_tokens: 16
+  blocks_per_device: 512
+`
+
+// TestServeGenerationBytenet: batch serve with generation.backend bytenet
+// answers POST /v1/completions with the bytenet generator's text: a greedy
+// completion is cudabridge's reference generation for its prompt, a
+// sampled one with a seed is the reference's under that temperature and
+// seed (so the same across requests, and not the greedy text), and a
+// stream is the same text as the answer in one piece. The requests run at
+// once, so steps mix greedy and sampled sequences.
+func TestServeGenerationBytenet(t *testing.T) {
+	base, stop := startServe(t, genServeBytenetYAML, io.Discard)
+	w := cudabridge.NewWeights(cudabridge.WeightSeed)
+	const n = 48
+	type call struct {
+		prompt string
+		temp   float64
+		seed   int64
+		stream bool
+	}
+	calls := []call{
+		{"The quick brown fox", 0, 0, false},
+		{"The quick brown fox", 0, 0, true},
+		{"The quick brown fox", 0.9, 77, false},
+		{"The quick brown fox", 0.9, 77, true},
+		{"The quick brown fox", 0.9, 77, false},
+		{"hello", 1.3, -5, false},
+		{"hello", 0, 12, true},
+	}
+	texts := make([]string, len(calls))
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Go(func() { texts[i], errs[i] = bytenetComplete(base, c.prompt, n, c.temp, c.seed, c.stream) })
+	}
+	wg.Wait()
+	for i, c := range calls {
+		want := w.Generate(c.prompt, n, cudabridge.Sampling{Temperature: c.temp, Seed: uint64(c.seed)}, 0)
+		if errs[i] != nil || texts[i] != want {
+			t.Errorf("%+v: %q, %v; want the reference %q", c, texts[i], errs[i], want)
+		}
+	}
+	if texts[2] != texts[4] || texts[2] == texts[0] {
+		t.Errorf("seed 77: %q then %q; greedy %q: want the same twice, not the greedy text", texts[2], texts[4], texts[0])
+	}
+	if texts[0] != texts[1] || texts[2] != texts[3] {
+		t.Errorf("streamed %q and %q, in one piece %q and %q", texts[1], texts[3], texts[0], texts[2])
+	}
+	if err := stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}
+
+// bytenetComplete posts a completion of n tokens and returns its text,
+// collected from the SSE chunks when stream is set; it wants finish
+// reason "length".
+func bytenetComplete(base, prompt string, n int, temp float64, seed int64, stream bool) (string, error) {
+	body, _ := json.Marshal(map[string]any{"model": "bytenet", "prompt": prompt, "max_tokens": n,
+		"temperature": temp, "seed": seed, "stream": stream})
+	resp, err := http.Post(base+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %d: %s (%v)", resp.StatusCode, raw, err)
+	}
+	type choices struct {
+		Choices []struct {
+			Text   string  `json:"text"`
+			Finish *string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	var text, finish strings.Builder
+	parse := func(b []byte) error {
+		var c choices
+		if err := json.Unmarshal(b, &c); err != nil {
+			return fmt.Errorf("%s: %w", b, err)
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Text)
+			if ch.Finish != nil {
+				finish.WriteString(*ch.Finish)
+			}
+		}
+		return nil
+	}
+	if !stream {
+		err = parse(raw)
+	} else {
+		for line := range strings.Lines(string(raw)) {
+			data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: ")
+			if !ok || data == "[DONE]" {
+				continue
+			}
+			if err = parse([]byte(data)); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil && finish.String() != "length" {
+		err = fmt.Errorf("finish %q, want length", finish.String())
+	}
+	return text.String(), err
 }

@@ -41,8 +41,10 @@
 // the listener; with grpc.addr, the gRPC server and its listener; with
 // autoscale, the live autoscaling policy (engine/autoscale) beside the
 // engine. With generation.enabled, the generation service
-// (engine/generate: a scheduler per model on a runtime of its own) starts
-// before the HTTP handler, and the OpenAI-compatible routes
+// (engine/generate: a scheduler per model on a runtime of its own, its
+// devices emulated or, with generation.backend bytenet, cudabridge's CPU
+// generator injected through generate.Config.NewStep) starts before the
+// HTTP handler, and the OpenAI-compatible routes
 // (/v1/completions, /v1/chat/completions, /v1/models: engine/openai) are
 // mounted beside the handler's on the same listener, with its API keys. Serve then serves HTTP (and gRPC), starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload,

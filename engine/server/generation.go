@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/cudabridge"
+	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/generate"
 	"github.com/batchd/batchd/engine/httpapi"
 	"github.com/batchd/batchd/engine/openai"
@@ -24,19 +27,45 @@ func (s *Server) openGeneration(hcfg *httpapi.Config, log *slog.Logger) error {
 	if !g.Enabled {
 		return nil
 	}
-	gen, err := generate.New(generate.Config{
+	gcfg := generate.Config{
 		Models: g.Models, Gen: s.f.GenConfig(), OutLen: s.f.GenOutputLen(),
 		Seed: s.f.Engine.Seed, Logger: log,
-	})
+	}
+	if g.Backend == config.GenBackendBytenet {
+		gcfg.NewStep = newBytenetGen
+	}
+	gen, err := generate.New(gcfg)
 	if err != nil {
 		return fmt.Errorf("generation: %w", err)
 	}
 	s.gen = gen
-	log.Info("generation on: /v1/completions, /v1/chat/completions, /v1/models", "models", g.Models, "devices", g.Devices,
+	log.Info("generation on: /v1/completions, /v1/chat/completions, /v1/models", "backend", g.Backend, "models", g.Models, "devices", g.Devices,
 		"static", g.Static, "ttft_slo", g.TTFTSLO)
 	hcfg.Collectors = append(hcfg.Collectors, gen.Collectors()...)
 	return nil
 }
+
+// bytenetGen is bytenet's CPU generator as a generation device: every
+// model name served is that one network, so each step is handed over as
+// bytenet's (the generator refuses any other model). Each slot is sampled
+// by its request's temperature and seed; a stream ends at max_tokens (no
+// stop byte).
+type bytenetGen struct{ g *cudabridge.Gen }
+
+func newBytenetGen(string, int) (generate.Step, error) {
+	g, err := cudabridge.NewGen(cudabridge.GenOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("bytenet generator: %w", err)
+	}
+	return bytenetGen{g}, nil
+}
+
+func (b bytenetGen) Step(job actors.StepJob) actors.StepDone {
+	job.Model, job.Version = cudabridge.ModelName, cudabridge.ModelVersion
+	return b.g.Step(job)
+}
+
+func (b bytenetGen) Reset() { b.g.Reset() }
 
 // rootHandler is what the listener serves: with generation on, the
 // OpenAI-compatible routes beside the rest of the API (h), whose API keys
