@@ -165,7 +165,9 @@ func (c *cell) Send(to actors.Address, msg actors.Message) {
 	if !c.lastOK || to != c.lastTo {
 		ep := c.host.route(to)
 		if !ep.found() {
-			c.host.deadLetters.Add(1)
+			if !c.host.sendRemote(c.addr, to, msg) {
+				c.host.deadLetters.Add(1)
+			}
 			return
 		}
 		c.lastTo, c.lastEP, c.lastOK = to, ep, true

@@ -23,6 +23,16 @@
 //     without waiting for a hundred wake-ups. Everything is bounded:
 //     requests in flight (InFlightMax), hence the waiters and what can
 //     queue in any mailbox or in the reply queue.
+//   - A cluster node (Config.Cluster, cluster.go) is the same actors
+//     assembled as the cluster simulator assembles a node (sim/cluster, one
+//     accumulator per node): the Fronts route each request to the batcher
+//     of its model's owner, the Devices announce themselves to the owners
+//     of their models (actors.NewClusterDevice). The runtime hands every
+//     message for another node to the Remote the config names (the data
+//     plane, cluster/transport); Engine.Deliver takes what the data plane
+//     brings, Engine.Member what membership says, and passes it to the
+//     fronts, the batcher and the devices. Messages between the node's
+//     own actors never leave the runtime.
 //   - Runtime is the small interface the engine needs of an actor runtime:
 //     spawn an actor (with a Backend for its Exec jobs, and a factory for a
 //     fresh value after a supervised restart), listen at an address, send,

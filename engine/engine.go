@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/member"
 )
 
 // Runtime is what the engine needs of a live actor runtime. LinkedRuntime
@@ -44,6 +45,13 @@ type RuntimeOptions struct {
 	Seed uint64
 	// Logger receives the actor library's own logs. Nil discards them.
 	Logger *slog.Logger
+	// Node and Remote make the runtime one node of a cluster: a message
+	// an actor sends to an address of another node (Address.Node not
+	// Node) goes to Remote, with the sender's address (the zero Address
+	// when sent from outside the actors). Remote must not block. Nil:
+	// such messages are dead letters, as on a single node.
+	Node   string
+	Remote func(from, to actors.Address, msg actors.Message)
 }
 
 // NewRuntime makes a Runtime: one adapter's constructor.
@@ -109,7 +117,38 @@ type Config struct {
 	// deadline; this guards the callers against a reply that is lost all
 	// the same. Default 5 s.
 	ReplyGrace time.Duration
+	// Cluster, when set, runs the engine as one node of a cluster (see
+	// ClusterConfig); Node must then name it. Nil: a single node.
+	Cluster *ClusterConfig
 }
+
+// Remote carries actor messages to the other nodes of a cluster: the
+// data plane (cluster/transport's Transport implements it). Send must not
+// block; a message it cannot deliver comes back to from as
+// actors.Undeliverable through Engine.Deliver.
+type Remote interface {
+	Send(from, to actors.Address, msg actors.Message)
+}
+
+// ClusterConfig makes an engine one node of a cluster, as the cluster
+// simulator (sim/cluster) assembles one: its fronts send each request to
+// the batcher of the node that owns the request's model (rendezvous over
+// the live members holding it, member.View.Owner), its devices announce
+// themselves to the owners of the models they hold (actors.NewClusterDevice),
+// and replies go from a device straight to the request's front, wherever
+// each is. Membership reaches the actors through Engine.Member; messages
+// from other nodes through Engine.Deliver.
+type ClusterConfig struct {
+	// Incarnation is this life of the node, as membership announces it
+	// (member.Update.Inc for the node itself): it must grow across the
+	// node's restarts, and be below 2^31 (device incarnations carry it).
+	Incarnation uint64
+	// Remote sends what the actors address to other nodes.
+	Remote Remote
+}
+
+// incarnationMax bounds ClusterConfig.Incarnation (actors.NewClusterDevice).
+const incarnationMax = 1<<31 - 1
 
 // DefaultConfig returns the seeds' service: 4 emulated devices at 100 ms
 // per batch of up to 100, with the batcher learning its overrun. Runtime
@@ -161,6 +200,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine config: JobTimeoutMultiple and JobTimeoutMin must be positive")
 	case c.ReplyGrace <= 0:
 		return fmt.Errorf("engine config: ReplyGrace %v: must be positive", c.ReplyGrace)
+	}
+	if cl := c.Cluster; cl != nil {
+		switch {
+		case c.Node == "" || len(c.Node) > member.MaxNameLen:
+			return fmt.Errorf("engine config: Node %q: a cluster node needs a name of 1 to %d bytes", c.Node, member.MaxNameLen)
+		case cl.Incarnation < 1 || cl.Incarnation > incarnationMax:
+			return fmt.Errorf("engine config: Cluster.Incarnation %d: want 1 to %d", cl.Incarnation, incarnationMax)
+		case cl.Remote == nil:
+			return fmt.Errorf("engine config: Cluster.Remote: a cluster node needs a data plane")
+		}
 	}
 	return nil
 }
@@ -215,6 +264,14 @@ type Engine struct {
 	counters counters
 	door     *door
 	replies  *replyQueue
+
+	// members is the last membership update of each node (cluster mode):
+	// what an actor that supervision restarts is told again, its view
+	// being new. Bounded by member.DefaultLimit nodes.
+	membersMu sync.Mutex
+	members   map[string]member.Update
+	// foreign counts messages Deliver got for another node.
+	foreign atomic.Int64
 }
 
 type waiterShard struct {
@@ -283,11 +340,15 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if newRuntime == nil {
 		newRuntime = LinkedRuntime
 	}
-	rt, err := newRuntime(RuntimeOptions{Seed: cfg.Seed, Logger: cfg.Logger})
+	node := cmp.Or(cfg.Node, localNode)
+	opts := RuntimeOptions{Seed: cfg.Seed, Logger: cfg.Logger}
+	if cfg.Cluster != nil {
+		opts.Node, opts.Remote = node, cfg.Cluster.Remote.Send
+	}
+	rt, err := newRuntime(opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: runtime: %w", err)
 	}
-	node := cmp.Or(cfg.Node, localNode)
 	e := &Engine{
 		cfg:          cfg,
 		node:         node,
@@ -298,6 +359,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		closing:      make(chan struct{}),
 		statsWaiters: make(map[uint64]chan statsAnswer),
 		door:         newDoor(cfg.Batcher),
+		members:      map[string]member.Update{},
+	}
+	if cfg.Cluster != nil {
+		// The node's own view starts with itself, so its devices announce
+		// themselves to its own batcher (what New waits for) until
+		// membership tells of the others.
+		e.members[node] = e.self()
 	}
 	for i := range e.shards {
 		e.shards[i].m = make(map[uint64]*waiting)
@@ -344,7 +412,13 @@ func (e *Engine) start(ctx context.Context) error {
 			panic("batchd: engine: batcher config went bad: " + err.Error())
 		}
 		inc := incarnations.Add(1)
-		return &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door}
+		h := &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door}
+		if cfg.Cluster != nil {
+			// The node's incarnation is membership's, not the batcher's:
+			// a restarted batcher takes Submits at once (see clusterNote).
+			h.restarted, h.replay, h.devices = false, e.membersNow, cfg.Devices
+		}
+		return h
 	}
 	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
 		return fmt.Errorf("engine: batcher: %w", err)
@@ -364,6 +438,13 @@ func (e *Engine) start(ctx context.Context) error {
 			return err
 		}
 		newDevice := func() actors.Actor {
+			if cl := cfg.Cluster; cl != nil {
+				d, err := actors.NewClusterDevice(cfg.Device, batcherID, cl.Incarnation)
+				if err != nil {
+					panic("batchd: engine: device config went bad: " + err.Error())
+				}
+				return &memberHost{a: d, replay: e.membersNow}
+			}
 			d, err := actors.NewDevice(cfg.Device, e.batcher)
 			if err != nil {
 				panic("batchd: engine: device config went bad: " + err.Error())

@@ -48,6 +48,13 @@ type host struct {
 
 	deadLetters atomic.Int64
 	restarts    atomic.Int64
+
+	// node and remote, when remote is set, make the host one node of a
+	// cluster: a message to an address of another node (one with no
+	// endpoint here) goes to remote, with its sender's address. Local
+	// addresses never take that path.
+	node   string
+	remote func(from, to actors.Address, msg actors.Message)
 }
 
 // endpoint is what an address leads to: an actor's cell, or a listener
@@ -118,9 +125,27 @@ func (h *host) Listen(addr actors.Address, fn func(actors.Message)) error {
 }
 
 // Send delivers msg to the endpoint at to, from outside any actor or from
-// one. A message to an unknown address is counted and dropped.
+// one. A message to an unknown address is counted and dropped, unless it is
+// for another node of a cluster (see sendRemote).
 func (h *host) Send(to actors.Address, msg actors.Message) {
-	h.route(to).post(h, msg)
+	ep := h.route(to)
+	if !ep.found() && h.sendRemote(actors.Address{}, to, msg) {
+		return
+	}
+	ep.post(h, msg)
+}
+
+// sendRemote hands msg from from to the host's remote sender when to is on
+// another node of its cluster, and reports whether it did. After Close
+// starts nothing leaves.
+func (h *host) sendRemote(from, to actors.Address, msg actors.Message) bool {
+	if h.remote == nil || to.Node == h.node {
+		return false
+	}
+	if !h.halted.Load() {
+		h.remote(from, to, msg)
+	}
+	return true
 }
 
 func (h *host) route(to actors.Address) endpoint { return (*h.routes.Load())[to] }

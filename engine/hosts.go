@@ -43,15 +43,24 @@ type frontHost struct {
 	// announced is the batcher's incarnation its fronts know of, for a
 	// fresh Front's view.
 	announced *atomic.Uint64
+	// replay, in a cluster, gives a fresh Front's view instead: the last
+	// membership update of every node.
+	replay func() []member.Update
 }
 
 func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
 	switch m := msg.(type) {
 	case actors.Start:
 		h.f.Receive(ctx, m)
-		// A node's view holds the node itself, alive at its batcher's
-		// incarnation; the cluster's membership will add the others.
-		h.f.Receive(ctx, member.Update{Node: h.node, Inc: h.announced.Load(), Kind: member.Alive})
+		if h.replay != nil {
+			for _, u := range h.replay() {
+				h.f.Receive(ctx, u)
+			}
+		} else {
+			// A single node's view holds the node itself, alive at its
+			// batcher's incarnation.
+			h.f.Receive(ctx, member.Update{Node: h.node, Inc: h.announced.Load(), Kind: member.Alive})
+		}
 		if h.restarted {
 			ctx.Send(h.waiter, frontRestarted{Front: h.i})
 		}
@@ -91,7 +100,11 @@ func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 		if err != nil {
 			panic("batchd: engine: front config went bad: " + err.Error())
 		}
-		return &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
+		h := &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
+		if e.cfg.Cluster != nil {
+			h.replay = e.membersNow
+		}
+		return h
 	}, nil
 }
 
@@ -134,13 +147,45 @@ type batcherHost struct {
 	fronts    []actors.Address
 	announced *atomic.Uint64
 	door      *door
+	// replay, in a cluster, is the membership a fresh batcher is told
+	// after its Start; devices, the node's device count, which the door
+	// sizes its window from there (the node's devices may serve other
+	// nodes' batchers, and this one may be served by theirs).
+	replay  func() []member.Update
+	devices int
 }
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
 	h.receive(ctx, msg)
+	if _, ok := msg.(actors.Start); ok && h.replay != nil {
+		for _, u := range h.replay() {
+			h.b.Receive(ctx, u)
+		}
+	}
 	// What the door sizes its window from; two atomic loads when nothing
 	// changed.
-	h.door.publish(h.b.Capacity())
+	healthy, overrun := h.b.Capacity()
+	if h.replay != nil {
+		healthy = h.devices
+	}
+	h.door.publish(healthy, overrun)
+}
+
+// memberHost is a cluster device as the engine spawns it: a fresh one
+// (the first, or one supervision restarted) is told the node's membership
+// after its Start, its view being empty.
+type memberHost struct {
+	a      actors.Actor
+	replay func() []member.Update
+}
+
+func (h *memberHost) Receive(ctx actors.Context, msg actors.Message) {
+	h.a.Receive(ctx, msg)
+	if _, ok := msg.(actors.Start); ok {
+		for _, u := range h.replay() {
+			h.a.Receive(ctx, u)
+		}
+	}
 }
 
 func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {

@@ -43,7 +43,9 @@ func LinkedRuntime(opts RuntimeOptions) (Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", RuntimeName, err)
 	}
-	return &liveRuntime{host: newHost(opts.Seed), lib: lib}, nil
+	h := newHost(opts.Seed)
+	h.node, h.remote = opts.Node, opts.Remote
+	return &liveRuntime{host: h, lib: lib}, nil
 }
 
 // Spawn implements Runtime.
