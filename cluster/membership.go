@@ -91,7 +91,9 @@ func DefaultConfig(name string) Config {
 // Meta is a node's metadata, as it travels (EncodeMeta).
 type Meta struct {
 	Incarnation uint64
-	// DataAddr is where the node's actors take messages from other nodes.
+	// DataAddr is where the node's actors take messages from other nodes
+	// (its data plane). A host of 0.0.0.0 or :: (or none) reaches the
+	// others, through OnPeer, as the node's gossip address.
 	DataAddr string
 	Devices  int
 	// Models are the models the node's devices hold warm; none: any
@@ -375,6 +377,7 @@ func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 	if meta.Leaving {
 		kind = member.Left
 	}
+	meta.DataAddr = dataAddrAt(meta.DataAddr, n.Addr)
 	u := member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind, Models: member.JoinModels(meta.Models)}
 	if m.onPeer != nil {
 		m.onPeer(u, meta)
@@ -409,4 +412,18 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 		kind = member.Left
 	}
 	e.m.update(n, kind)
+}
+
+// dataAddrAt is a node's data-plane address as its peers dial it: one
+// whose host is empty or unspecified (0.0.0.0, ::: the node listens on
+// every interface) takes the node's gossip address.
+func dataAddrAt(addr string, gossip net.IP) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || gossip == nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return addr
+	}
+	return net.JoinHostPort(gossip.String(), port)
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -171,5 +172,22 @@ func TestRestartAtNewAddress(t *testing.T) {
 	waitFor(t, "c alive again at 31", is(a, "c", 31, member.Alive))
 	if c2.m.Addr() == c.m.Addr() {
 		t.Fatal("the restarted node got its old address; the test needs another")
+	}
+}
+
+func TestDataAddrAt(t *testing.T) {
+	gossip := net.ParseIP("10.0.0.7")
+	for addr, want := range map[string]string{
+		"0.0.0.0:7947":    "10.0.0.7:7947",
+		"[::]:7947":       "10.0.0.7:7947",
+		":7947":           "10.0.0.7:7947",
+		"127.0.0.1:7947":  "127.0.0.1:7947",
+		"node-1.svc:7947": "node-1.svc:7947",
+		"":                "",
+		"not an address":  "not an address",
+	} {
+		if got := dataAddrAt(addr, gossip); got != want {
+			t.Errorf("dataAddrAt(%q) = %q, want %q", addr, got, want)
+		}
 	}
 }

@@ -48,6 +48,7 @@
 // found by gRPC keepalives (10 s + 2 s; membership usually declares it
 // dead first).
 //
-// Imported by: nothing (the engine will wire Send and Deliver into
-// its runtime; its tests run real transports on loopback).
+// Imported by: engine/server (a node's data plane, with cluster.data_addr:
+// the engine's runtime sends through it, and it delivers into the engine;
+// its tests run real transports on loopback).
 package transport

@@ -75,6 +75,8 @@ var serveFlags = []serveFlag{
 		}},
 	{"cluster-bind", "cluster.bind", "with --node: where the node gossips (host:port, UDP and TCP; port 0 picks a free one)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.Bind })},
+	{"data-addr", "cluster.data_addr", "with --node: where the node's data plane listens (host:port; needs cluster.secret_key_env): the engine batches each model at its owner across nodes (empty: membership only)",
+		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.DataAddr })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",

@@ -39,6 +39,14 @@ type Cluster struct {
 	// LeaveTimeout bounds the graceful leave on shutdown: telling the
 	// others the node is leaving, so they see it Left, not Dead.
 	LeaveTimeout time.Duration `yaml:"leave_timeout"`
+	// DataAddr is where the node's data plane (cluster/transport) listens
+	// for the other nodes' actor messages, host:port (port 0 picks a free
+	// one): with it the engine batches across nodes, each model at its
+	// owner. A host of 0.0.0.0 or :: is advertised as the node's gossip
+	// address. Empty: membership only, every node batching its own
+	// requests. It needs the gossip key (secret_key_env), which
+	// authenticates the data plane.
+	DataAddr string `yaml:"data_addr"`
 }
 
 // Limits on the cluster section.
@@ -123,4 +131,14 @@ func (v *validator) cluster() {
 	v.DurIn("cluster.probe_timeout", c.ProbeTimeout, time.Millisecond, c.ProbeInterval)
 	v.IntIn("cluster.suspicion_mult", c.SuspicionMult, 1, 100)
 	v.DurIn("cluster.leave_timeout", c.LeaveTimeout, 0, time.Minute)
+	if c.DataAddr != "" {
+		if _, port, err := net.SplitHostPort(c.DataAddr); err != nil {
+			v.Bad("cluster.data_addr", "%q: want host:port (0.0.0.0:7947): %v", c.DataAddr, err)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			v.Bad("cluster.data_addr", "%q: port %q: want 0 to 65535", c.DataAddr, port)
+		}
+		if c.SecretKeyEnv == "" {
+			v.Bad("cluster.data_addr", "needs cluster.secret_key_env: the gossip key authenticates the data plane")
+		}
+	}
 }

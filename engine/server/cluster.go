@@ -14,13 +14,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/member"
 	"github.com/batchd/batchd/cluster"
+	"github.com/batchd/batchd/cluster/transport"
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/config"
 )
 
@@ -36,6 +40,9 @@ type clusterNode struct {
 	log   *slog.Logger
 
 	models []string // the registry's: /v1/cluster names each one's owner
+	// engine, with a data plane, passes each update on to the engine's
+	// actors (Engine.Member).
+	engine func(member.Update)
 
 	mu     sync.Mutex
 	view   *member.View
@@ -48,7 +55,7 @@ const clusterViewMax = 4096
 // startCluster joins f's cluster, telling the others the node's devices
 // and models. The gossip key comes from the variable cluster.secret_key_env
 // names.
-func startCluster(f *config.File, devices int, log *slog.Logger) (*clusterNode, error) {
+func startCluster(f *config.File, devices int, dp *dataPlane, log *slog.Logger) (*clusterNode, error) {
 	c := f.Cluster
 	host, port, _ := net.SplitHostPort(c.Bind) // validated
 	p, _ := strconv.Atoi(port)
@@ -63,6 +70,14 @@ func startCluster(f *config.File, devices int, log *slog.Logger) (*clusterNode, 
 	cfg.SecretKey = key
 	cfg.Meta = cluster.Meta{Devices: devices, Models: f.Devices.WarmModels}
 	n := &clusterNode{self: c.Node, inc: cfg.Incarnation, leave: c.LeaveTimeout, log: log, view: member.NewView(clusterViewMax)}
+	if dp != nil {
+		// The engine's actors are told what the node's view is told, and
+		// the data plane follows membership to the others' addresses.
+		cfg.Incarnation, n.inc = dp.inc, dp.inc
+		cfg.Meta.DataAddr = dp.tr.Addr()
+		cfg.OnPeer = dp.onPeer(log)
+		n.engine = dp.member
+	}
 	for _, m := range f.Models {
 		n.models = append(n.models, m.Name)
 	}
@@ -77,6 +92,11 @@ func startCluster(f *config.File, devices int, log *slog.Logger) (*clusterNode, 
 
 // apply takes one membership update (memberlist calls it one at a time).
 func (n *clusterNode) apply(u member.Update) {
+	if n.engine != nil {
+		// Before the view: a member /v1/cluster shows is one the
+		// engine's actors were told of.
+		n.engine(u)
+	}
 	n.mu.Lock()
 	ch, err := n.view.Apply(u)
 	if err == nil && ch != member.Ignored {
@@ -89,6 +109,59 @@ func (n *clusterNode) apply(u member.Update) {
 	}
 	if ch != member.Ignored {
 		n.log.Info("cluster: member", "node", u.Node, "incarnation", u.Inc, "state", u.Kind.String())
+	}
+}
+
+// dataPlane is the node's end of the cluster's data plane
+// (cluster/transport): the engine's actors send to other nodes through
+// it, and what other nodes send comes in through it to the engine.
+type dataPlane struct {
+	tr  *transport.Transport
+	inc uint64
+	// eng is the engine, once started: messages that come before are
+	// dropped (the actors' heartbeats and retries cover them).
+	eng atomic.Pointer[engine.Engine]
+}
+
+// incarnationEpoch is where the node's incarnation counts seconds from
+// when it runs a data plane: device incarnations carry it in 31 bits
+// (engine.ClusterConfig), which Unix seconds would outgrow in 2038 and
+// milliseconds at once.
+var incarnationEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// openDataPlane listens on f.Cluster.DataAddr with the gossip key.
+func openDataPlane(f *config.File) (*dataPlane, error) {
+	key, err := f.GossipKey()
+	if err != nil {
+		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
+	}
+	dp := &dataPlane{inc: uint64(max(time.Since(incarnationEpoch)/time.Second, 1))}
+	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key},
+		func(from, to actors.Address, msg actors.Message) {
+			if e := dp.eng.Load(); e != nil {
+				e.Deliver(from, to, msg)
+			}
+		})
+	if err != nil {
+		return nil, fmt.Errorf("cluster.data_addr: %w", err)
+	}
+	return dp, nil
+}
+
+// member passes a membership update to the engine's actors.
+func (dp *dataPlane) member(u member.Update) {
+	if e := dp.eng.Load(); e != nil {
+		e.Member(u)
+	}
+}
+
+// onPeer is membership's OnPeer: the data plane dials each live member at
+// its data-plane address, and forgets the dead and departed.
+func (dp *dataPlane) onPeer(log *slog.Logger) func(member.Update, cluster.Meta) {
+	return func(u member.Update, meta cluster.Meta) {
+		if err := dp.tr.Apply(u, meta.DataAddr); err != nil {
+			log.Warn("cluster: data plane", "node", u.Node, "err", err)
+		}
 	}
 }
 

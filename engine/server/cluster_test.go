@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/config"
 )
 
@@ -170,5 +172,77 @@ func TestClusterKey(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "join") {
 		t.Errorf("error %q does not say the join failed", err)
+	}
+}
+
+// inferModel sends one synchronous request for model and returns its
+// status, output and version.
+func inferModel(t *testing.T, s *Server, model, input string) (int, string, string) {
+	t.Helper()
+	c := &http.Client{Timeout: waitMax}
+	resp, err := c.Post("http://"+s.Addr().String()+"/v1/models/"+model+"/infer", "application/json", strings.NewReader(`{"input": "`+input+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Output  string `json:"output"`
+		Version string `json:"version"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, r.Output, r.Version
+}
+
+// TestClusterDataPlane: two nodes with cluster.data_addr join through
+// memberlist and reach each other's data plane at the address their
+// metadata carries: a request sent to a for big, which only b holds warm
+// (so b owns it), is batched at b and answered at a with its own output;
+// a's batcher runs nothing.
+func TestClusterDataPlane(t *testing.T) {
+	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
+	withData := func(f *config.File) *config.File {
+		f.Cluster.DataAddr = "127.0.0.1:0"
+		if err := f.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a := newServer(t, withData(twoModels(t, clusterFile(t, "a"), "echo")))
+	defer a.Shutdown(context.Background())
+	b := newServer(t, withData(twoModels(t, clusterFile(t, "b", a.ClusterAddr()), "echo", "big")))
+	defer b.Shutdown(context.Background())
+	for _, s := range []*Server{a, b} {
+		go s.Serve(context.Background())
+	}
+	for _, s := range []*Server{a, b} {
+		waitCluster(t, s, "both alive", func(st ClusterStatus) bool {
+			m := states(st)
+			return m["a"] == "alive" && m["b"] == "alive" && st.Owners["big"] == "b"
+		})
+	}
+	for i := range 10 {
+		in := fmt.Sprintf("in-%d", i)
+		code, out, version := inferModel(t, a, "big", in)
+		if code != http.StatusOK || out != actors.EmulatedOutput("big", version, in) {
+			t.Fatalf("big at a: %d %q (version %q): want 200 and its input's output", code, out, version)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	sa, err := a.eng.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.eng.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa.Batcher.Batches != 0 || sb.Batcher.Batches == 0 {
+		t.Errorf("batches: a %d, b %d: want every one at b, big's owner", sa.Batcher.Batches, sb.Batcher.Batches)
+	}
+	if st := a.dp.tr.Stats(); st.Sent == 0 || st.Received == 0 {
+		t.Errorf("a's data plane sent %d and received %d messages: want both", st.Sent, st.Received)
 	}
 }

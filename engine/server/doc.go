@@ -14,7 +14,9 @@
 // engine/generate and engine/openai (generation over the
 // OpenAI-compatible API, with generation.enabled),
 // engine/workerproc (the worker backend), cudabridge (the cpu and cuda
-// backends), cluster and actors/member (a node's membership in a cluster).
+// backends), cluster and actors/member (a node's membership in a cluster),
+// and cluster/transport (its data plane, with cluster.data_addr: the
+// engine then batches each model at its owner, across nodes).
 //
 // # Backends
 //

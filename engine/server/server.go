@@ -67,8 +67,10 @@ type Server struct {
 	// The gRPC server and its listener, when f.GRPC.Addr is set.
 	gsrv *grpcapi.Server
 	gln  net.Listener
-	// cn is the node's cluster membership, when f.Cluster.Node is set.
+	// cn is the node's cluster membership, when f.Cluster.Node is set;
+	// dp its data plane, when f.Cluster.DataAddr is set too.
 	cn *clusterNode
+	dp *dataPlane
 
 	mu          sync.Mutex
 	serving     bool
@@ -131,6 +133,15 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	// The data plane listens before the engine starts: the engine sends
+	// through it from its first message.
+	if f.Clustered() && f.Cluster.DataAddr != "" {
+		if s.dp, err = openDataPlane(f); err != nil {
+			return err
+		}
+		ecfg.Node = f.Cluster.Node
+		ecfg.Cluster = &engine.ClusterConfig{Incarnation: s.dp.inc, Remote: s.dp.tr}
+	}
 	startCtx, cancel := context.WithTimeout(ctx, engineStartMax)
 	eng, err := engine.New(startCtx, ecfg)
 	cancel()
@@ -138,6 +149,9 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 		return fmt.Errorf("start engine: %w", err)
 	}
 	s.eng = eng
+	if s.dp != nil {
+		s.dp.eng.Store(eng)
+	}
 
 	hcfg.Logger = log
 	// Ready means a request for the model can be served now: a device
@@ -154,7 +168,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	// A node of a cluster joins it once its devices are up, so it is
 	// never seen without them.
 	if f.Clustered() {
-		if s.cn, err = startCluster(f, len(hcfg.Devices), log); err != nil {
+		if s.cn, err = startCluster(f, len(hcfg.Devices), s.dp, log); err != nil {
 			return err
 		}
 		hcfg.Cluster = func() any { return s.cn.status() }
@@ -420,6 +434,12 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 			errs = append(errs, err)
 		}
 		cancel()
+	}
+	if s.dp != nil {
+		// After the engine: its actors send through it to the last.
+		if err := s.dp.tr.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("data plane: %w", err))
+		}
 	}
 	if s.closeRecord != nil {
 		if err := s.closeRecord(); err != nil {
