@@ -1,17 +1,20 @@
 #!/bin/sh
 # local.sh starts a cluster of batchd nodes on this machine's loopback
 # (make cluster): NODES nodes (default 3) of DEVICES emulated devices
-# each (default 2), node i serving HTTP on 127.0.0.1:$((HTTP_BASE+i)) and
-# gossiping on 127.0.0.1:$((GOSSIP_BASE+i)), each with its own job store
-# under DIR, all sharing a fresh gossip key. It prints a curl line for each
-# front and the cluster's view, and stops every node on Ctrl-C (a graceful
-# leave each).
+# each (default 2), node i serving HTTP on 127.0.0.1:$((HTTP_BASE+i)),
+# gossiping on 127.0.0.1:$((GOSSIP_BASE+i)) and taking the other nodes'
+# messages on its data plane at 127.0.0.1:$((DATA_BASE+i)), each with its
+# own job store under DIR, all sharing a fresh gossip key: each model is
+# batched at its owner, whichever front a request comes to. It prints a
+# curl line for each front and the cluster's view, and stops every node on
+# Ctrl-C (a graceful leave each).
 set -eu
 BIN=${BIN:-bin/batchd}
 NODES=${NODES:-3}
 DEVICES=${DEVICES:-2}
 HTTP_BASE=${HTTP_BASE:-8081}
 GOSSIP_BASE=${GOSSIP_BASE:-7946}
+DATA_BASE=${DATA_BASE:-7846}
 DIR=${DIR:-$(mktemp -d /tmp/batchd-cluster.XXXXXX)}
 [ "$NODES" -ge 1 ] && [ "$NODES" -le 16 ] || { echo "NODES=$NODES: want 1 to 16" >&2; exit 2; }
 BATCHD_GOSSIP_KEY=$(head -c 32 /dev/urandom | base64)
@@ -31,6 +34,7 @@ while [ "$i" -lt "$NODES" ]; do
 	# shellcheck disable=SC2086 # $join is two words or none
 	"$BIN" serve --config "$DIR/$name.yaml" --node "$name" --devices "$DEVICES" \
 		--addr "127.0.0.1:$((HTTP_BASE + i))" --cluster-bind "127.0.0.1:$((GOSSIP_BASE + i))" \
+		--data-addr "127.0.0.1:$((DATA_BASE + i))" \
 		--data-dir "$DIR/$name" $join > "$DIR/$name.log" 2>&1 &
 	pids="$pids $!"
 	# The first node must be up before the others join it.

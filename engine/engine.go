@@ -52,7 +52,19 @@ type RuntimeOptions struct {
 	// such messages are dead letters, as on a single node.
 	Node   string
 	Remote func(from, to actors.Address, msg actors.Message)
+	// ClockEpoch, when set, is what the runtime's clock counts from: a
+	// wall-clock instant every node of a cluster shares (ClusterEpoch),
+	// so the times messages carry (arrivals, deadlines) compare across
+	// nodes, to within their clocks' skew. Zero: the clock counts from
+	// the runtime's start. Either way it reads the monotonic clock once
+	// started, so it never goes back.
+	ClockEpoch time.Time
 }
+
+// ClusterEpoch is the clock epoch of every node of a cluster (2025-01-01
+// UTC): a node that started later must not see another's deadlines in its
+// own past.
+var ClusterEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // NewRuntime makes a Runtime: one adapter's constructor.
 type NewRuntime func(opts RuntimeOptions) (Runtime, error)
@@ -343,7 +355,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	node := cmp.Or(cfg.Node, localNode)
 	opts := RuntimeOptions{Seed: cfg.Seed, Logger: cfg.Logger}
 	if cfg.Cluster != nil {
-		opts.Node, opts.Remote = node, cfg.Cluster.Remote.Send
+		opts.Node, opts.Remote, opts.ClockEpoch = node, cfg.Cluster.Remote.Send, ClusterEpoch
 	}
 	rt, err := newRuntime(opts)
 	if err != nil {

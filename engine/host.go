@@ -26,7 +26,10 @@ var (
 // Its methods are safe for concurrent use.
 type host struct {
 	start time.Time
-	seed  uint64
+	// offset is the time from the clock's epoch to start (0: the clock
+	// counts from start).
+	offset time.Duration
+	seed   uint64
 
 	// routes is copied on write: addresses are registered while the engine
 	// is set up and looked up on every send, so lookups take no lock.
@@ -66,16 +69,19 @@ type endpoint struct {
 
 // newHost returns a Host whose clock starts now and whose actors' random
 // streams derive from seed.
-func newHost(seed uint64) *host {
+func newHost(seed uint64, epoch time.Time) *host {
 	h := &host{start: time.Now(), seed: seed}
+	if !epoch.IsZero() {
+		h.offset = h.start.Sub(epoch) // wall clock: epoch has no monotonic reading
+	}
 	m := map[actors.Address]endpoint{}
 	h.routes.Store(&m)
 	return h
 }
 
-// Now is the time since the Host was made, on the monotonic clock, so it
-// never goes back.
-func (h *host) Now() time.Duration { return time.Since(h.start) }
+// Now is the time since the Host was made (plus its epoch's offset), on
+// the monotonic clock, so it never goes back.
+func (h *host) Now() time.Duration { return h.offset + time.Since(h.start) }
 
 // DeadLetters is the number of messages sent to an address with neither an
 // actor nor a listener.

@@ -150,7 +150,7 @@ type exec struct{ job actors.Job }
 // hung call's context is cancelled, its result is never delivered, and the
 // device never runs two calls at once.
 func TestWorkerAbandon(t *testing.T) {
-	h := newHost(1)
+	h := newHost(1, time.Time{})
 	b := &blockingBackend{}
 	r := &recorder{f: func(ctx actors.Context, msg actors.Message) {
 		if m, ok := msg.(exec); ok {
@@ -178,7 +178,7 @@ func TestWorkerAbandon(t *testing.T) {
 // TestCloseStopsEverything: Close stops armed timers and a worker stuck in
 // a call, and waits for them; nothing is delivered after.
 func TestCloseStopsEverything(t *testing.T) {
-	h := newHost(1)
+	h := newHost(1, time.Time{})
 	b := &blockingBackend{}
 	r := &recorder{f: func(ctx actors.Context, msg actors.Message) {
 		if _, ok := msg.(actors.Start); ok {
@@ -198,7 +198,7 @@ func TestCloseStopsEverything(t *testing.T) {
 }
 
 func TestRouting(t *testing.T) {
-	h := newHost(1)
+	h := newHost(1, time.Time{})
 	var got []actors.Message
 	var mu sync.Mutex
 	if err := h.Listen(actors.Address{ID: 5}, func(m actors.Message) { mu.Lock(); got = append(got, m); mu.Unlock() }); err != nil {
@@ -222,7 +222,7 @@ func TestRouting(t *testing.T) {
 // TestTimerIDsUnique: two actors never get the same timer ID, so one's
 // stale ID cannot cancel the other's timer.
 func TestTimerIDsUnique(t *testing.T) {
-	h := newHost(1)
+	h := newHost(1, time.Time{})
 	var mu sync.Mutex
 	ids := map[actors.TimerID]bool{}
 	dup := false
@@ -250,7 +250,7 @@ func TestTimerIDsUnique(t *testing.T) {
 // TestContextOutsideReceive: a Context kept past its Receive panics rather
 // than act out of turn.
 func TestContextOutsideReceive(t *testing.T) {
-	h := newHost(1)
+	h := newHost(1, time.Time{})
 	c, err := h.NewCell(actors.Address{ID: 1}, func() actors.Actor { return &recorder{} }, func(any) {}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestContextOutsideReceive(t *testing.T) {
 // library, whose mailbox may not take them yet (protoactor's then never ran
 // the actor at all); once open, they are posted.
 func TestSendBeforeOpen(t *testing.T) {
-	h := newHost(1)
+	h := newHost(1, time.Time{})
 	var posted atomic.Int64
 	c, err := h.NewCell(actors.Address{ID: 1}, func() actors.Actor { return &recorder{} }, func(any) { posted.Add(1) }, nil)
 	if err != nil {
@@ -308,3 +308,17 @@ func TestSendBeforeOpen(t *testing.T) {
 type funcActor func(actors.Context, actors.Message)
 
 func (f funcActor) Receive(ctx actors.Context, msg actors.Message) { f(ctx, msg) }
+
+// TestHostClockEpoch: a host whose clock counts from an epoch reads the
+// time since it, so two nodes started apart agree on what time it is; one
+// without counts from its start.
+func TestHostClockEpoch(t *testing.T) {
+	epoch := time.Now().Add(-time.Hour)
+	a := newHost(1, epoch)
+	if d := a.Now() - time.Hour; d < 0 || d > time.Minute {
+		t.Errorf("a clock from an epoch an hour ago reads %v", a.Now())
+	}
+	if n := newHost(1, time.Time{}).Now(); n > time.Minute {
+		t.Errorf("a clock from its start reads %v", n)
+	}
+}

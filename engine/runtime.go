@@ -43,7 +43,7 @@ func LinkedRuntime(opts RuntimeOptions) (Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", RuntimeName, err)
 	}
-	h := newHost(opts.Seed)
+	h := newHost(opts.Seed, opts.ClockEpoch)
 	h.node, h.remote = opts.Node, opts.Remote
 	return &liveRuntime{host: h, lib: lib}, nil
 }
