@@ -141,3 +141,15 @@ func TestProfileConfigUpstream(t *testing.T) {
 		t.Errorf("header:\n%s", text)
 	}
 }
+
+// TestProfileConfigCPU: a serve config of the cpu backend is profiled on
+// the model serve would run, bytenet, which it registers itself.
+func TestProfileConfigCPU(t *testing.T) {
+	m, text, code, stderr := profileConfig(t, "devices:\n  backend: cpu\n", "--sizes", "1,2", "--lengths", "16", "--reps", "2")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if len(m.Table) != 2 || !strings.Contains(text, "devices.backend cpu, model bytenet") {
+		t.Errorf("table %+v:\n%s", m.Table, text)
+	}
+}

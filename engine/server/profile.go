@@ -15,25 +15,24 @@ import (
 // first model at its first version, and fails if the backend fails it or
 // any of its items. close releases the backend.
 func ProfileTarget(f *config.File, log *slog.Logger) (t cudabridge.Target, closeAll func(), err error) {
-	if len(f.Models) == 0 {
-		return t, nil, fmt.Errorf("profile: the configuration lists no model to run batches of")
-	}
 	one := *f // one device: only device 0 is timed (cuda: GPU 0)
 	one.Devices.Count = 1
+	// Built as serve builds it: for cpu and cuda that also makes the
+	// registry serve bytenet, so the model is read after.
 	c, closeAll, err := engineConfig(&one, log)
 	if err != nil {
 		return t, nil, err
 	}
-	if c.Backend == nil {
+	if c.Backend == nil || len(one.Models) == 0 {
 		closeAll()
-		return t, nil, fmt.Errorf("profile: devices.backend %q has no backend to time", f.Devices.Backend)
+		return t, nil, fmt.Errorf("profile: devices.backend %q with %d models: nothing to time", f.Devices.Backend, len(one.Models))
 	}
-	m := f.Models[0]
+	m := one.Models[0]
 	version := "v1"
 	if len(m.Versions) > 0 {
 		version = m.Versions[0].Name
 	}
-	lim := cudabridge.Limits{BatchMax: f.Policy.BatchMax, InputLenMax: f.HTTP.InputMaxBytes}
+	lim := cudabridge.Limits{BatchMax: one.Policy.BatchMax, InputLenMax: one.HTTP.InputMaxBytes}
 	if m.BatchMax > 0 {
 		lim.BatchMax = min(lim.BatchMax, m.BatchMax)
 	}
