@@ -322,6 +322,22 @@ func (m *Membership) BadMeta() int {
 // Leave tells the cluster the node is leaving (Left, not Dead), waits up to
 // timeout for it to spread, and stops.
 func (m *Membership) Leave(timeout time.Duration) error {
+	if err := m.Announce(timeout); err != nil {
+		return err
+	}
+	m.halt()
+	err := m.ml.Leave(timeout)
+	if serr := m.ml.Shutdown(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Announce tells the cluster the node is leaving (the others see it Left
+// and move its models) while it stays a member that can finish its work;
+// it waits up to timeout for the news to go out. Leave announces too, if
+// Announce was not called; calling it twice is harmless.
+func (m *Membership) Announce(timeout time.Duration) error {
 	leaving := m.cfg
 	leaving.Leaving = true
 	meta, err := EncodeMeta(leaving)
@@ -334,12 +350,7 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	if err := m.ml.UpdateNode(timeout); err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}
-	m.halt()
-	err = m.ml.Leave(timeout)
-	if serr := m.ml.Shutdown(); err == nil {
-		err = serr
-	}
-	return err
+	return nil
 }
 
 // Stop stops the node without a word, as a crash would: the others

@@ -39,6 +39,10 @@ type Cluster struct {
 	// LeaveTimeout bounds the graceful leave on shutdown: telling the
 	// others the node is leaving, so they see it Left, not Dead.
 	LeaveTimeout time.Duration `yaml:"leave_timeout"`
+	// HandoverGrace is how long a node that is stopping waits, once it
+	// has told the others it is leaving (and they move its models), before
+	// it drains: the time for the news to reach every front.
+	HandoverGrace time.Duration `yaml:"handover_grace"`
 	// DataAddr is where the node's data plane (cluster/transport) listens
 	// for the other nodes' actor messages, host:port (port 0 picks a free
 	// one): with it the engine batches across nodes, each model at its
@@ -70,6 +74,7 @@ func defaultCluster() Cluster {
 		ProbeTimeout:  500 * time.Millisecond,
 		SuspicionMult: 4,
 		LeaveTimeout:  5 * time.Second,
+		HandoverGrace: time.Second,
 	}
 }
 
@@ -131,6 +136,7 @@ func (v *validator) cluster() {
 	v.DurIn("cluster.probe_timeout", c.ProbeTimeout, time.Millisecond, c.ProbeInterval)
 	v.IntIn("cluster.suspicion_mult", c.SuspicionMult, 1, 100)
 	v.DurIn("cluster.leave_timeout", c.LeaveTimeout, 0, time.Minute)
+	v.DurIn("cluster.handover_grace", c.HandoverGrace, 0, time.Minute)
 	if c.DataAddr != "" {
 		if _, port, err := net.SplitHostPort(c.DataAddr); err != nil {
 			v.Bad("cluster.data_addr", "%q: want host:port (0.0.0.0:7947): %v", c.DataAddr, err)

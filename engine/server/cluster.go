@@ -253,6 +253,25 @@ func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 // stop leaves the cluster gracefully (the others see the node Left, not
 // Dead), within cluster.leave_timeout.
+// handOver tells the others the node is leaving, so they move its models
+// (their fronts resubmit what waits here to the new owners), and waits
+// grace for that to take effect before the node drains: a request another
+// front sends here meanwhile would find the batcher draining and be
+// refused.
+func (n *clusterNode) handOver(ctx context.Context, grace time.Duration) error {
+	if err := n.ml.Announce(n.leave); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	n.log.Info("cluster: leaving: the others move this node's models", "grace", grace)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done(): // the shutdown's bound comes first
+	}
+	return nil
+}
+
 func (n *clusterNode) stop() error {
 	if err := n.ml.Leave(n.leave); err != nil {
 		return fmt.Errorf("cluster: %w", err)

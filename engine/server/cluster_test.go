@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,4 +246,105 @@ func TestClusterDataPlane(t *testing.T) {
 	if st := a.dp.tr.Stats(); st.Sent == 0 || st.Received == 0 {
 		t.Errorf("a's data plane sent %d and received %d messages: want both", st.Sent, st.Received)
 	}
+}
+
+// post sends one infer of model to s and returns the status and output.
+func post(s *Server, model, input string) (int, string, error) {
+	c := &http.Client{Timeout: waitMax}
+	resp, err := c.Post("http://"+s.Addr().String()+"/v1/models/"+model+"/infer", "application/json", strings.NewReader(`{"input": "`+input+`"}`))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Output string `json:"output"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return 0, "", err
+	}
+	return resp.StatusCode, r.Output, nil
+}
+
+// TestClusterHandover: the owner of a model that stops gracefully while
+// another node's clients stream requests for it first hands the model
+// over (the others see it leave and move what waits there), then drains:
+// every request is answered 200 with its own output, none refused by the
+// draining owner, and the model ends up owned by the node that stays.
+func TestClusterHandover(t *testing.T) {
+	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
+	withData := func(f *config.File) *config.File {
+		f.Cluster.DataAddr = "127.0.0.1:0"
+		if err := f.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a := newServer(t, withData(clusterFile(t, "a")))
+	defer a.Shutdown(context.Background())
+	b := newServer(t, withData(clusterFile(t, "b", a.ClusterAddr())))
+	defer b.Shutdown(context.Background())
+	for _, s := range []*Server{a, b} {
+		go s.Serve(context.Background())
+	}
+	st := waitCluster(t, a, "both alive", func(st ClusterStatus) bool {
+		m := states(st)
+		return m["a"] == "alive" && m["b"] == "alive" && st.Owners["echo"] != ""
+	})
+	waitCluster(t, b, "both alive", func(st ClusterStatus) bool { return states(st)["a"] == "alive" })
+	owner, stays := a, b
+	if st.Owners["echo"] == "b" {
+		owner, stays = b, a
+	}
+	type result struct {
+		code    int
+		in, out string
+	}
+	results := make(chan result, 1<<14)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				in := fmt.Sprintf("c%d-%d", c, i)
+				code, out, err := post(stays, "echo", in)
+				if err != nil {
+					t.Error(err) // not Fatal: this is not the test's goroutine
+					return
+				}
+				results <- result{code, in, out}
+			}
+		})
+	}
+	// Some requests go through the owner before it stops.
+	for range 40 {
+		if r := <-results; r.code != http.StatusOK {
+			t.Fatalf("before the stop: %d for %s", r.code, r.in)
+		} else {
+			results <- r
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	if err := owner.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	close(results)
+	n := 0
+	for r := range results {
+		n++
+		if r.code != http.StatusOK || r.out != actors.EmulatedOutput("echo", "v1", r.in) {
+			t.Errorf("%s: %d %q: want 200 and its own output", r.in, r.code, r.out)
+		}
+	}
+	if after := clusterOf(t, stays); after.Owners["echo"] != after.Node {
+		t.Errorf("after the owner left, echo is owned by %q, want %s", after.Owners["echo"], after.Node)
+	}
+	t.Logf("%d requests, the owner (%s) stopped among them", n, map[bool]string{true: "a", false: "b"}[owner == a])
 }

@@ -354,6 +354,14 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 		s.log.Info("stopping: admitting nothing new, draining queued work", "bound", s.f.HTTP.ShutdownTimeout)
 	}
 	var errs []error
+	// A node that batches with others hands its models over before it
+	// drains: told it leaves, their fronts move what waits here and send
+	// nothing new (it leaves memberlist once its work is done, below).
+	if s.cn != nil && s.dp != nil && serving {
+		if err := s.cn.handOver(ctx, s.f.Cluster.HandoverGrace); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.h != nil {
 		if err := s.h.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http handler: %w", err))
