@@ -237,6 +237,23 @@ func (n *clusterNode) collectors() []prometheus.Collector {
 	}}}
 }
 
+// collectors are the data plane's series for /metrics: the messages it
+// carried between this node and the others, by fate.
+func (dp *dataPlane) collectors() []prometheus.Collector {
+	msgs := prometheus.NewDesc("batchd_cluster_messages_total",
+		"Actor messages the data plane carried: sent to other nodes, received from them, undeliverable (back to their sender: the node unknown, down or its queue full), dropped (from a peer, not decoded or not for this node).",
+		[]string{"fate"}, nil)
+	return []prometheus.Collector{collectorFunc{descs: []*prometheus.Desc{msgs}, collect: func(ch chan<- prometheus.Metric) {
+		st := dp.tr.Stats()
+		for _, c := range []struct {
+			fate string
+			n    uint64
+		}{{"sent", st.Sent}, {"received", st.Received}, {"undeliverable", st.Undeliverable}, {"dropped", st.Dropped}} {
+			ch <- prometheus.MustNewConstMetric(msgs, prometheus.CounterValue, float64(c.n), c.fate)
+		}
+	}}}
+}
+
 // collectorFunc is a prometheus.Collector of fixed descriptions.
 type collectorFunc struct {
 	descs   []*prometheus.Desc

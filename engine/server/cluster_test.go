@@ -246,6 +246,18 @@ func TestClusterDataPlane(t *testing.T) {
 	if st := a.dp.tr.Stats(); st.Sent == 0 || st.Received == 0 {
 		t.Errorf("a's data plane sent %d and received %d messages: want both", st.Sent, st.Received)
 	}
+	resp, err := http.Get("http://" + a.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body strings.Builder
+	_, _ = io.Copy(&body, resp.Body)
+	resp.Body.Close()
+	for _, fate := range []string{"sent", "received"} {
+		if !strings.Contains(body.String(), `batchd_cluster_messages_total{fate="`+fate+`"}`) || strings.Contains(body.String(), `batchd_cluster_messages_total{fate="`+fate+`"} 0`+"\n") {
+			t.Errorf("/metrics: no %s messages counted", fate)
+		}
+	}
 }
 
 // post sends one infer of model to s and returns the status and output.

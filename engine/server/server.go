@@ -173,6 +173,9 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 		}
 		hcfg.Cluster = func() any { return s.cn.status() }
 		hcfg.Collectors = s.cn.collectors()
+		if s.dp != nil {
+			hcfg.Collectors = append(hcfg.Collectors, s.dp.collectors()...)
+		}
 	}
 	if a := f.Autoscale; a != nil {
 		s.scale, err = autoscale.New(autoscale.Config{
