@@ -341,28 +341,7 @@ func (g *GenScheduler) checkDeadline(ctx StepContext, s *genSeq) {
 // tenant returns the named tenant's state, created on first sight within
 // TenantsMax (releasing an idle one at the bound); nil if all are busy.
 func (g *GenScheduler) tenant(name string, now time.Duration) *tenantState {
-	if t := g.tenants[name]; t != nil {
-		return t
-	}
-	if len(g.tenantOrder) >= g.cfg.TenantsMax {
-		i := slices.IndexFunc(g.tenantOrder, func(t *tenantState) bool { return t.idle(now) })
-		if i < 0 {
-			return nil
-		}
-		delete(g.tenants, g.tenantOrder[i].name)
-		g.tenantOrder = slices.Delete(g.tenantOrder, i, i+1)
-	}
-	cfg := g.cfg.DefaultTenant
-	for _, c := range g.cfg.Tenants {
-		if c.Name == name {
-			cfg = c
-		}
-	}
-	t := newTenant(name, cfg)
-	t.served = g.vtime
-	g.tenants[name] = t
-	g.tenantOrder = append(g.tenantOrder, t)
-	return t
+	return lookupTenant(g.tenants, &g.tenantOrder, name, now, g.cfg.TenantsMax, g.cfg.DefaultTenant, g.cfg.Tenants, g.vtime)
 }
 
 // level is s's effective priority: its own, one higher per PriorityAging

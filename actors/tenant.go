@@ -67,19 +67,28 @@ func (t *tenantState) idle(now time.Duration) bool {
 // within TenantsMax (releasing an idle tenant at the bound); nil if every
 // tenant tracked holds requests.
 func (b *Batcher) tenant(name string, now time.Duration) *tenantState {
-	if t := b.tenants[name]; t != nil {
+	return lookupTenant(b.tenants, &b.tenantOrder, name, now, b.cfg.TenantsMax, b.cfg.DefaultTenant, b.cfg.Tenants, b.vtime)
+}
+
+// lookupTenant is the tenant table of a Batcher or a GenScheduler: the
+// named tenant's state in byName (order: the same, in order of arrival),
+// created on first sight with its configuration from cfgs (def when it is
+// not listed) while fewer than most are tracked, else in the place of an
+// idle one; nil if every tenant tracked holds requests.
+func lookupTenant(byName map[string]*tenantState, order *[]*tenantState, name string, now time.Duration, most int, def TenantConfig, cfgs []TenantConfig, vtime float64) *tenantState {
+	if t := byName[name]; t != nil {
 		return t
 	}
-	if len(b.tenantOrder) >= b.cfg.TenantsMax {
-		i := slices.IndexFunc(b.tenantOrder, func(t *tenantState) bool { return t.idle(now) })
+	if len(*order) >= most {
+		i := slices.IndexFunc(*order, func(t *tenantState) bool { return t.idle(now) })
 		if i < 0 {
 			return nil
 		}
-		delete(b.tenants, b.tenantOrder[i].name)
-		b.tenantOrder = slices.Delete(b.tenantOrder, i, i+1)
+		delete(byName, (*order)[i].name)
+		*order = slices.Delete(*order, i, i+1)
 	}
-	cfg := b.cfg.DefaultTenant
-	for _, c := range b.cfg.Tenants {
+	cfg := def
+	for _, c := range cfgs {
 		if c.Name == name {
 			cfg = c
 		}
@@ -87,9 +96,9 @@ func (b *Batcher) tenant(name string, now time.Duration) *tenantState {
 	t := newTenant(name, cfg)
 	// A newcomer starts level with the tenants being served, so it neither
 	// waits behind their history nor banks credit it did not use.
-	t.served = b.vtime
-	b.tenants[name] = t
-	b.tenantOrder = append(b.tenantOrder, t)
+	t.served = vtime
+	byName[name] = t
+	*order = append(*order, t)
 	return t
 }
 

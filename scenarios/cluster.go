@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -253,27 +251,17 @@ func ClusterBuiltin(name string) (*ClusterScenario, error) {
 // LoadCluster reads and validates the cluster scenario file at file; a
 // latency profile is read relative to its folder.
 func LoadCluster(file string) (*ClusterScenario, error) {
-	data, err := readLimited(func() (io.ReadCloser, error) { return os.Open(file) }, FileBytesMax)
+	data, readProfile, err := readFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("cluster scenario: %w", err)
 	}
-	dir := filepath.Dir(file)
-	return ParseCluster(file, data, func(rel string) ([]byte, error) {
-		if !filepath.IsAbs(rel) {
-			rel = filepath.Join(dir, rel)
-		}
-		return readLimited(func() (io.ReadCloser, error) { return os.Open(rel) }, ProfileBytesMax)
-	})
+	return ParseCluster(file, data, readProfile)
 }
 
 // FindCluster loads a cluster scenario named on a command line: a file
 // when arg names one (or looks like a path), else a built-in one.
 func FindCluster(arg string) (*ClusterScenario, error) {
-	if strings.ContainsRune(arg, '/') || strings.ContainsRune(arg, filepath.Separator) ||
-		strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") {
-		return LoadCluster(arg)
-	}
-	if st, err := os.Stat(arg); err == nil && st.Mode().IsRegular() {
+	if isFile(arg) {
 		return LoadCluster(arg)
 	}
 	return ClusterBuiltin(arg)

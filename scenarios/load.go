@@ -89,28 +89,42 @@ func Builtin(name string) (*Scenario, error) {
 // Load reads and validates the scenario file at path; a latency profile
 // is read relative to the file's folder.
 func Load(file string) (*Scenario, error) {
-	data, err := readLimited(func() (io.ReadCloser, error) { return os.Open(file) }, FileBytesMax)
+	data, readProfile, err := readFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("scenario: %w", err)
 	}
+	return Parse(file, data, readProfile)
+}
+
+// readFile reads the scenario file at file, bounded, and returns it with
+// the reader of the profiles it names (relative to its folder).
+func readFile(file string) ([]byte, func(string) ([]byte, error), error) {
+	data, err := readLimited(func() (io.ReadCloser, error) { return os.Open(file) }, FileBytesMax)
 	dir := filepath.Dir(file)
-	return Parse(file, data, func(rel string) ([]byte, error) {
+	return data, func(rel string) ([]byte, error) {
 		if !filepath.IsAbs(rel) {
 			rel = filepath.Join(dir, rel)
 		}
 		return readLimited(func() (io.ReadCloser, error) { return os.Open(rel) }, ProfileBytesMax)
-	})
+	}, err
+}
+
+// isFile says whether a command line's scenario names a file: it looks
+// like a path (a slash, or .yaml or .yml at the end), or one exists.
+func isFile(arg string) bool {
+	if strings.ContainsRune(arg, '/') || strings.ContainsRune(arg, filepath.Separator) ||
+		strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") {
+		return true
+	}
+	st, err := os.Stat(arg)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // Find loads a scenario named on a command line: a file when arg names one
 // (or looks like a path: it has a slash or ends in .yaml or .yml), else a
 // built-in scenario.
 func Find(arg string) (*Scenario, error) {
-	if strings.ContainsRune(arg, '/') || strings.ContainsRune(arg, filepath.Separator) ||
-		strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") {
-		return Load(arg)
-	}
-	if st, err := os.Stat(arg); err == nil && st.Mode().IsRegular() {
+	if isFile(arg) {
 		return Load(arg)
 	}
 	return Builtin(arg)
