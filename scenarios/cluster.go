@@ -208,20 +208,7 @@ const clusterDir = "cluster"
 
 // ClusterBuiltins returns the names of the built-in cluster scenarios
 // (the files of scenarios/cluster/), sorted.
-func ClusterBuiltins() []string {
-	entries, err := fs.ReadDir(builtin, clusterDir)
-	if err != nil {
-		panic("scenarios: embedded files: " + err.Error())
-	}
-	var names []string
-	for _, e := range entries {
-		if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok && !e.IsDir() {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
+func ClusterBuiltins() []string { return builtinNames(clusterDir) }
 
 // ClusterBuiltin loads the built-in cluster scenario called name.
 func ClusterBuiltin(name string) (*ClusterScenario, error) {

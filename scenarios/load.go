@@ -49,8 +49,12 @@ type (
 )
 
 // Builtins returns the names of the built-in scenarios, sorted.
-func Builtins() []string {
-	entries, err := fs.ReadDir(builtin, ".")
+func Builtins() []string { return builtinNames(".") }
+
+// builtinNames lists the embedded scenario files of dir (their names
+// without .yaml), sorted.
+func builtinNames(dir string) []string {
+	entries, err := fs.ReadDir(builtin, dir)
 	if err != nil {
 		panic("scenarios: embedded files: " + err.Error())
 	}
