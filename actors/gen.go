@@ -35,10 +35,23 @@ import (
 // Admission order is the batcher's: highest effective priority (a queued
 // sequence rises a level per PriorityAging waited), then the tenant with
 // the least weighted service (tokens fed, divided by weight), then the
-// oldest. Tenants have rate limits and in-flight quotas as in the batcher
-// (TenantConfig). A request whose first token cannot come by its TTFT
-// deadline any more, even if it were admitted at once, is failed early
-// (Expired); one past its total deadline too.
+// earliest TTFT deadline, then the oldest. Tenants have rate limits and
+// in-flight quotas as in the batcher (TenantConfig). A request whose
+// first token cannot come by its TTFT deadline any more, even if it were
+// admitted at once, is failed early (Expired); one past its total
+// deadline too.
+//
+// The step's prefill budget, after the decodes, goes by effective
+// priority, then the earliest TTFT deadline (prefillOrder): among the
+// sequences prefilling on the device and the one being admitted, so a
+// short prompt due soon goes ahead of a long one due later. Priorities
+// and tenant weights decide who is admitted (and so whose service is
+// charged); deadlines decide, within a level, whose prefill runs first.
+// A queued sequence is admitted to a device only if the cost model
+// predicts its first token there by its deadline, behind the prefills
+// due before it, without making one of those it goes ahead of late
+// (lateIfAdmitted); otherwise it stays queued for another device, or
+// fails early at its latest start, and the next in order is tried.
 //
 // A device whose step faults (or hangs past its watchdog) loses its KV
 // cache: its sequences go back to the queue and are recomputed on a device
@@ -363,7 +376,89 @@ func (g *GenScheduler) before(a, b *genSeq, now time.Duration) bool {
 	if a.tenant.served != b.tenant.served {
 		return a.tenant.served < b.tenant.served
 	}
+	if a.req.TTFTDeadline != b.req.TTFTDeadline {
+		return a.req.TTFTDeadline < b.req.TTFTDeadline
+	}
 	return a.req.Arrival < b.req.Arrival || a.req.Arrival == b.req.Arrival && a.req.ID < b.req.ID
+}
+
+// prefillOrder orders a device's running sequences for their blocks and
+// the prefill budget: the higher effective priority, then the earlier
+// TTFT deadline, then the older admitted.
+func (g *GenScheduler) prefillOrder(a, b *genSeq, now time.Duration) int {
+	if la, lb := g.level(a, now), g.level(b, now); la != lb {
+		return cmp.Compare(lb, la)
+	}
+	if c := cmp.Compare(a.req.TTFTDeadline, b.req.TTFTDeadline); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.admit, b.admit)
+}
+
+// lateSkipsMax bounds the queued sequences one admission pass passes over
+// as predicted late.
+const lateSkipsMax = 8
+
+// budgetAhead is the step's tokens that go before queued sequence s if it
+// were admitted: the decodes' (tokens), then the remaining prefill of
+// those of prefills before it in prefillOrder.
+func (g *GenScheduler) budgetAhead(s *genSeq, prefills []*genSeq, tokens int, now time.Duration) int {
+	for _, o := range prefills {
+		if g.prefillOrder(o, s, now) < 0 {
+			tokens += o.remaining()
+		}
+	}
+	return tokens
+}
+
+// lateIfAdmitted reports whether admitting queued sequence s to device d
+// now would make a first token late: s's own, or that of a sequence
+// prefilling there that s would go ahead of (prefillOrder).
+func (g *GenScheduler) lateIfAdmitted(d int, s *genSeq, now time.Duration) bool {
+	if g.firstTokenAt(d, s, s, now) > s.req.TTFTDeadline {
+		return true
+	}
+	for _, o := range g.devs[d].running {
+		if len(o.sent) == 0 && o.remaining() > 1 && g.prefillOrder(s, o, now) < 0 && g.firstTokenAt(d, o, s, now) > o.req.TTFTDeadline {
+			return true
+		}
+	}
+	return false
+}
+
+// firstTokenAt predicts when sequence t gets its first token on device d
+// if queued sequence s (t itself, or another) were admitted there now:
+// after the prefill of t's remaining context and of the sequences ahead
+// of it in prefillOrder, a step's budget at a time less one token for
+// each sequence decoding there, each step costing the cost model's time
+// for what it feeds and the KV the device would hold at the end.
+func (g *GenScheduler) firstTokenAt(d int, t, s *genSeq, now time.Duration) time.Duration {
+	// pending is the prefill to feed up to t's first token, all the
+	// prefill on the device (the steps feed what is behind t too).
+	pending, all, decodes, kv := 0, 0, 0, 0
+	for _, o := range append(g.devs[d].running, s) {
+		// Every sequence decodes a token a step once its own prefill is
+		// done: counted from now on, the prediction leans late.
+		kv += o.context()
+		decodes++
+		r := o.remaining()
+		if o == s {
+			r = o.context()
+		} else if r <= 1 {
+			continue
+		}
+		all += r
+		if o == t || g.prefillOrder(o, t, now) < 0 {
+			pending += r
+		}
+	}
+	decodes-- // t's own decode starts after its first token
+	perStep := g.cfg.StepTokensMax - decodes
+	if perStep < 1 {
+		return math.MaxInt64
+	}
+	steps := (pending + perStep - 1) / perStep
+	return now + time.Duration(steps)*g.cfg.Cost.Of(min(g.cfg.StepTokensMax, decodes+all), kv+steps*decodes)
 }
 
 // end gives s its terminal state: it frees s's blocks at once (its device
@@ -463,14 +558,11 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 	now := ctx.Now()
 	dv := &g.devs[d]
 	order := slices.Clone(dv.running)
-	// Oldest admitted first within a level: they get their blocks and
-	// their prefill budget first.
-	slices.SortFunc(order, func(a, b *genSeq) int {
-		if la, lb := g.level(a, now), g.level(b, now); la != lb {
-			return cmp.Compare(lb, la)
-		}
-		return cmp.Compare(a.admit, b.admit)
-	})
+	// Within a level, the earliest TTFT deadline first: the prefill
+	// budget goes to the first token due soonest (a recompute's deadline
+	// is past, so its stalled stream goes first), then the oldest
+	// admitted. Decodes take their blocks in this order too.
+	slices.SortFunc(order, func(a, b *genSeq) int { return g.prefillOrder(a, b, now) })
 	// Decodes first: each needs a block when its token crosses a block
 	// edge; with none free, preempt until one is.
 	for _, s := range order {
@@ -513,9 +605,12 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 			add(s, 1)
 		}
 	}
+	// The prefills: the running sequences' and the admitted ones', whose
+	// share of the budget is given in prefillOrder once admission is done.
+	var prefills []*genSeq
 	for _, s := range order {
-		if s.dev == d && s.remaining() > 1 && tokens < g.cfg.StepTokensMax {
-			add(s, min(s.remaining(), g.cfg.StepTokensMax-tokens))
+		if s.dev == d && s.remaining() > 1 {
+			prefills = append(prefills, s)
 		}
 	}
 	// Admit queued sequences while budget, sequence slots and blocks last
@@ -524,15 +619,30 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 	// the next steps).
 	static := g.cfg.Static && len(dv.running) == 0
 	open := !g.cfg.Static || static
-	for open && (tokens < g.cfg.StepTokensMax || static) && len(dv.running) < g.cfg.SeqsMax && len(g.waiting) > 0 {
-		s := g.waiting[0]
-		for _, o := range g.waiting[1:] {
-			if g.before(o, s, now) {
+	var late []*genSeq
+	for open && len(dv.running) < g.cfg.SeqsMax && len(late) < min(len(g.waiting), lateSkipsMax) {
+		var s *genSeq
+		for _, o := range g.waiting {
+			if (s == nil || g.before(o, s, now)) && !slices.Contains(late, o) {
 				s = o
 			}
 		}
 		if s.preemptStep == g.stepSeq+1 {
 			break // just preempted here: recomputing it at once would undo that
+		}
+		if !static && g.budgetAhead(s, prefills, tokens, now) >= g.cfg.StepTokensMax {
+			// The prefills due before it fill this step's budget: it
+			// waits for a step with room (and with it, the rest of the
+			// queue, whose order it heads).
+			break
+		}
+		if !g.cfg.Static && len(s.sent) == 0 && g.lateIfAdmitted(d, s, now) {
+			// Its first token would come too late on this device behind
+			// the prefills due before it: it stays queued (another device
+			// may take it, or it fails early at its latest start) and the
+			// next in order is tried.
+			late = append(late, s)
+			continue
 		}
 		need, headroom := g.blocksFor(s.context()), g.cfg.AdmitHeadroomBlocks
 		if s.reserved || s.preempts >= g.cfg.PreemptMax {
@@ -549,8 +659,12 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 		g.admitSeq++
 		s.admit = g.admitSeq
 		dv.running = append(dv.running, s)
+		prefills = append(prefills, s)
+	}
+	slices.SortStableFunc(prefills, func(a, b *genSeq) int { return g.prefillOrder(a, b, now) })
+	for _, s := range prefills {
 		if tokens < g.cfg.StepTokensMax {
-			add(s, min(s.context(), g.cfg.StepTokensMax-tokens))
+			add(s, min(s.remaining(), g.cfg.StepTokensMax-tokens))
 		}
 	}
 	if len(job.Slots) == 0 {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -409,5 +410,77 @@ func TestGenSlotsCarrySampling(t *testing.T) {
 		if _, end := h.stream(r.ID); end == nil || end.Reason != ReasonInvalid {
 			t.Fatalf("temperature %v: end %+v, want rejected invalid", temp, end)
 		}
+	}
+}
+
+// The prefill budget goes to the earliest TTFT deadline within a level:
+// a short prompt due soon, admitted while a long one due late is being
+// prefilled, gets the next step's whole budget and its first token by
+// its deadline; the long one resumes after it.
+func TestGenPrefillEarliestDeadlineFirst(t *testing.T) {
+	h := newGenHarness(t, smallGenConfig(), genOut)
+	long := genReq(1, strings.Repeat("l", 40), 10)
+	long.TTFTDeadline = time.Second
+	h.send(GenSubmit{Req: long})
+	soon := genReq(2, strings.Repeat("s", 8), 10)
+	soon.TTFTDeadline = 5 * time.Millisecond
+	h.send(GenSubmit{Req: soon})
+	first := h.step(false) // the long prompt's first chunk, alone
+	if len(first.Slots) != 1 || first.Slots[0].Seq != 1 {
+		t.Fatalf("first step %+v: want the long prompt's chunk alone", first.Slots)
+	}
+	j := h.step(false)
+	if len(j.Slots) == 0 || j.Slots[0].Seq != 2 || len(j.Slots[0].Input) != 8 || !j.Slots[0].Sample {
+		t.Fatalf("second step %+v: want request 2's whole prompt first, sampling its first token", j.Slots)
+	}
+	h.drain()
+	_, end := h.stream(2)
+	if end == nil || end.Outcome != Completed || end.FirstToken > soon.TTFTDeadline {
+		t.Fatalf("request 2 end %+v, want completed with its first token by %v", end, soon.TTFTDeadline)
+	}
+	if _, end := h.stream(1); end == nil || end.Outcome != Completed {
+		t.Fatalf("request 1 end %+v, want completed", end)
+	}
+}
+
+// A queued request whose first token would come past its TTFT deadline
+// on the device (its prompt needs two steps beside the sequences
+// decoding there, though one step alone would make it) is not admitted
+// and fails early; one queued behind it that can make its own deadline is
+// admitted in its place.
+func TestGenAdmitSkipsPredictedLate(t *testing.T) {
+	out := Lognormal{Median: 100, Max: 100}
+	h := newGenHarness(t, smallGenConfig(), out)
+	for id := uint64(1); id <= 3; id++ {
+		h.send(GenSubmit{Req: genReq(id, "ab", 100)})
+	}
+	h.step(false) // the three prompts, and their first tokens
+	// The decode step in flight costs 1.03 ms; then 8 tokens beside 3
+	// decodes need two steps (about 2.1 ms), where one alone (1.08 ms)
+	// would be in time.
+	t0 := h.c.now
+	late := genReq(4, strings.Repeat("x", 8), 10)
+	late.TTFTDeadline = t0 + 2600*time.Microsecond
+	h.send(GenSubmit{Req: late})
+	h.send(GenSubmit{Req: genReq(5, "yy", 10)})
+	j := h.step(false)
+	if len(j.Slots) != 3 {
+		t.Fatalf("step in flight %+v: want the three decodes", j.Slots)
+	}
+	next := h.c.steps[0]
+	for _, sl := range next.Slots {
+		if sl.Seq == 4 {
+			t.Fatalf("next step %+v admits request 4, whose first token would be late", next.Slots)
+		}
+	}
+	if !slices.ContainsFunc(next.Slots, func(sl StepSlot) bool { return sl.Seq == 5 }) {
+		t.Fatalf("next step %+v: want request 5 admitted in request 4's place", next.Slots)
+	}
+	h.drain()
+	if got, end := h.stream(4); got != "" || end == nil || end.Outcome != Expired || end.Done > late.TTFTDeadline {
+		t.Fatalf("request 4: stream %q end %+v, want expired with no token before %v", got, end, late.TTFTDeadline)
+	}
+	if _, end := h.stream(5); end == nil || end.Outcome != Completed {
+		t.Fatalf("request 5 end %+v, want completed", end)
 	}
 }
