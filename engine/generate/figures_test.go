@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -23,7 +22,8 @@ import (
 // through Generate, for BATCHD_GEN_LIVE_DURATION (default 60s) of Poisson
 // arrivals at each rate of BATCHD_GEN_LIVE_RATES (req/s), with static
 // batching when BATCHD_GEN_STATIC is set; then the same config in the
-// simulator, with every tenant's latencies pooled as here. It times what
+// simulator, on the very same arrivals (simgen.Arrivals), with every
+// tenant's latencies pooled as here. It times what
 // a client sees: TTFT from the call to the first token, TPOT (last - first)
 // / (tokens - 1), tokens/s over the run. For the figures, not for `make
 // test`: it skips unless BATCHD_GEN_LIVE_RATES is set.
@@ -61,16 +61,37 @@ func TestLiveFigures(t *testing.T) {
 
 type liveReport struct {
 	offered, completed, failed int
-	tokens                     int64
-	makespan                   time.Duration
+	tokens, windowTokens       int64
+	makespan, window           time.Duration
 	ttft, tpot, e2e            []time.Duration
 	errs                       map[string]int
 }
 
 func (r liveReport) String() string {
-	return fmt.Sprintf("%d offered, %d completed, %d refused or failed %v; %d tokens in %v: %.0f tokens/s; TTFT ms %s; TPOT ms %s; e2e ms %s",
+	return fmt.Sprintf("%d offered, %d completed, %d refused or failed %v; %d tokens in %v: %.0f tokens/s (%.0f while arrivals went on); TTFT ms %s; TPOT ms %s; e2e ms %s",
 		r.offered, r.completed, r.failed, r.errs, r.tokens, r.makespan.Round(time.Millisecond),
-		float64(r.tokens)/r.makespan.Seconds(), pcts(r.ttft), pcts(r.tpot), pcts(r.e2e))
+		float64(r.tokens)/r.makespan.Seconds(), r.point().TokensPerSec, pcts(r.ttft), pcts(r.tpot), pcts(r.e2e))
+}
+
+// point is the run's SweepPoint (its Rate and Sustained unset).
+func (r liveReport) point() simgen.SweepPoint {
+	p := simgen.SweepPoint{TTFTP95: pctAt(r.ttft, 0.95)}
+	if r.window > 0 {
+		p.TokensPerSec = float64(r.windowTokens) / r.window.Seconds()
+	}
+	if r.offered > 0 {
+		p.Lost = 1 - float64(r.completed)/float64(r.offered)
+	}
+	return p
+}
+
+func pctAt(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)]
 }
 
 func pcts(d []time.Duration) string {
@@ -86,63 +107,40 @@ func pcts(d []time.Duration) string {
 }
 
 func simSummary(rep *simgen.Report) string {
-	var ttft, tpot simgen.Percentiles
-	completed := 0
-	for i, tr := range rep.Tenants {
-		completed += tr.Completed
-		if i == 0 {
-			ttft, tpot = tr.TTFT, tr.TPOT
-		}
-	}
-	return fmt.Sprintf("%d offered, outcomes %v; %d tokens: %.0f tokens/s; tenant a: TTFT ms p50 %.1f / p95 %.1f / p99 %.1f; TPOT ms p50 %.1f / p95 %.1f / p99 %.1f; KV mean %.1f%%",
-		rep.Requests, rep.Outcomes, rep.Tokens, rep.TokensPerSec, ttft.P50, ttft.P95, ttft.P99, tpot.P50, tpot.P95, tpot.P99, 100*rep.KVMean)
+	return fmt.Sprintf("%d offered, outcomes %v; %d tokens: %.0f tokens/s (%.0f while arrivals went on); TTFT ms p50 %.1f / p95 %.1f / p99 %.1f; TPOT ms p50 %.1f / p95 %.1f / p99 %.1f; KV mean %.1f%%",
+		rep.Requests, rep.Outcomes, rep.Tokens, rep.TokensPerSec, rep.WindowTokensPerSec, rep.TTFT.P50, rep.TTFT.P95, rep.TTFT.P99, rep.TPOT.P50, rep.TPOT.P95, rep.TPOT.P99, 100*rep.KVMean)
 }
 
-// runLive offers cfg's workload to a live Service: the same
-// distributions as the simulator (its own draws), sent at their arrival
-// times, every request its own goroutine, as an HTTP handler would be.
+// runLive offers cfg's workload to a live Service: the simulator's very
+// arrivals (simgen.Arrivals: the same seed gives the same prompts, hence
+// the same emulated output lengths, the same tenants and arrival times),
+// each sent at its arrival time from its own goroutine, as an HTTP
+// handler would be.
 func runLive(t *testing.T, cfg simgen.Config) liveReport {
 	s := newService(t, Config{Models: []string{cfg.Gen.Model}, Gen: cfg.Gen, OutLen: cfg.OutLen})
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c697665))
-	type arrival struct {
-		at     time.Duration
-		tenant string
-		prompt string
-	}
-	var all []arrival
-	for _, tn := range cfg.Tenants {
-		at := time.Duration(0)
-		for {
-			at += time.Duration(rng.ExpFloat64() / tn.Rate * float64(time.Second))
-			if at >= cfg.Duration {
-				break
-			}
-			p := make([]byte, cfg.PromptLen.Draw(rng))
-			for i := range p {
-				p[i] = 'a' + byte(rng.IntN(26))
-			}
-			all = append(all, arrival{at, tn.Name, string(p)})
-		}
-	}
-	slices.SortFunc(all, func(a, b arrival) int { return int(a.at - b.at) })
+	all := simgen.Arrivals(cfg)
 	var (
 		mu  sync.Mutex
 		rep = liveReport{offered: len(all), errs: map[string]int{}}
 		wg  sync.WaitGroup
 	)
 	start := time.Now()
+	window := start.Add(cfg.Duration)
 	var last time.Time
 	for _, a := range all {
-		time.Sleep(time.Until(start.Add(a.at)))
+		time.Sleep(time.Until(start.Add(a.Req.Arrival)))
 		wg.Go(func() {
 			sent := time.Now()
 			var first, prev time.Time
-			n := 0
-			_, err := s.Generate(context.Background(), openai.Request{Model: cfg.Gen.Model, Prompt: a.prompt, MaxTokens: cfg.MaxTokens, Tenant: a.tenant},
+			n, inWindow := 0, 0
+			_, err := s.Generate(context.Background(), openai.Request{Model: cfg.Gen.Model, Prompt: a.Req.Prompt, MaxTokens: a.Req.MaxTokens, Tenant: a.Req.Tenant},
 				func(string) error {
 					now := time.Now()
 					if n == 0 {
 						first = now
+					}
+					if now.Before(window) {
+						inWindow++
 					}
 					prev = now
 					n++
@@ -151,6 +149,7 @@ func runLive(t *testing.T, cfg simgen.Config) liveReport {
 			mu.Lock()
 			defer mu.Unlock()
 			rep.tokens += int64(n)
+			rep.windowTokens += int64(inWindow)
 			if prev.After(last) {
 				last = prev
 			}
@@ -168,7 +167,10 @@ func runLive(t *testing.T, cfg simgen.Config) liveReport {
 		})
 	}
 	wg.Wait()
-	rep.makespan = last.Sub(start)
+	if len(all) > 0 {
+		rep.makespan = last.Sub(start.Add(all[0].Req.Arrival))
+	}
+	rep.window = cfg.Duration
 	return rep
 }
 

@@ -157,6 +157,10 @@ type Report struct {
 	// makespan (first arrival to last message).
 	Tokens       int64
 	TokensPerSec float64
+	// WindowTokensPerSec is the tokens delivered while arrivals went on
+	// (Config.Duration), over that time: the steady rate, without the
+	// drain's tail.
+	WindowTokensPerSec float64
 	Makespan     time.Duration
 	// KVPeak is the peak share of the group's KV blocks held, KVMean the
 	// time-weighted mean over the makespan, and KVOverTime the peak share
@@ -167,6 +171,8 @@ type Report struct {
 	// tokens fed by steps (prefill and decode).
 	Preemptions, Crashes, Steps int64
 	StepTokens                  int64
+	// TTFT, TPOT and ITL pool every tenant's latencies (TenantReport's).
+	TTFT, TPOT, ITL Percentiles
 	// SLOMet is the share of completed requests whose first token came by
 	// their TTFT deadline.
 	SLOMet float64
@@ -206,7 +212,7 @@ func (r *run) report() *Report {
 		rep.Tenants = append(rep.Tenants, TenantReport{Name: t.Name})
 	}
 	first := time.Duration(-1)
-	met, completed := 0, 0
+	met, completed, window := 0, 0, 0
 	for _, id := range l.order {
 		rec := l.recs[id]
 		if first < 0 {
@@ -246,14 +252,23 @@ func (r *run) report() *Report {
 				lats[ti].tpot = append(lats[ti].tpot, (rec.got[n-1]-rec.got[0])/time.Duration(n-1))
 			}
 		}
+		for _, at := range rec.got {
+			if at < r.cfg.Duration {
+				window++
+			}
+		}
 		for i := 1; i < len(rec.got); i++ {
 			lats[ti].itl = append(lats[ti].itl, rec.got[i]-rec.got[i-1])
 		}
 	}
+	var all lat
 	for i := range rep.Tenants {
 		rep.Tenants[i].TTFT, rep.Tenants[i].TPOT, rep.Tenants[i].ITL = pct(lats[i].ttft), pct(lats[i].tpot), pct(lats[i].itl)
+		all.ttft, all.tpot, all.itl = append(all.ttft, lats[i].ttft...), append(all.tpot, lats[i].tpot...), append(all.itl, lats[i].itl...)
 	}
+	rep.TTFT, rep.TPOT, rep.ITL = pct(all.ttft), pct(all.tpot), pct(all.itl)
 	rep.TTFTMet = met
+	rep.WindowTokensPerSec = float64(window) / r.cfg.Duration.Seconds()
 	if completed > 0 {
 		rep.SLOMet = float64(met) / float64(completed)
 	}
@@ -304,6 +319,9 @@ func (rep *Report) String() string {
 	b = fmt.Appendf(b, "%-6s %7s %7s %8s  %-26s %-26s %-26s\n", "tenant", "offered", "done", "tokens", "TTFT ms p50/p95/p99", "TPOT ms p50/p95/p99", "ITL ms p50/p95/p99")
 	for _, t := range rep.Tenants {
 		b = fmt.Appendf(b, "%-6s %7d %7d %8d  %-26s %-26s %-26s\n", t.Name, t.Offered, t.Completed, t.Tokens, t.TTFT, t.TPOT, t.ITL)
+	}
+	if len(rep.Tenants) > 1 {
+		b = fmt.Appendf(b, "%-6s %7d %7d %8d  %-26s %-26s %-26s\n", "all", rep.Requests, rep.Outcomes["completed"], rep.Tokens, rep.TTFT, rep.TPOT, rep.ITL)
 	}
 	for _, v := range rep.Violations {
 		b = fmt.Appendf(b, "VIOLATION %s\n", v)

@@ -71,22 +71,29 @@ func newRun(cfg Config) (*run, error) {
 	return r, nil
 }
 
-// arrivals injects every tenant's Poisson arrivals, and the cancels.
-func (r *run) arrivals() {
-	cfg := r.cfg
-	type arrival struct {
-		at  time.Duration
-		req actors.GenRequest
-	}
-	var all []arrival
-	prompts := r.w.Stream("gen/prompts")
-	cancels := r.w.Stream("gen/cancels")
+// Arrival is one request of a run's workload: its arrival time (the
+// request's Arrival), and when its client cancels it (0: never).
+type Arrival struct {
+	Req      actors.GenRequest
+	CancelAt time.Duration
+}
+
+// Arrivals draws cfg's workload: every tenant's Poisson arrivals with
+// their prompts, and the cancels, in arrival order. Each comes from a
+// stream named after cfg.Seed, so one seed gives one workload: the
+// simulator runs it, and a live run replays it (prompt, and so the
+// emulated generator's output length, and arrival time alike). Its
+// requests' ReplyTo is the zero address; the run sets its own.
+func Arrivals(cfg Config) []Arrival {
+	var all []Arrival
+	prompts := sim.NewStream(cfg.Seed, "gen/prompts")
+	cancels := sim.NewStream(cfg.Seed, "gen/cancels")
 	var id uint64
 	for ti, t := range cfg.Tenants {
 		if t.Rate <= 0 {
 			continue
 		}
-		rng := r.w.Stream("gen/arrivals/" + t.Name)
+		rng := sim.NewStream(cfg.Seed, "gen/arrivals/"+t.Name)
 		at := time.Duration(0)
 		for len(all) < cfg.RequestsMax {
 			at += time.Duration(rng.ExpFloat64() / t.Rate * float64(time.Second))
@@ -99,23 +106,34 @@ func (r *run) arrivals() {
 			for i := range p {
 				p[i] = 'a' + byte(prompts.IntN(26))
 			}
-			all = append(all, arrival{at, actors.GenRequest{
+			all = append(all, Arrival{Req: actors.GenRequest{
 				ID: id<<8 | uint64(ti), Tenant: t.Name, Model: cfg.Gen.Model, Priority: t.Priority,
-				Prompt: string(p), MaxTokens: cfg.MaxTokens, Arrival: at, ReplyTo: clientAddr,
+				Prompt: string(p), MaxTokens: cfg.MaxTokens, Arrival: at,
 			}})
 		}
 	}
-	slices.SortFunc(all, func(a, b arrival) int {
-		if a.at != b.at {
-			return int(a.at - b.at)
+	slices.SortFunc(all, func(a, b Arrival) int {
+		if a.Req.Arrival != b.Req.Arrival {
+			return int(a.Req.Arrival - b.Req.Arrival)
 		}
-		return int(a.req.ID) - int(b.req.ID)
+		return int(a.Req.ID) - int(b.Req.ID)
 	})
-	for _, a := range all {
-		r.l.offer(a.req)
-		r.w.Inject(a.at, schedAddr, actors.GenSubmit{Req: a.req})
+	for i := range all {
 		if cfg.CancelFrac > 0 && cancels.Float64() < cfg.CancelFrac {
-			r.w.Inject(a.at+time.Duration(cancels.Float64()*float64(cfg.CancelWithin)), schedAddr, actors.GenCancel{ID: a.req.ID})
+			all[i].CancelAt = all[i].Req.Arrival + time.Duration(cancels.Float64()*float64(cfg.CancelWithin))
+		}
+	}
+	return all
+}
+
+// arrivals injects the workload's requests and cancels.
+func (r *run) arrivals() {
+	for _, a := range Arrivals(r.cfg) {
+		a.Req.ReplyTo = clientAddr
+		r.l.offer(a.Req)
+		r.w.Inject(a.Req.Arrival, schedAddr, actors.GenSubmit{Req: a.Req})
+		if a.CancelAt > 0 {
+			r.w.Inject(a.CancelAt, schedAddr, actors.GenCancel{ID: a.Req.ID})
 		}
 	}
 }
