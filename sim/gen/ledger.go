@@ -161,7 +161,7 @@ type Report struct {
 	// (Config.Duration), over that time: the steady rate, without the
 	// drain's tail.
 	WindowTokensPerSec float64
-	Makespan     time.Duration
+	Makespan           time.Duration
 	// KVPeak is the peak share of the group's KV blocks held, KVMean the
 	// time-weighted mean over the makespan, and KVOverTime the peak share
 	// in each tenth of the makespan.
