@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -189,4 +190,76 @@ func splitComma(s string) []string {
 		}
 	}
 	return out
+}
+
+// TestLiveSustainedFigures sweeps the long-tail workload
+// (simgen.LongTailConfig: outputs of median 64, p99 about 1,000) live,
+// for continuous batching between the rates of BATCHD_GEN_LIVE_SUSTAIN
+// ("lo,hi" req/s) and for static batching between those of
+// BATCHD_GEN_LIVE_SUSTAIN_STATIC (default "0.25,1"), by bisection
+// (BATCHD_GEN_LIVE_SUSTAIN_STEPS halvings, default 3), each run
+// BATCHD_GEN_LIVE_DURATION (default 60s) of the simulator's arrivals:
+// the highest tokens/s (while arrivals go on) with the TTFT p95 of
+// completed requests within 1 s (the scheduler's TTFT SLO) and at most 1%
+// of the requests not completed, and the ratio. The simulator's point for
+// each rate tried is printed beside it. For the figures: it skips unless
+// BATCHD_GEN_LIVE_SUSTAIN is set.
+//
+//	BATCHD_GEN_LIVE_SUSTAIN=20,32 go test -count=1 -timeout 60m -run TestLiveSustainedFigures -v ./engine/generate/
+func TestLiveSustainedFigures(t *testing.T) {
+	cont := os.Getenv("BATCHD_GEN_LIVE_SUSTAIN")
+	if cont == "" {
+		t.Skip("set BATCHD_GEN_LIVE_SUSTAIN=lo,hi (req/s) to sweep the long-tail workload live")
+	}
+	static := cmp.Or(os.Getenv("BATCHD_GEN_LIVE_SUSTAIN_STATIC"), "0.25,1")
+	steps, err := strconv.Atoi(cmp.Or(os.Getenv("BATCHD_GEN_LIVE_SUSTAIN_STEPS"), "3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dur, err := time.ParseDuration(cmp.Or(os.Getenv("BATCHD_GEN_LIVE_DURATION"), "60s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := simgen.SustainBound{TTFTP95: time.Second, LostMax: 0.01}
+	var best [2]simgen.SweepPoint
+	for i, rng := range []string{cont, static} {
+		f := splitComma(rng)
+		if len(f) != 2 {
+			t.Fatalf("%q: want lo,hi", rng)
+		}
+		lo, err1 := strconv.ParseFloat(f[0], 64)
+		hi, err2 := strconv.ParseFloat(f[1], 64)
+		if err := cmp.Or(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		isStatic := i == 1
+		run := func(rate float64) (simgen.SweepPoint, error) {
+			cfg := simgen.LongTailConfig(1, rate)
+			cfg.Duration = dur
+			cfg.Gen.Static = isStatic
+			live := runLive(t, cfg)
+			rep, err := simgen.Run(cfg)
+			if err != nil {
+				return simgen.SweepPoint{}, err
+			}
+			sp := rep.Point()
+			sp.Rate = rate
+			sp.Sustained = sp.TTFTP95 <= bound.TTFTP95 && sp.Lost <= bound.LostMax
+			t.Logf("static %v, rate %.3f: LIVE %s\n    SIM %v", isStatic, rate, live, sp)
+			return live.point(), nil
+		}
+		b, tried, err := simgen.Sweep(run, bound, lo, hi, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range tried {
+			t.Logf("static %v: LIVE %v", isStatic, p)
+		}
+		t.Logf("static %v: sustains LIVE %v", isStatic, b)
+		best[i] = b
+	}
+	if best[1].TokensPerSec > 0 {
+		t.Logf("LIVE continuous / static tokens/s at TTFT p95 <= %v, <= %.0f%% lost: %.0f / %.0f = %.2fx",
+			bound.TTFTP95, 100*bound.LostMax, best[0].TokensPerSec, best[1].TokensPerSec, best[0].TokensPerSec/best[1].TokensPerSec)
+	}
 }
