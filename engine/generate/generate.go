@@ -47,6 +47,9 @@ type Config struct {
 	// its GenEnd before it answers 504 itself (a scheduler restarted by
 	// its supervision under it). Default 5 s.
 	ReplyGrace time.Duration
+	// Scale is the autoscaling recommendation's policy (Stats.
+	// DevicesRecommended, /metrics). Zero: actors.DefaultGenScaleConfig.
+	Scale actors.GenScaleConfig
 	// NewRuntime makes the actor runtime. Nil: engine.LinkedRuntime.
 	NewRuntime engine.NewRuntime
 	// Seed seeds the runtime's actors' random streams.
@@ -122,7 +125,14 @@ type model struct {
 	// Published by the actor after each message it handles.
 	inFlight, running, waiting, blocksUsed atomic.Int64
 	preemptions, crashes, tokens, steps    atomic.Int64
+	// The autoscaling signal, published at most every pressureEvery.
+	pressure atomic.Pointer[actors.GenPressure]
 }
+
+// pressureEvery bounds how often a scheduler's actor computes its
+// autoscaling signal while requests are queued (O(n log n) in its queue;
+// with none queued it costs little and is computed after every message).
+const pressureEvery = 100 * time.Millisecond
 
 // New starts the schedulers and their devices' workers.
 func New(cfg Config) (*Service, error) {
@@ -131,6 +141,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ReplyGrace == 0 {
 		cfg.ReplyGrace = 5 * time.Second
+	}
+	if cfg.Scale == (actors.GenScaleConfig{}) {
+		cfg.Scale = actors.DefaultGenScaleConfig()
 	}
 	if cfg.InFlightMax == 0 {
 		cfg.InFlightMax = len(cfg.Models) * (cfg.Gen.WaitingMax + cfg.Gen.Devices*cfg.Gen.SeqsMax)
@@ -209,6 +222,11 @@ type Stats struct {
 	// Blocks.
 	BlocksUsed, Blocks                  int
 	Preemptions, Crashes, Tokens, Steps int64
+	// Pressure is the autoscaling signal (KV use, the queued requests'
+	// TTFT slack), as of at most pressureEvery ago; DevicesRecommended
+	// the devices Config.Scale recommends under it, of Devices.
+	Pressure                    actors.GenPressure
+	Devices, DevicesRecommended int
 }
 
 // Stats returns model's state (the zero Stats for a model not served).
@@ -217,11 +235,17 @@ func (s *Service) Stats(name string) Stats {
 	if m == nil {
 		return Stats{}
 	}
-	return Stats{
+	st := Stats{
 		InFlight: int(m.inFlight.Load()), Running: int(m.running.Load()), Waiting: int(m.waiting.Load()),
 		BlocksUsed: int(m.blocksUsed.Load()), Blocks: m.cfg.Devices * m.cfg.BlocksPerDevice,
 		Preemptions: m.preemptions.Load(), Crashes: m.crashes.Load(), Tokens: m.tokens.Load(), Steps: m.steps.Load(),
+		Devices: m.cfg.Devices,
 	}
+	if p := m.pressure.Load(); p != nil {
+		st.Pressure = *p
+	}
+	st.DevicesRecommended = actors.GenRecommend(st.Pressure, st.Devices, s.cfg.Scale)
+	return st
 }
 
 // newActor makes a fresh scheduler: the first, or one per restart by the
@@ -231,7 +255,7 @@ func (m *model) newActor() actors.Actor {
 	if err != nil {
 		panic(fmt.Sprintf("generate: %s: %v", m.name, err)) // validated in New
 	}
-	return &schedActor{m: m, g: g, inc: m.incs.Add(1)}
+	return &schedActor{m: m, g: g, inc: m.incs.Add(1), pressureAt: -1}
 }
 
 // schedActor is the scheduler as a runtime actor: it gives the scheduler a
@@ -240,6 +264,8 @@ type schedActor struct {
 	m   *model
 	g   *actors.GenScheduler
 	inc uint64
+	// pressureAt is when it last published its pressure (-1: never).
+	pressureAt time.Duration
 }
 
 // stepResult is a step's StepDone on its way back from a worker, with the
@@ -252,7 +278,7 @@ type stepResult struct {
 func (a *schedActor) Receive(ctx actors.Context, msg actors.Message) {
 	switch m := msg.(type) {
 	case actors.Start:
-		a.publish()
+		a.publish(ctx.Now())
 		return
 	case stepResult:
 		if m.inc != a.inc {
@@ -261,11 +287,16 @@ func (a *schedActor) Receive(ctx actors.Context, msg actors.Message) {
 		msg = m.done
 	}
 	a.g.Receive(stepCtx{Context: ctx, a: a}, msg)
-	a.publish()
+	a.publish(ctx.Now())
 }
 
-func (a *schedActor) publish() {
+func (a *schedActor) publish(now time.Duration) {
 	m, g := a.m, a.g
+	if a.pressureAt < 0 || now-a.pressureAt >= pressureEvery || g.Waiting() == 0 {
+		a.pressureAt = now
+		p := g.Pressure(now)
+		m.pressure.Store(&p)
+	}
 	used := 0
 	for d := range m.cfg.Devices {
 		used += g.BlocksUsed(d)

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/batchd/batchd/actors"
@@ -322,4 +324,73 @@ func TestNewStepCarriesSampling(t *testing.T) {
 	if n < 5+3 {
 		t.Errorf("%d slots ran, want a slot per token at least", n)
 	}
+}
+
+// The autoscaling signal: with every device's one sequence slot taken and
+// four requests queued, the queued ones' TTFT slack is negative (no
+// device can admit them) and the KV use above zero, so one device more is
+// recommended, on /metrics too; once all is done, the KV use is 0, no
+// slack is exported, and one device fewer is recommended. Deliberate
+// break: GenRecommend ignoring the slack (`p.Queued > 0 && p.SlackP10 <
+// c.SlackUp` removed) recommends 2 under the queue.
+func TestAutoscaleSignal(t *testing.T) {
+	cfg := testConfig()
+	cfg.Models = []string{"tiny"}
+	cfg.Gen.SeqsMax = 1
+	cfg.Gen.Cost.Base = 20 * time.Millisecond
+	s := newService(t, cfg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collectors()...)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			if _, _, err := generate(context.Background(), s, openai.Request{Model: "tiny", Prompt: fmt.Sprintf("p%d", i), MaxTokens: 20}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var st Stats
+	for st = s.Stats("tiny"); st.Pressure.Queued < 4 && time.Now().Before(deadline); st = s.Stats("tiny") {
+		runtime.Gosched()
+	}
+	if st.Pressure.Queued != 4 || st.Pressure.SlackMin >= 0 || st.Pressure.KVUsed <= 0 || st.DevicesRecommended != 3 {
+		t.Fatalf("under a queue: %+v, want 4 queued, negative slack, KV held, 3 devices recommended", st)
+	}
+	text := gather(t, reg)
+	for _, want := range []string{`batchd_gen_devices_recommended{model="tiny"} 3`, `batchd_gen_ttft_slack_seconds{model="tiny",quantile="0"} -`, `batchd_gen_kv_pressure{model="tiny"} 0.`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics under a queue lacks %q:\n%s", want, text)
+		}
+	}
+	wg.Wait()
+	for st = s.Stats("tiny"); st.InFlight > 0 && time.Now().Before(deadline); st = s.Stats("tiny") {
+		runtime.Gosched()
+	}
+	if st.Pressure != (actors.GenPressure{}) || st.DevicesRecommended != 1 {
+		t.Fatalf("idle: %+v, want no pressure and 1 device recommended", st)
+	}
+	if text := gather(t, reg); strings.Contains(text, "batchd_gen_ttft_slack_seconds") || !strings.Contains(text, `batchd_gen_devices_recommended{model="tiny"} 1`) {
+		t.Errorf("/metrics idle: want no slack and 1 device recommended:\n%s", text)
+	}
+}
+
+// gather renders reg's gauges as lines of name{label="value",...} value.
+func gather(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			fmt.Fprintf(&b, "%s{%s} %v\n", mf.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue())
+		}
+	}
+	return b.String()
 }

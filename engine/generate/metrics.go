@@ -24,6 +24,8 @@ type metrics struct {
 	promptTokens, genTokens     *prometheus.CounterVec
 	running, waiting, kvUsed    *prometheus.Desc
 	kvBlocks, preempts, crashes *prometheus.Desc
+	kvPressure, slack           *prometheus.Desc
+	devices, recommended        *prometheus.Desc
 }
 
 func newMetrics(s *Service) *metrics {
@@ -50,12 +52,17 @@ func newMetrics(s *Service) *metrics {
 		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "batchd_gen_generated_tokens_total", Help: "Tokens generated and sent to clients.",
 		}, []string{"model"}),
-		running:  prometheus.NewDesc("batchd_gen_sequences_running", "Sequences admitted to a device (holding KV blocks).", []string{"model"}, nil),
-		waiting:  prometheus.NewDesc("batchd_gen_sequences_waiting", "Sequences queued for admission.", []string{"model"}, nil),
-		kvUsed:   prometheus.NewDesc("batchd_gen_kv_blocks_used", "KV-cache blocks held over the model's devices.", []string{"model"}, nil),
-		kvBlocks: prometheus.NewDesc("batchd_gen_kv_blocks", "KV-cache blocks of the model's devices (capacity).", []string{"model"}, nil),
-		preempts: prometheus.NewDesc("batchd_gen_preemptions_total", "Sequences preempted for KV blocks (and recomputed).", []string{"model"}, nil),
-		crashes:  prometheus.NewDesc("batchd_gen_device_failures_total", "Device steps that failed or hung (the device's sequences recomputed elsewhere).", []string{"model"}, nil),
+		running:    prometheus.NewDesc("batchd_gen_sequences_running", "Sequences admitted to a device (holding KV blocks).", []string{"model"}, nil),
+		waiting:    prometheus.NewDesc("batchd_gen_sequences_waiting", "Sequences queued for admission.", []string{"model"}, nil),
+		kvUsed:     prometheus.NewDesc("batchd_gen_kv_blocks_used", "KV-cache blocks held over the model's devices.", []string{"model"}, nil),
+		kvBlocks:   prometheus.NewDesc("batchd_gen_kv_blocks", "KV-cache blocks of the model's devices (capacity).", []string{"model"}, nil),
+		preempts:   prometheus.NewDesc("batchd_gen_preemptions_total", "Sequences preempted for KV blocks (and recomputed).", []string{"model"}, nil),
+		crashes:    prometheus.NewDesc("batchd_gen_device_failures_total", "Device steps that failed or hung (the device's sequences recomputed elsewhere).", []string{"model"}, nil),
+		kvPressure: prometheus.NewDesc("batchd_gen_kv_pressure", "Autoscaling signal: the share of the model's KV-cache blocks held, 0 to 1.", []string{"model"}, nil),
+		slack: prometheus.NewDesc("batchd_gen_ttft_slack_seconds", "Autoscaling signal: over the queued new requests, the TTFT deadline minus the predicted first-token time (negative: predicted late), least (quantile 0) and 10th percentile (0.1); absent with none queued.",
+			[]string{"model", "quantile"}, nil),
+		devices:     prometheus.NewDesc("batchd_gen_devices", "Devices serving the model.", []string{"model"}, nil),
+		recommended: prometheus.NewDesc("batchd_gen_devices_recommended", "Devices the generation autoscaling policy recommends for the model: one more under KV or TTFT-slack pressure, one fewer when low.", []string{"model"}, nil),
 	}
 }
 
@@ -68,7 +75,7 @@ func (s *Service) Collectors() []prometheus.Collector {
 // Describe implements prometheus.Collector (the gauges and counters read
 // at scrape time).
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.kvUsed, m.kvBlocks, m.preempts, m.crashes} {
+	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.kvUsed, m.kvBlocks, m.preempts, m.crashes, m.kvPressure, m.slack, m.devices, m.recommended} {
 		ch <- d
 	}
 }
@@ -83,6 +90,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.kvBlocks, prometheus.GaugeValue, float64(st.Blocks), name)
 		ch <- prometheus.MustNewConstMetric(m.preempts, prometheus.CounterValue, float64(st.Preemptions), name)
 		ch <- prometheus.MustNewConstMetric(m.crashes, prometheus.CounterValue, float64(st.Crashes), name)
+		ch <- prometheus.MustNewConstMetric(m.kvPressure, prometheus.GaugeValue, st.Pressure.KVUsed, name)
+		if st.Pressure.Queued > 0 {
+			ch <- prometheus.MustNewConstMetric(m.slack, prometheus.GaugeValue, st.Pressure.SlackMin.Seconds(), name, "0")
+			ch <- prometheus.MustNewConstMetric(m.slack, prometheus.GaugeValue, st.Pressure.SlackP10.Seconds(), name, "0.1")
+		}
+		ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(st.Devices), name)
+		ch <- prometheus.MustNewConstMetric(m.recommended, prometheus.GaugeValue, float64(st.DevicesRecommended), name)
 	}
 }
 
