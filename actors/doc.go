@@ -31,6 +31,6 @@
 // implement Step), engine, engine/autoscale, engine/config,
 // engine/enginetest, engine/fidelity, engine/generate, engine/httpapi,
 // engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
-// engine/server, scenarios, sim, sim/charts, sim/cluster, sim/flushcheck,
+// engine/server, scenarios, scenarios/gen, sim, sim/charts, sim/cluster, sim/flushcheck,
 // sim/gen, sim/ledger (and tests).
 package actors

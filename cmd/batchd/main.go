@@ -41,6 +41,7 @@ var commands = []command{
 	{"load", "send open- or closed-loop load to a server and report latency", runLoad},
 	{"sim", "run the deterministic simulator on a workload and print its report", runSim},
 	{"sim-cluster", "simulate a cluster of nodes with faults (a cluster scenario, or flags) and check every answer", runSimCluster},
+	{"sim-gen", "run a generation scenario (continuous batching) in the simulator: latencies per tenant, tokens/s, KV use, charts", runSimGen},
 	{"plan", "size a fleet: the formula beside the smallest fleet the simulator shows holding the SLO", runPlan},
 	{"fidelity", "run one workload live and in the simulator and compare their percentiles", runFidelity},
 	{"devices", "list the GPUs the CUDA driver sees, or say why there are none", runDevices},

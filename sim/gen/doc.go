@@ -24,10 +24,9 @@
 //     TTFT, TPOT and inter-token latency p50/p95/p99 per tenant, tokens/s,
 //     KV-cache use over time, preemptions, crashes and outcomes.
 //
-// The workload is declared in Go (Config), not in scenario YAML: the
-// scenarios loader builds a sim.Config for the fixed-cost batcher, and
-// extending its schema with generation is left for when the HTTP API
-// serves generation.
+// The workload is declared in Go (Config); scenarios/gen declares it in
+// YAML and runs it here. Arrivals draws a run's workload from its seed, so
+// a live run replays the very arrivals (engine/generate's figures).
 //
-// Imported by: nothing (its tests run it; cmd may later).
+// Imported by: scenarios/gen.
 package gen

@@ -167,6 +167,12 @@ type Report struct {
 	// in each tenth of the makespan.
 	KVPeak, KVMean float64
 	KVOverTime     []float64
+	// KVSeries is the share of the group's KV blocks held over the run,
+	// at most kvSeriesMax points (the peak of each stretch), for charts.
+	KVSeries []KVPoint
+	// TTFTSample is every completed request's TTFT (all tenants), sorted,
+	// for a CDF.
+	TTFTSample []time.Duration
 	// Preemptions, Crashes (crashes and hangs injected), Steps and the
 	// tokens fed by steps (prefill and decode).
 	Preemptions, Crashes, Steps int64
@@ -267,6 +273,7 @@ func (r *run) report() *Report {
 		all.ttft, all.tpot, all.itl = append(all.ttft, lats[i].ttft...), append(all.tpot, lats[i].tpot...), append(all.itl, lats[i].itl...)
 	}
 	rep.TTFT, rep.TPOT, rep.ITL = pct(all.ttft), pct(all.tpot), pct(all.itl)
+	rep.TTFTSample = slices.Sorted(slices.Values(all.ttft))
 	rep.TTFTMet = met
 	rep.WindowTokensPerSec = float64(window) / r.cfg.Duration.Seconds()
 	if completed > 0 {
@@ -277,7 +284,45 @@ func (r *run) report() *Report {
 		rep.TokensPerSec = float64(rep.Tokens) / rep.Makespan.Seconds()
 	}
 	rep.KVPeak, rep.KVMean, rep.KVOverTime = r.kvUse(first, l.lastAt)
+	rep.KVSeries = r.kvSeries(l.lastAt)
 	return rep
+}
+
+// KVPoint is the share of the KV blocks held at a time of the run.
+type KVPoint struct {
+	At   time.Duration
+	Used float64
+}
+
+// kvSeriesMax bounds Report.KVSeries.
+const kvSeriesMax = 600
+
+// kvSeries turns the host's KV samples into at most kvSeriesMax points
+// over [0, to]: the peak of each stretch, at its start.
+func (r *run) kvSeries(to time.Duration) []KVPoint {
+	h := r.h
+	if to <= 0 || len(h.kvAt) == 0 {
+		return nil
+	}
+	total := float64(r.cfg.Gen.BlocksPerDevice * r.cfg.Gen.Devices)
+	out := make([]KVPoint, kvSeriesMax)
+	for i := range out {
+		out[i].At = to * time.Duration(i) / kvSeriesMax
+	}
+	for i, at := range h.kvAt {
+		end := to
+		if i+1 < len(h.kvAt) {
+			end = h.kvAt[i+1]
+		}
+		// Every stretch the sample's value holds over gets it.
+		for k := min(int(float64(at)/float64(to)*kvSeriesMax), kvSeriesMax-1); k < kvSeriesMax && out[k].At <= end; k++ {
+			out[k].Used = max(out[k].Used, float64(h.kvUsed[i])/total)
+			if k+1 < kvSeriesMax && out[k+1].At > end {
+				break
+			}
+		}
+	}
+	return out
 }
 
 // kvUse turns the host's KV samples into the peak share, the
