@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,4 +277,62 @@ func bytenetComplete(base, prompt string, n int, temp float64, seed int64, strea
 		err = fmt.Errorf("finish %q, want length", finish.String())
 	}
 	return text.String(), err
+}
+
+// A tenant whose API key is restricted to some models (tenants[].models)
+// is restricted to them on the generation routes too: 403 for another
+// generation model, 200 for its own, and /v1/models lists its own only;
+// an unrestricted key gets both. Deliberate break: the server's
+// Authenticate without the key's models (`Models: c.Models()` left out)
+// serves small to bob (200).
+func TestServeGenerationKeyModels(t *testing.T) {
+	const cfg = `
+devices: {count: 1, latency: 1ms}
+tenants:
+  - {name: alice, api_key: sk-alice-key}
+  - {name: bob, api_key: sk-bob-key, models: [tiny]}
+generation:
+  enabled: true
+  models: [tiny, small]
+  block_tokens: 16
+  blocks_per_device: 512
+  cost: {base: 1ms, per_token: 0s, per_kv_token: 0s}
+  output_len: {median: 4, sigma: 0, max: 8}
+`
+	base, stop := startServe(t, cfg, io.Discard)
+	defer stop()
+	do := func(key, method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		key, model string
+		status     int
+	}{{"sk-bob-key", "tiny", 200}, {"sk-bob-key", "small", 403}, {"sk-alice-key", "small", 200}} {
+		if st, body := do(c.key, http.MethodPost, "/v1/completions", `{"model":"`+c.model+`","prompt":"hi","max_tokens":4}`); st != c.status {
+			t.Errorf("%s, model %s: %d %s, want %d", c.key, c.model, st, body, c.status)
+		}
+	}
+	for key, want := range map[string][]string{"sk-bob-key": {"tiny"}, "sk-alice-key": {"small", "tiny"}} {
+		_, body := do(key, http.MethodGet, "/v1/models", "")
+		var list struct{ Data []struct{ ID string } }
+		if err := json.Unmarshal([]byte(body), &list); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, d := range list.Data {
+			ids = append(ids, d.ID)
+		}
+		slices.Sort(ids)
+		if !slices.Equal(ids, want) {
+			t.Errorf("%s: /v1/models %v, want %v", key, ids, want)
+		}
+	}
 }

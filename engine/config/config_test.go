@@ -202,7 +202,7 @@ func TestErrors(t *testing.T) {
 		{"tenant both keys", "tenants:\n  - {name: a, api_key: abcdefgh, api_key_env: X}\n", []string{"tenants[0].api_key: set api_key or api_key_env, not both"}},
 		{"tenant twice", "tenants:\n  - {name: a, api_key: abcdefgh}\n  - {name: a, api_key: abcdefgi}\n", []string{`bad.yaml:3: tenants[1].name: "a": listed twice`}},
 		{"rate without burst", "tenants:\n  - name: a\n    api_key: abcdefgh\n    rate: 10\n", []string{"tenants[0].burst: 0: a rate needs a burst of at least 1"}},
-		{"tenant model unknown", "models: [{name: m, versions: [{name: v1}]}]\ntenants:\n  - {name: a, api_key: abcdefgh, models: [n]}\n", []string{`bad.yaml:3: tenants[0].models[0]: "n": not among models`}},
+		{"tenant model unknown", "models: [{name: m, versions: [{name: v1}]}]\ntenants:\n  - {name: a, api_key: abcdefgh, models: [n]}\n", []string{`bad.yaml:3: tenants[0].models[0]: "n": not among models or generation.models`}},
 		{"default tenant weight", "default_tenant:\n  weight: 0\n", []string{"bad.yaml:2: default_tenant.weight: 0: want 1 to"}},
 		{"gc percent", "process:\n  gc_percent: 5\n", []string{"bad.yaml:2: process.gc_percent: 5: want 25 to 10000"}},
 		{"memory limit", "process:\n  memory_limit_bytes: 1000\n", []string{"bad.yaml:2: process.memory_limit_bytes: 1000: want 0 (no limit) or 67108864 to"}},

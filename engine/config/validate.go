@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -183,8 +184,10 @@ func (v *validator) tenants() {
 			keys[key] = t.Name
 		}
 		for j, m := range t.Models {
-			if len(v.f.Models) > 0 && !v.modelNames[m] {
-				v.Bad(fmt.Sprintf("%s.models[%d]", p, j), "%q: not among models", m)
+			// A key may be restricted to generation models too.
+			gen := v.f.Generation.Enabled && slices.Contains(v.f.Generation.Models, m)
+			if len(v.f.Models) > 0 && !v.modelNames[m] && !gen {
+				v.Bad(fmt.Sprintf("%s.models[%d]", p, j), "%q: not among models or generation.models", m)
 			}
 		}
 	}

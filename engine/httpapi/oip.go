@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
@@ -37,6 +39,15 @@ type Caller struct{ k *tenantKey }
 
 // Tenant is the tenant the caller's requests are accounted to.
 func (c Caller) Tenant() string { return c.k.tenant }
+
+// Models is the models the caller's key may use, sorted; nil: any
+// (APIKey.Models).
+func (c Caller) Models() []string {
+	if c.k.models == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(c.k.models))
+}
 
 // Authenticate returns the caller an Authorization value ("Bearer KEY",
 // from a header or gRPC's authorization metadata; "" for none)

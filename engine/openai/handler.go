@@ -86,9 +86,10 @@ type Config struct {
 	CompletionMaxTokens int
 	// BodyMaxBytes bounds a request body; more is 413. Default 1 MiB.
 	BodyMaxBytes int64
-	// Authenticate returns the request's tenant, or an error to answer
-	// with (401). Nil: every request is tenant "default".
-	Authenticate func(r *http.Request) (string, *Error)
+	// Authenticate returns the request's caller (its tenant, and the
+	// models its key may use), or an error to answer with (401). Nil:
+	// every request is tenant "default", any model.
+	Authenticate func(r *http.Request) (Caller, *Error)
 	// Now is the clock of the "created" fields. Default time.Now.
 	Now func() time.Time
 	// Logger gets the 500s' causes. Nil discards them.
@@ -114,7 +115,7 @@ func New(gen Generator, cfg Config) *Handler {
 		cfg.BodyMaxBytes = 1 << 20
 	}
 	if cfg.Authenticate == nil {
-		cfg.Authenticate = func(*http.Request) (string, *Error) { return "default", nil }
+		cfg.Authenticate = func(*http.Request) (Caller, *Error) { return Caller{Tenant: "default"}, nil }
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -133,19 +134,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 // method wraps fn so that another method is a 405 and the request is
 // authenticated first.
-func (h *Handler) method(m string, fn func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+func (h *Handler) method(m string, fn func(http.ResponseWriter, *http.Request, Caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != m {
 			w.Header().Set("Allow", m)
 			writeError(w, &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Message: r.Method + " not allowed; use " + m})
 			return
 		}
-		tenant, e := h.cfg.Authenticate(r)
+		c, e := h.cfg.Authenticate(r)
 		if e != nil {
 			writeError(w, e)
 			return
 		}
-		fn(w, r, tenant)
+		fn(w, r, c)
 	}
 }
 
@@ -174,12 +175,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// models is GET /v1/models.
-func (h *Handler) models(w http.ResponseWriter, _ *http.Request, _ string) {
+// models is GET /v1/models: the models served that the caller may use.
+func (h *Handler) models(w http.ResponseWriter, _ *http.Request, c Caller) {
 	created := h.cfg.Now().Unix()
 	data := []map[string]any{}
 	for _, m := range h.gen.Models() {
-		data = append(data, map[string]any{"id": m, "object": "model", "created": created, "owned_by": "batchd"})
+		if c.mayUse(m) {
+			data = append(data, map[string]any{"id": m, "object": "model", "created": created, "owned_by": "batchd"})
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -199,10 +202,24 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) *Error {
 	return nil
 }
 
-// model checks that name is served.
-func (h *Handler) model(name string) *Error {
+// Caller is who a request comes from: the tenant it is accounted to, and
+// the models its API key may use (empty: any).
+type Caller struct {
+	Tenant string
+	Models []string
+}
+
+func (c Caller) mayUse(model string) bool { return len(c.Models) == 0 || slices.Contains(c.Models, model) }
+
+// model checks that c may use name and that it is served: 403 before
+// 404, so a key restricted to some models learns nothing of the others.
+func (h *Handler) model(c Caller, name string) *Error {
 	if name == "" {
 		return invalid("model", "model: required")
+	}
+	if !c.mayUse(name) {
+		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Param: "model", Code: "forbidden",
+			Message: fmt.Sprintf("this API key may not use the model %q", truncate(name))}
 	}
 	if !slices.Contains(h.gen.Models(), name) {
 		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
@@ -219,13 +236,13 @@ func truncate(s string) string {
 }
 
 // completions is POST /v1/completions.
-func (h *Handler) completions(w http.ResponseWriter, r *http.Request, tenant string) {
+func (h *Handler) completions(w http.ResponseWriter, r *http.Request, c Caller) {
 	var body completionRequest
 	if e := h.decode(w, r, &body); e != nil {
 		writeError(w, e)
 		return
 	}
-	req := Request{Model: body.Model, Tenant: tenant}
+	req := Request{Model: body.Model, Tenant: c.Tenant}
 	prompts, e := stringOrList(body.Prompt, "prompt")
 	switch {
 	case e != nil:
@@ -248,7 +265,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, tenant str
 		req.MaxTokens, e = maxTokens(body.MaxTokens, "max_tokens", h.cfg.CompletionMaxTokens, h.cfg.MaxTokensLimit)
 	}
 	if e == nil {
-		e = h.model(body.Model)
+		e = h.model(c, body.Model)
 	}
 	if e != nil {
 		writeError(w, e)
@@ -263,13 +280,13 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, tenant str
 }
 
 // chat is POST /v1/chat/completions.
-func (h *Handler) chat(w http.ResponseWriter, r *http.Request, tenant string) {
+func (h *Handler) chat(w http.ResponseWriter, r *http.Request, c Caller) {
 	var body chatRequest
 	if e := h.decode(w, r, &body); e != nil {
 		writeError(w, e)
 		return
 	}
-	req := Request{Model: body.Model, Tenant: tenant}
+	req := Request{Model: body.Model, Tenant: c.Tenant}
 	e := body.params(&req)
 	if e == nil && (len(body.Messages) == 0 || len(body.Messages) > MessagesMax) {
 		e = invalid("messages", "%d messages: want 1 to %d", len(body.Messages), MessagesMax)
@@ -296,7 +313,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, tenant string) {
 		req.MaxTokens, e = maxTokens(limit, "max_completion_tokens", h.cfg.MaxTokensLimit, h.cfg.MaxTokensLimit)
 	}
 	if e == nil {
-		e = h.model(body.Model)
+		e = h.model(c, body.Model)
 	}
 	if e != nil {
 		writeError(w, e)

@@ -349,3 +349,67 @@ func TestClientGone(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling a condition, bounded
 	}
 }
+
+// twoModels is fakeGen serving two models.
+type twoModels struct{ *fakeGen }
+
+func (twoModels) Models() []string { return []string{"small", "tiny"} }
+
+// A key restricted to some models is refused any other with 403, before
+// the model is looked up (an unknown model is 403 too, not 404: the key
+// learns nothing of the others), on both routes, and /v1/models lists
+// only its models; the tenant reaches the generator. Deliberate break:
+// model() without the mayUse check serves small to the key (200).
+func TestKeyModelRestriction(t *testing.T) {
+	g := &fakeGen{script: "hello"}
+	h := New(twoModels{g}, Config{Authenticate: func(r *http.Request) (Caller, *Error) {
+		if r.Header.Get("Authorization") == "Bearer narrow" {
+			return Caller{Tenant: "acme", Models: []string{"tiny"}}, nil
+		}
+		return Caller{Tenant: "open"}, nil
+	}})
+	do := func(key, method, path, body string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+key)
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for _, c := range []struct {
+		key, path, model string
+		status           int
+	}{
+		{"narrow", "/v1/completions", "tiny", 200},
+		{"narrow", "/v1/completions", "small", 403},
+		{"narrow", "/v1/chat/completions", "small", 403},
+		{"narrow", "/v1/completions", "nope", 403},
+		{"open", "/v1/completions", "small", 200},
+		{"open", "/v1/completions", "nope", 404},
+	} {
+		body := `{"model":"` + c.model + `","prompt":"hi"}`
+		if strings.Contains(c.path, "chat") {
+			body = `{"model":"` + c.model + `","messages":[{"role":"user","content":"hi"}]}`
+		}
+		w := do(c.key, http.MethodPost, c.path, body)
+		if w.Code != c.status || c.status == 403 && !strings.Contains(w.Body.String(), `"code":"forbidden"`) {
+			t.Errorf("key %s, %s %s: %d %s, want %d", c.key, c.path, c.model, w.Code, w.Body, c.status)
+		}
+	}
+	if g.reqs[0].Tenant != "acme" {
+		t.Errorf("tenant %q, want acme", g.reqs[0].Tenant)
+	}
+	for key, want := range map[string]string{"narrow": `["tiny"]`, "open": `["small","tiny"]`} {
+		var list struct{ Data []struct{ ID string } }
+		w := do(key, http.MethodGet, "/v1/models", "")
+		if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, d := range list.Data {
+			ids = append(ids, d.ID)
+		}
+		if got, _ := json.Marshal(ids); string(got) != want {
+			t.Errorf("key %s: /v1/models %s, want %s", key, got, want)
+		}
+	}
+}

@@ -81,12 +81,14 @@ func (s *Server) rootHandler(h *httpapi.Handler) http.Handler {
 		// The bearer keys and tenants of the rest of the API: 401 for a
 		// missing or unknown key once there are keys, else the open
 		// default tenant.
-		Authenticate: func(r *http.Request) (string, *openai.Error) {
+		Authenticate: func(r *http.Request) (openai.Caller, *openai.Error) {
 			c, e := h.Authenticate(r.Header.Get("Authorization"))
 			if e != nil {
-				return "", &openai.Error{Status: e.Status, Type: "invalid_request_error", Code: "invalid_api_key", Message: e.Message}
+				return openai.Caller{}, &openai.Error{Status: e.Status, Type: "invalid_request_error", Code: "invalid_api_key", Message: e.Message}
 			}
-			return c.Tenant(), nil
+			// A key restricted to some models (api_keys[].models) is
+			// restricted to them here too: 403 for another.
+			return openai.Caller{Tenant: c.Tenant(), Models: c.Models()}, nil
 		},
 		Logger: s.log,
 	})
