@@ -119,6 +119,10 @@ func simSummary(rep *simgen.Report) string {
 // handler would be.
 func runLive(t *testing.T, cfg simgen.Config) liveReport {
 	s := newService(t, Config{Models: []string{cfg.Gen.Model}, Gen: cfg.Gen, OutLen: cfg.OutLen})
+	defer func() {
+		st := s.Stats(cfg.Gen.Model)
+		t.Logf("live steps: %d, each past its predicted end by %v on average; %v on average from a step's result to the next step handed over", st.Steps, st.StepLateMean, st.HandoverMean)
+	}()
 	all := simgen.Arrivals(cfg)
 	var (
 		mu  sync.Mutex

@@ -127,6 +127,11 @@ type model struct {
 	preemptions, crashes, tokens, steps    atomic.Int64
 	// The autoscaling signal, published at most every pressureEvery.
 	pressure atomic.Pointer[actors.GenPressure]
+	// The workers' step timing: steps run, the time past each emulated
+	// step's due end at which its sleep returned (Go timers under load),
+	// and the time from a step's result sent to the worker's next step
+	// handed over (the scheduler's round trip).
+	stepsRun, lateNs, handoverNs, handovers atomic.Int64
 }
 
 // pressureEvery bounds how often a scheduler's actor computes its
@@ -227,6 +232,12 @@ type Stats struct {
 	// the devices Config.Scale recommends under it, of Devices.
 	Pressure                    actors.GenPressure
 	Devices, DevicesRecommended int
+	// StepLateMean is the mean time past its predicted end at which an
+	// emulated step's wait returned; HandoverMean the mean time from a
+	// step's result sent to the device's next step handed over (idle
+	// time included, when the device had nothing to do). What a live run
+	// adds to the simulator's steps, for the figures.
+	StepLateMean, HandoverMean time.Duration
 }
 
 // Stats returns model's state (the zero Stats for a model not served).
@@ -243,6 +254,12 @@ func (s *Service) Stats(name string) Stats {
 	}
 	if p := m.pressure.Load(); p != nil {
 		st.Pressure = *p
+	}
+	if n := m.stepsRun.Load(); n > 0 {
+		st.StepLateMean = time.Duration(m.lateNs.Load() / n)
+	}
+	if n := m.handovers.Load(); n > 0 {
+		st.HandoverMean = time.Duration(m.handoverNs.Load() / n)
 	}
 	st.DevicesRecommended = actors.GenRecommend(st.Pressure, st.Devices, s.cfg.Scale)
 	return st
@@ -352,12 +369,13 @@ type device struct {
 type pendingStep struct {
 	inc uint64
 	job actors.StepJob
+	at  time.Time // handed over
 }
 
 // exec hands job to the worker; it does not block.
 func (d *device) exec(inc uint64, job actors.StepJob) {
 	d.mu.Lock()
-	d.next = &pendingStep{inc: inc, job: job}
+	d.next = &pendingStep{inc: inc, job: job, at: time.Now()}
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -367,6 +385,7 @@ func (d *device) exec(inc uint64, job actors.StepJob) {
 
 // loop runs the steps handed over until ctx ends.
 func (d *device) loop(ctx context.Context) {
+	var sent time.Time // when the last step's result was sent
 	for {
 		select {
 		case <-ctx.Done():
@@ -384,11 +403,21 @@ func (d *device) loop(ctx context.Context) {
 			d.gen.Reset() // a new scheduler knows nothing of what this one held
 			d.inc = p.inc
 		}
-		due := time.Now().Add(d.cost.StepCost(p.job))
-		done := d.gen.Step(p.job)
-		if d.emulated && sleepUntil(ctx, due) != nil {
-			return
+		start := time.Now()
+		if !sent.IsZero() && p.inc == d.inc {
+			d.m.handoverNs.Add(int64(p.at.Sub(sent)))
+			d.m.handovers.Add(1)
 		}
+		due := start.Add(d.cost.StepCost(p.job))
+		done := d.gen.Step(p.job)
+		if d.emulated {
+			if sleepUntil(ctx, due) != nil {
+				return
+			}
+			d.m.lateNs.Add(int64(time.Since(due)))
+			d.m.stepsRun.Add(1)
+		}
+		sent = time.Now()
 		d.rt.Send(d.m.addr, stepResult{inc: p.inc, done: done})
 	}
 }

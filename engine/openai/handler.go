@@ -209,7 +209,9 @@ type Caller struct {
 	Models []string
 }
 
-func (c Caller) mayUse(model string) bool { return len(c.Models) == 0 || slices.Contains(c.Models, model) }
+func (c Caller) mayUse(model string) bool {
+	return len(c.Models) == 0 || slices.Contains(c.Models, model)
+}
 
 // model checks that c may use name and that it is served: 403 before
 // 404, so a key restricted to some models learns nothing of the others.
