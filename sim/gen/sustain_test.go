@@ -51,9 +51,10 @@ func TestSweepFindsEdge(t *testing.T) {
 // static batching each sustain with the TTFT p95 of completed requests
 // within BATCHD_GEN_SUSTAIN_TTFT (default 1s; also the scheduler's TTFT
 // SLO) and at most 1% of the
-// requests not completed, by a rate sweep (bisection between 0.5 and 64
-// req/s, 10 halvings), and their ratio. For the figures: it skips unless
-// BATCHD_GEN_SUSTAIN is set.
+// requests not completed, by a rate sweep (bisection between
+// BATCHD_GEN_SUSTAIN_LO, default 0.5, and 64 req/s, 10 halvings; each run
+// BATCHD_GEN_SUSTAIN_DURATION of arrivals, default 1m), and their ratio.
+// For the figures: it skips unless BATCHD_GEN_SUSTAIN is set.
 //
 //	BATCHD_GEN_SUSTAIN=1 go test -count=1 -run TestSustainedFigures -v ./sim/gen/
 func TestSustainedFigures(t *testing.T) {
@@ -75,10 +76,25 @@ func TestSustainedFigures(t *testing.T) {
 		}
 		seed = s
 	}
+	dur := time.Minute
+	if v := os.Getenv("BATCHD_GEN_SUSTAIN_DURATION"); v != "" {
+		var err error
+		if dur, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lo := 0.5
+	if v := os.Getenv("BATCHD_GEN_SUSTAIN_LO"); v != "" {
+		var err error
+		if lo, err = strconv.ParseFloat(v, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var best [2]SweepPoint
 	for i, static := range []bool{false, true} {
 		run := func(rate float64) (SweepPoint, error) {
 			cfg := LongTailConfig(seed, rate)
+			cfg.Duration = dur
 			cfg.Gen.Static = static
 			// The scheduler's TTFT SLO is the bound: a request fails early
 			// only when its first token cannot come within it.
@@ -93,7 +109,7 @@ func TestSustainedFigures(t *testing.T) {
 			}
 			return rep.Point(), nil
 		}
-		b, tried, err := Sweep(run, bound, 0.5, 64, 10)
+		b, tried, err := Sweep(run, bound, lo, 64, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
