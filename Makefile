@@ -44,7 +44,7 @@ sim:
 # 1000 req/s, reference-1h; the 100-node fleet, fleet-100); `make test`
 # runs all but those.
 scenarios:
-	$(GO) test -count=1 -v -run 'TestScenarios|TestClusterScenarios' ./scenarios -args -scenarios.long
+	$(GO) test -count=1 -v -run 'TestScenarios|TestClusterScenarios' ./scenarios ./scenarios/gen -args -scenarios.long
 
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd

@@ -39,5 +39,15 @@
 // drops any other, so each token's text is emitted exactly once and in
 // order.
 //
+// The autoscaling signal (Stats.Pressure, /metrics): the KV blocks held
+// over a model's devices as a share (batchd_gen_kv_pressure), and over its
+// queued new requests the TTFT deadline minus the predicted first-token
+// time, least and 10th percentile (batchd_gen_ttft_slack_seconds; the
+// actor computes it at most every pressureEvery while requests are
+// queued); from them actors.GenRecommend's device count
+// (batchd_gen_devices_recommended, beside batchd_gen_devices), one more
+// under KV or slack pressure, one fewer when low, for a
+// HorizontalPodAutoscaler to act on.
+//
 // Imported by: engine/server.
 package generate

@@ -19,6 +19,12 @@
 // without knowing. Unknown fields are ignored, as OpenAI's clients send
 // fields of newer API versions.
 //
+// Config.Authenticate says who a request comes from (Caller): its tenant,
+// and the models its API key may use. A model outside them is 403
+// (forbidden), checked before the model is looked up, so a restricted key
+// learns nothing of the others, and GET /v1/models lists only its own: the
+// same rule as the rest of the API's keys.
+//
 // Imported by: engine/generate (the live generation engine, a
 // Generator), engine/server (which mounts the handler when generation is
 // on). Its tests run the official openai npm client against it.
