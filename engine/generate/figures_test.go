@@ -27,7 +27,10 @@ import (
 // tenant's latencies pooled as here. It times what
 // a client sees: TTFT from the call to the first token, TPOT (last - first)
 // / (tokens - 1), tokens/s over the run. For the figures, not for `make
-// test`: it skips unless BATCHD_GEN_LIVE_RATES is set.
+// test`: it skips unless BATCHD_GEN_LIVE_RATES is set. Then it runs the
+// simulator once more with each step costing what the live steps did on
+// average (their lateness and handover added to the base cost), to show
+// how much of a difference that accounts for.
 //
 //	BATCHD_GEN_LIVE_RATES=16 go test -count=1 -run TestLiveFigures -v ./engine/generate/
 func TestLiveFigures(t *testing.T) {
@@ -57,6 +60,17 @@ func TestLiveFigures(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("SIM   rate %v req/s, static %v, %v of arrivals: %s", rate, cfg.Gen.Static, dur, simSummary(rep))
+		// The simulator again, each step costing what the live one did
+		// on average: the time its wait ran late and the handover to the
+		// next step, added to the base cost (the prediction unchanged).
+		over := live.stepLate + live.handover
+		t.Logf("live steps: %d, each past its predicted end by %v on average, and %v from its result to the next step handed over", live.steps, live.stepLate, live.handover)
+		cfg.Cost = cfg.Gen.Cost
+		cfg.Cost.Base += over
+		if rep, err = simgen.Run(cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("SIM+%v a step: %s", over.Round(time.Microsecond), simSummary(rep))
 	}
 }
 
@@ -64,6 +78,10 @@ type liveReport struct {
 	offered, completed, failed int
 	tokens, windowTokens       int64
 	makespan, window           time.Duration
+	// steps run, and what each added to its cost on average: the wait
+	// past its predicted end, the handover to the next.
+	steps              int64
+	stepLate, handover time.Duration
 	ttft, tpot, e2e            []time.Duration
 	errs                       map[string]int
 }
@@ -119,10 +137,6 @@ func simSummary(rep *simgen.Report) string {
 // handler would be.
 func runLive(t *testing.T, cfg simgen.Config) liveReport {
 	s := newService(t, Config{Models: []string{cfg.Gen.Model}, Gen: cfg.Gen, OutLen: cfg.OutLen})
-	defer func() {
-		st := s.Stats(cfg.Gen.Model)
-		t.Logf("live steps: %d, each past its predicted end by %v on average; %v on average from a step's result to the next step handed over", st.Steps, st.StepLateMean, st.HandoverMean)
-	}()
 	all := simgen.Arrivals(cfg)
 	var (
 		mu  sync.Mutex
@@ -176,6 +190,8 @@ func runLive(t *testing.T, cfg simgen.Config) liveReport {
 		rep.makespan = last.Sub(start.Add(all[0].Req.Arrival))
 	}
 	rep.window = cfg.Duration
+	st := s.Stats(cfg.Gen.Model)
+	rep.steps, rep.stepLate, rep.handover = st.Steps, st.StepLateMean, st.HandoverMean
 	return rep
 }
 
