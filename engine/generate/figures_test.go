@@ -82,8 +82,8 @@ type liveReport struct {
 	// past its predicted end, the handover to the next.
 	steps              int64
 	stepLate, handover time.Duration
-	ttft, tpot, e2e            []time.Duration
-	errs                       map[string]int
+	ttft, tpot, e2e    []time.Duration
+	errs               map[string]int
 }
 
 func (r liveReport) String() string {
