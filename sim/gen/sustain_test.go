@@ -124,3 +124,43 @@ func TestSustainedFigures(t *testing.T) {
 			best[0].TokensPerSec, best[1].TokensPerSec, best[0].TokensPerSec/best[1].TokensPerSec)
 	}
 }
+
+// TestArrivalsReplay: Arrivals is the workload a run offers, request for
+// request (what a live run replays: prompt, tenant, max_tokens, arrival
+// time), one seed gives one workload and another seed another.
+// Deliberate break: the run offering a request at another time than its
+// Arrival (`a.Req.Arrival = 0` in run.arrivals) fails it.
+func TestArrivalsReplay(t *testing.T) {
+	cfg := DefaultConfig(3, 20)
+	cfg.Duration, cfg.CancelFrac, cfg.CancelWithin = 5*time.Second, 0.2, time.Second
+	r, err := newRun(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := Arrivals(cfg)
+	if len(all) != len(r.l.order) || len(all) < 50 {
+		t.Fatalf("%d arrivals, the run offers %d", len(all), len(r.l.order))
+	}
+	cancels := 0
+	for i, a := range all {
+		got := r.l.recs[r.l.order[i]].req
+		a.Req.ReplyTo = got.ReplyTo
+		if got != a.Req {
+			t.Fatalf("arrival %d: %+v, the run offers %+v", i, a.Req, got)
+		}
+		if a.CancelAt > 0 {
+			cancels++
+		}
+	}
+	if cancels == 0 {
+		t.Fatal("no cancel drawn")
+	}
+	again := Arrivals(cfg)
+	if !slices.Equal(all, again) {
+		t.Fatal("one seed gave two workloads")
+	}
+	cfg.Seed++
+	if other := Arrivals(cfg); len(other) > 0 && other[0].Req.Prompt == all[0].Req.Prompt {
+		t.Fatal("another seed gave the same first prompt")
+	}
+}
