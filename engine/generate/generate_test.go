@@ -337,7 +337,10 @@ func TestAutoscaleSignal(t *testing.T) {
 	cfg := testConfig()
 	cfg.Models = []string{"tiny"}
 	cfg.Gen.SeqsMax = 1
-	cfg.Gen.Cost.Base = 20 * time.Millisecond
+	// Each request holds its device for 20 steps of 30 ms: the queue of
+	// four lasts 600 ms, six times the signal's period.
+	cfg.Gen.Cost.Base = 30 * time.Millisecond
+	cfg.OutLen = actors.Lognormal{Median: 20, Max: 20}
 	s := newService(t, cfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s.Collectors()...)
@@ -349,7 +352,7 @@ func TestAutoscaleSignal(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	var st Stats
 	for st = s.Stats("tiny"); st.Pressure.Queued < 4 && time.Now().Before(deadline); st = s.Stats("tiny") {
 		runtime.Gosched()
