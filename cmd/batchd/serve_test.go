@@ -241,6 +241,24 @@ func TestServeEndToEnd(t *testing.T) {
 	if code, r := infer(t, base, "nope", "x"); code != http.StatusNotFound || r.Error == nil || r.Error.Code != "unknown_model" {
 		t.Errorf("unknown model: %d %+v", code, r)
 	}
+	// The embedded default serves a generation model beside echo: the
+	// OpenAI-compatible API works out of the box.
+	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model":"tiny","prompt":"hi","max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != http.StatusOK || len(c.Choices) != 1 || c.Usage.CompletionTokens != 3 {
+		t.Errorf("completion from the default generation model: %d %+v %v", resp.StatusCode, c, err)
+	}
+	resp.Body.Close()
 
 	// Requests in flight when the stop comes are answered, not dropped.
 	const n = 40

@@ -13,7 +13,7 @@ import (
 // continuous-batching scheduler (actors.GenScheduler) per model, on
 // emulated devices whose steps take the cost model's time and whose
 // tokens are the emulated generator's, or (Backend bytenet) on bytenet's
-// generator on the CPU. Off by default.
+// generator on the CPU. On by default (the emulated model `tiny`).
 type Generation struct {
 	// Enabled mounts the OpenAI-compatible routes and starts the
 	// schedulers.
@@ -87,8 +87,8 @@ type GenLength struct {
 func defaultGeneration() Generation {
 	g := actors.DefaultGenConfig("tiny", "v1", 1)
 	return Generation{
-		Backend: GenBackendEmulated,
-		Models:  []string{"tiny"}, Version: g.Version, Devices: g.Devices,
+		Enabled: true, Backend: GenBackendEmulated,
+		Models: []string{"tiny"}, Version: g.Version, Devices: g.Devices,
 		BlockTokens: g.BlockTokens, BlocksPerDevice: g.BlocksPerDevice,
 		StepTokensMax: g.StepTokensMax, SeqsMax: g.SeqsMax, WaitingMax: g.WaitingMax,
 		PromptMax: g.PromptMax, TokensMax: g.TokensMax, TTFTSLO: g.TTFT, Timeout: g.Timeout,

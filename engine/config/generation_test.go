@@ -37,7 +37,10 @@ tenants:
 		c.Cost.Base != 2*time.Millisecond || len(c.Tenants) != 1 || c.Tenants[0].InflightMax != 3 {
 		t.Errorf("GenConfig %+v", c)
 	}
-	if _, err := Load("off.yaml", []byte("generation:\n  models: []\n")); err != nil {
+	if d, err := LoadEmbedded(); err != nil || !d.Generation.Enabled || len(d.Generation.Models) == 0 {
+		t.Errorf("generation is on by default, with a model: %+v, %v", d.Generation, err)
+	}
+	if _, err := Load("off.yaml", []byte("generation:\n  enabled: false\n  models: []\n")); err != nil {
 		t.Errorf("a disabled section is not checked: %v", err)
 	}
 	for _, c := range []struct{ yaml, want string }{
