@@ -37,10 +37,11 @@ import (
 type Front struct {
 	cfg  FrontConfig
 	view *member.View
-	// owners are, per model, the rendezvous function over view's live
-	// members that hold it warm (member.View.Holders), rebuilt when the
-	// view changes (view.Version) or ownersStale says so.
-	owners        map[string]member.Owners
+	// owners are, per model, its owner by the rendezvous function over
+	// view's live members that hold it warm (member.View.Holders), with
+	// the owner's incarnation; dropped when the view changes
+	// (view.Version) or ownersStale says so.
+	owners        map[string]placement
 	ownersVersion uint64
 	// shunned are members a message to which came back Undeliverable
 	// (their process is down), with the incarnation they had: no model is
@@ -394,7 +395,7 @@ func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
 	}
 }
 
-// ownersCacheMax bounds the models whose owner function a Front keeps
+// ownersCacheMax bounds the models whose owner a Front keeps
 // (an open registry may name any number).
 const ownersCacheMax = 1024
 
@@ -406,23 +407,23 @@ func (f *Front) owner(model string) (placement, bool) {
 		return placement{node: f.cfg.Node, inc: f.cfg.Incarnation}, true
 	}
 	if f.ownersStale || f.owners == nil || f.ownersVersion != f.view.Version() || len(f.owners) >= ownersCacheMax {
-		f.owners, f.ownersVersion, f.ownersStale = map[string]member.Owners{}, f.view.Version(), false
+		f.owners, f.ownersVersion, f.ownersStale = map[string]placement{}, f.view.Version(), false
 	}
-	o, cached := f.owners[model]
-	if !cached {
-		live := f.view.Live()
-		if len(f.shunned) > 0 {
-			live = liveExcept(live, f.shunned)
-		}
-		o = member.NewOwners(f.view.Holders(model, live))
-		f.owners[model] = o
+	if p, cached := f.owners[model]; cached {
+		return p, true
 	}
-	node, ok := o.Owner(model)
+	live := f.view.Live()
+	if len(f.shunned) > 0 {
+		live = liveExcept(live, f.shunned)
+	}
+	node, ok := member.NewOwners(f.view.Holders(model, live)).Owner(model)
 	if !ok {
 		return placement{}, false
 	}
 	u, _ := f.view.Get(node)
-	return placement{node: node, inc: u.Inc}, true
+	p := placement{node: node, inc: u.Inc}
+	f.owners[model] = p
+	return p, true
 }
 
 func (f *Front) expire(ctx Context) {
