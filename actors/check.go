@@ -76,7 +76,7 @@ func (b *Batcher) Check(now time.Duration) error {
 	}
 	running, healthy := 0, 0
 	for _, d := range b.devOrder {
-		if d.phase != devQuarantined {
+		if d.phase != devQuarantined && !d.leaving {
 			healthy++
 		}
 		if d.phase == devBusy {

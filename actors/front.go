@@ -170,13 +170,20 @@ type placement struct {
 }
 
 type frontEntry struct {
-	req      Request  // as the door gave it (its ID and ReplyTo)
-	cur      uint64   // the current submission's ID
-	old      []uint64 // superseded submissions' IDs (nil until a resubmission)
-	owner    placement
+	req   Request  // as the door gave it (its ID and ReplyTo)
+	cur   uint64   // the current submission's ID
+	old   []uint64 // superseded submissions' IDs (nil until a resubmission)
+	owner placement
+	// prev is the owner of the last superseded submission while that one
+	// may still complete (it has not answered); zero otherwise.
+	prev     placement
 	resubmit int
 	expireAt time.Duration
 	done     bool
+	// held is the current submission's refusal (Rejected, Expired), kept
+	// while the superseded one may still complete (holding).
+	held    Reply
+	holding bool
 }
 
 // frontTick is the front's one timer: the next expiry.
@@ -281,6 +288,10 @@ func (f *Front) send(ctx Context, e *frontEntry, owner placement) {
 	id := f.idBase | f.seq&(1<<40-1)
 	if e.cur != 0 {
 		e.old = append(e.old, e.cur)
+		if !e.holding {
+			e.prev = e.owner
+		} // else the current one refused: the one before stays the one that may complete
+		e.holding = false
 	}
 	e.cur, e.owner = id, owner
 	f.byID[id] = e
@@ -311,12 +322,36 @@ func (f *Front) reply(ctx Context, m Reply) {
 		f.stats.Duplicates++
 		return
 	}
-	if m.ID != e.cur && (m.Outcome == Cancelled || m.Outcome == Rejected) {
-		// The old owner answering the submission the front withdrew.
+	if m.ID != e.cur && (m.Outcome == Cancelled || m.Outcome == Rejected || m.Outcome == Expired) {
+		// The old owner answering the submission the front withdrew, or
+		// giving it up: the current submission answers (or the held
+		// refusal, now that nothing else will).
 		f.stats.Duplicates++
+		e.prev = placement{}
+		if e.holding {
+			f.finish(ctx, e, e.held)
+		}
+		return
+	}
+	if m.ID == e.cur && (m.Outcome == Rejected || m.Outcome == Expired) && f.mayComplete(e) {
+		// The new owner cannot take it, but the old one may still be
+		// running it (a hand-over: the old owner left or is alive):
+		// wait for that answer, or the deadline.
+		e.held, e.holding = m, true
 		return
 	}
 	f.finish(ctx, e, m)
+}
+
+// mayComplete says whether e's superseded submission may still complete:
+// it has not answered and its owner is, in the view, at the same life and
+// not dead (alive, suspect, or left and draining).
+func (f *Front) mayComplete(e *frontEntry) bool {
+	if e.prev.node == "" {
+		return false
+	}
+	u, ok := f.view.Get(e.prev.node)
+	return ok && u.Inc == e.prev.inc && u.Kind != member.Dead
 }
 
 // finish delivers m to e's waiter, under the waiter's ID, and forgets e.
@@ -365,6 +400,10 @@ func (f *Front) replace(ctx Context) {
 		if e.done {
 			continue
 		}
+		if e.holding && !f.mayComplete(e) {
+			f.finish(ctx, e, e.held) // the old owner died or restarted
+			continue
+		}
 		to, seen := owners[e.req.Model]
 		if !seen {
 			to, _ = f.owner(e.req.Model) // zero when no member is live
@@ -377,7 +416,8 @@ func (f *Front) replace(ctx Context) {
 }
 
 func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
-	if f.view.IsLive(e.owner.node) {
+	if u, ok := f.view.Get(e.owner.node); ok && u.Inc == e.owner.inc && u.Kind != member.Dead {
+		// Alive, or left and draining: it withdraws what it still queues.
 		ctx.Send(f.accumulator(e.owner.node, e.req.Model), Cancel{ID: e.cur})
 	}
 	switch {
@@ -433,7 +473,11 @@ func (f *Front) expire(ctx Context) {
 		if !e.done && e.expireAt > now {
 			return
 		}
-		if !e.done {
+		switch {
+		case !e.done && e.holding:
+			// The superseded submission did not complete either.
+			f.finish(ctx, e, e.held)
+		case !e.done:
 			// Answered while still in the heap, as every entry is: the
 			// pop below takes it off the count again.
 			f.stats.Expired++
