@@ -17,11 +17,18 @@ import (
 //   - the first reply for the request's current submission wins; a later
 //     one (a duplicate run after a resubmission, a reply of an attempt the
 //     front gave up on) is dropped and counted (FrontStats.Duplicates);
+//     a superseded submission's result (Completed, Failed) still answers
+//     if it comes first, its refusals never do;
 //   - when the owner of a model changes (a member joined, left or died) or
 //     the owner restarted (a higher incarnation: a node that returns under
 //     its name forgot what it held), every request of that model still
 //     waiting is resubmitted to the new owner under a new submission ID;
-//     the old owner, if it lives, is told to Cancel the old one;
+//     the old owner, unless dead, is told to Cancel the old one;
+//   - in such a hand-over the new owner's refusal (Rejected, Expired) is
+//     held while the old owner may still be running the request (it is
+//     alive, or left and draining, at the same life): its result answers,
+//     or the refusal once it answers Cancelled, dies, restarts, or the
+//     deadline plus Grace passes;
 //   - a request with no answer by its deadline plus Grace is answered
 //     Expired by the front itself (its owner, or the device running it,
 //     died with it).
