@@ -41,6 +41,10 @@ type Batcher struct {
 	tenantOrder []*tenantState
 	keys        map[Key]*keyQueue
 	order       []*keyQueue // creation order, so that no decision rests on map order
+	// tablesMoved says keys or models changed since Check last looked
+	// them up (newKey, released): their lookups cost a Key hash per key,
+	// and the simulator checks after every message.
+	tablesMoved bool
 	// sweepAt is when sweep next looks for idle keys and tenants to release.
 	sweepAt time.Duration
 	where   map[uint64]*keyQueue
