@@ -41,6 +41,10 @@ type Batcher struct {
 	tenantOrder []*tenantState
 	keys        map[Key]*keyQueue
 	order       []*keyQueue // creation order, so that no decision rests on map order
+	// tablesMoved says keys or models changed since Check last looked
+	// them up (newKey, released): their lookups cost a Key hash per key,
+	// and the simulator checks after every message.
+	tablesMoved bool
 	// sweepAt is when sweep next looks for idle keys and tenants to release.
 	sweepAt time.Duration
 	where   map[uint64]*keyQueue
@@ -161,6 +165,10 @@ type devState struct {
 	// itself (in a cluster): a higher one means the node restarted and
 	// forgot its batch.
 	nodeInc uint64
+	// leaving: the device's node left gracefully while the device ran a
+	// batch; the node drains, so the batch runs to its end (BatchDone),
+	// after which the device is out. It no longer counts as healthy.
+	leaving bool
 }
 
 type owner struct {
@@ -175,6 +183,14 @@ func (d *devState) holds(model string) bool {
 // batcherTick is the batcher's one timer: the next moment a key may become
 // due for flushing or expiry.
 type batcherTick struct{ gen uint64 }
+
+// drainDue is when a batch on a device whose node left should have ended
+// (its predicted end and one batch time more): if it has not, the node
+// stopped before its drain was done, and the batch is re-queued.
+type drainDue struct {
+	device Address
+	batch  uint64
+}
 
 // NewBatcher returns a Batcher, or an error naming the bad setting.
 func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
@@ -238,13 +254,32 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		}
 		b.rememberPoison(ctx, d, m)
 		b.settle(d, nil, ctx.Now())
+		if d.leaving {
+			// Its node left: the drained device is out.
+			d.leaving, d.phase = false, devQuarantined
+			b.freeValid = false
+			break
+		}
 		b.setIdle(d)
+	case drainDue:
+		d := b.devs[m.device]
+		if d == nil || !d.leaving || d.phase != devBusy || d.inflight.ID != m.batch {
+			break // it ended
+		}
+		b.abort(ctx, d, ids(d.inflight.Items), "node left before its batch ended")
+		d.leaving, d.phase = false, devQuarantined
+		b.freeValid = false
 	case BatchAborted:
 		d := b.devs[m.Device]
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
 			break // stale
 		}
 		b.abort(ctx, d, m.Pending, m.Reason)
+		if d.leaving {
+			d.leaving, d.phase = false, devQuarantined // its node left
+			b.freeValid = false
+			break
+		}
 		d.phase = devDown
 		d.freeAt = ctx.Now() + b.compute()
 		b.freeValid = false
@@ -254,6 +289,11 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			break // stale
 		}
 		b.requeue(ctx, d, ids(d.inflight.Items), "declined", false)
+		if d.leaving {
+			d.leaving, d.phase = false, devQuarantined // its node left
+			b.freeValid = false
+			break
+		}
 		d.phase = devDown // lent to another batcher until it announces itself
 		d.freeAt = ctx.Now() + b.compute()
 		b.freeValid = false
@@ -281,7 +321,10 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		case isBatch && d.phase == devBusy && d.inflight.ID == rb.Batch.ID:
 			b.abort(ctx, d, ids(d.inflight.Items), "device's node unreachable")
 			d.phase = devQuarantined // until it announces itself again
-			b.healthy--
+			if !d.leaving {
+				b.healthy--
+			}
+			d.leaving = false
 			b.freeValid = false
 		case d.phase == devOffered:
 			if _, isOffer := m.Msg.(Offer); isOffer {
@@ -302,7 +345,10 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			b.abort(ctx, d, ids(d.inflight.Items), "device quarantined")
 		}
 		d.phase = devQuarantined
-		b.healthy--
+		if !d.leaving {
+			b.healthy--
+		}
+		d.leaving = false
 		b.freeValid = false
 	case batcherTick:
 		if m.gen != b.timerGen {
@@ -426,7 +472,8 @@ func (b *Batcher) waitBehind(ahead int, work, now time.Duration) time.Duration {
 	return start - now
 }
 
-// freeTimes returns, sorted, when each device not quarantined is predicted
+// freeTimes returns, sorted, when each device not quarantined (nor
+// draining on a node that left) is predicted
 // to be free: 0 (at once) if idle, the predicted end of its batch if busy,
 // and one batch time after its failure if it is restarting (a guess: the
 // restart backoff is the device's own). The list is rebuilt only after a
@@ -437,7 +484,7 @@ func (b *Batcher) freeTimes() []time.Duration {
 	}
 	f := b.free[:0]
 	for _, d := range b.devOrder {
-		if d.phase != devQuarantined {
+		if d.phase != devQuarantined && !d.leaving {
 			f = append(f, d.freeAt)
 		}
 	}
@@ -748,14 +795,27 @@ func (b *Batcher) membership(ctx Context, u member.Update) {
 		if !gone {
 			why = "node " + u.Node + " restarted"
 		}
-		switch d.phase {
-		case devIdle:
+		wasLeaving := d.leaving
+		d.leaving = false
+		switch {
+		case d.phase == devBusy && u.Kind == member.Left && !wasLeaving && u.Inc == d.nodeInc:
+			// A node that leaves drains what runs: the batch ends with
+			// its BatchDone (the device is out then), or is re-queued if
+			// it has not ended a batch time after its predicted end.
+			d.leaving = true
+			b.healthy--
+			b.freeValid = false
+			ctx.After(max(d.freeAt-ctx.Now(), 0)+b.compute(), drainDue{device: d.addr, batch: d.inflight.ID})
+			continue
+		case d.phase == devIdle:
 			b.unready(d)
-		case devBusy:
+		case d.phase == devBusy:
 			b.abort(ctx, d, ids(d.inflight.Items), why)
 		}
 		d.phase = devQuarantined
-		b.healthy--
+		if !wasLeaving {
+			b.healthy--
+		}
 		b.freeValid = false
 	}
 }

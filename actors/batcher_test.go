@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/actors/member"
 )
 
 const ms = time.Millisecond
@@ -449,5 +451,58 @@ func TestBatcherRidersOfAPartBatchStayLevel(t *testing.T) {
 				t.Errorf("next after the shared batch: tenant %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A node that leaves gracefully drains: the batch its device runs is not
+// re-queued (it ends, and the device is out after its BatchDone); if no
+// BatchDone comes a batch time after the batch's predicted end (the node
+// stopped first), the batch is re-queued then.
+func TestBatcherDrainsALeavingNode(t *testing.T) {
+	for _, done := range []bool{true, false} {
+		cfg := DefaultBatcherConfig()
+		cfg.BatchMax = 4
+		b, c := newTestBatcher(t, cfg, 0)
+		for _, n := range []string{"x", "y"} {
+			b.Receive(c, member.Update{Node: n, Inc: 1, Kind: member.Alive})
+		}
+		b.Receive(c, DeviceReady{Device: Address{Node: "x", ID: 100}, Incarnation: 1})
+		for id := uint64(1); id <= 4; id++ {
+			submit(b, c, id)
+		}
+		rb := ofType[RunBatch](c.take())
+		if len(rb) != 1 {
+			t.Fatalf("want one batch, got %+v", rb)
+		}
+		b.Receive(c, member.Update{Node: "x", Inc: 1, Kind: member.Left})
+		if out := c.take(); len(out) != 0 {
+			t.Fatalf("the leaving node's batch was answered or re-sent: %+v", out)
+		}
+		if st := b.Stats(); st.Held != 4 || st.Queued != 0 {
+			t.Fatalf("after the leave: held %d queued %d, want the batch still running", st.Held, st.Queued)
+		}
+		if h, _ := b.Capacity(); h != 0 {
+			t.Fatalf("a draining device counts as healthy (%d)", h)
+		}
+		if done {
+			b.Receive(c, BatchDone{Device: Address{Node: "x", ID: 100}, BatchID: rb[0].Batch.ID})
+			if st := b.Stats(); st.Held != 0 {
+				t.Fatalf("after its BatchDone: held %d", st.Held)
+			}
+			submit(b, c, 5)
+			c.advance(b, time.Second)
+			if got := ofType[RunBatch](c.take()); len(got) != 0 {
+				t.Fatalf("a device of a node that left got a batch: %+v", got)
+			}
+			continue
+		}
+		c.advance(b, 150*ms) // the batch's 100 ms, and less than a batch time more
+		if st := b.Stats(); st.Queued != 0 {
+			t.Fatalf("re-queued at %v, before its drain was due", c.now)
+		}
+		c.advance(b, 250*ms)
+		if st, answered := b.Stats(), len(replies(c.take())); st.Retried+int64(answered) != 4 || st.Held != st.Queued {
+			t.Fatalf("at %v the undrained batch: %d re-queued, %d answered, held %d, queued %d; want its 4 items back", c.now, st.Retried, answered, st.Held, st.Queued)
+		}
 	}
 }

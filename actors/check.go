@@ -24,8 +24,13 @@ func (b *Batcher) Check(now time.Duration) error {
 	if len(b.order) != len(b.keys) || len(b.order) > b.cfg.KeysMax {
 		return fmt.Errorf("batcher check: %d keys in order, %d in the table, KeysMax %d", len(b.order), len(b.keys), b.cfg.KeysMax)
 	}
+	// The tables are looked up only after they changed (newKey, released:
+	// the only writes); the counts below are checked every time.
+	lookup := b.tablesMoved
+	b.tablesMoved = false
 	for _, q := range b.order {
-		if b.keys[q.key] != q {
+		if lookup && b.keys[q.key] != q {
+			b.tablesMoved = true
 			return fmt.Errorf("batcher check: key %+v is not in the table", q.key)
 		}
 		n := 0
@@ -49,7 +54,8 @@ func (b *Batcher) Check(now time.Duration) error {
 			return fmt.Errorf("batcher check: key %+v: held %d, its tenants hold %d, %d queued", q.key, q.held, hn, q.n)
 		case q.held > b.cfg.QueueMax:
 			return fmt.Errorf("batcher check: key %+v holds %d, QueueMax %d", q.key, q.held, b.cfg.QueueMax)
-		case q.model.keys < 1 || b.models[q.model.name] != q.model:
+		case q.model.keys < 1 || lookup && b.models[q.model.name] != q.model:
+			b.tablesMoved = lookup
 			return fmt.Errorf("batcher check: key %+v: its model is not stored", q.key)
 		}
 		queued += q.n
@@ -76,7 +82,7 @@ func (b *Batcher) Check(now time.Duration) error {
 	}
 	running, healthy := 0, 0
 	for _, d := range b.devOrder {
-		if d.phase != devQuarantined {
+		if d.phase != devQuarantined && !d.leaving {
 			healthy++
 		}
 		if d.phase == devBusy {

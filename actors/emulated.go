@@ -42,6 +42,23 @@ func EmulatedOutputMatches(out, model, version string, inputHash uint64) bool {
 		out[at+1:colon] != version || out[colon] != ':' {
 		return false
 	}
-	var buf [16]byte
-	return out[colon+1:] == string(strconv.AppendUint(buf[:0], inputHash, 16))
+	// The tail is inputHash in lowercase hex without leading zeros, as
+	// strconv.AppendUint writes it: compared digit by digit from the end.
+	tail := out[colon+1:]
+	n := 1
+	for h := inputHash >> 4; h != 0; h >>= 4 {
+		n++
+	}
+	if len(tail) != n {
+		return false
+	}
+	for i := n - 1; i >= 0; i-- {
+		if tail[i] != hexDigits[inputHash&15] {
+			return false
+		}
+		inputHash >>= 4
+	}
+	return true
 }
+
+const hexDigits = "0123456789abcdef"

@@ -17,11 +17,18 @@ import (
 //   - the first reply for the request's current submission wins; a later
 //     one (a duplicate run after a resubmission, a reply of an attempt the
 //     front gave up on) is dropped and counted (FrontStats.Duplicates);
+//     a superseded submission's result (Completed, Failed) still answers
+//     if it comes first, its refusals never do;
 //   - when the owner of a model changes (a member joined, left or died) or
 //     the owner restarted (a higher incarnation: a node that returns under
 //     its name forgot what it held), every request of that model still
 //     waiting is resubmitted to the new owner under a new submission ID;
-//     the old owner, if it lives, is told to Cancel the old one;
+//     the old owner, unless dead, is told to Cancel the old one;
+//   - in such a hand-over the new owner's refusal (Rejected, Expired) is
+//     held while the old owner may still be running the request (it is
+//     alive, or left and draining, at the same life): its result answers,
+//     or the refusal once it answers Cancelled, dies, restarts, or the
+//     deadline plus Grace passes;
 //   - a request with no answer by its deadline plus Grace is answered
 //     Expired by the front itself (its owner, or the device running it,
 //     died with it).
@@ -37,10 +44,11 @@ import (
 type Front struct {
 	cfg  FrontConfig
 	view *member.View
-	// owners are, per model, the rendezvous function over view's live
-	// members that hold it warm (member.View.Holders), rebuilt when the
-	// view changes (view.Version) or ownersStale says so.
-	owners        map[string]member.Owners
+	// owners are, per model, its owner by the rendezvous function over
+	// view's live members that hold it warm (member.View.Holders), with
+	// the owner's incarnation; dropped when the view changes
+	// (view.Version) or ownersStale says so.
+	owners        map[string]placement
 	ownersVersion uint64
 	// shunned are members a message to which came back Undeliverable
 	// (their process is down), with the incarnation they had: no model is
@@ -169,13 +177,20 @@ type placement struct {
 }
 
 type frontEntry struct {
-	req      Request  // as the door gave it (its ID and ReplyTo)
-	cur      uint64   // the current submission's ID
-	old      []uint64 // superseded submissions' IDs (nil until a resubmission)
-	owner    placement
+	req   Request  // as the door gave it (its ID and ReplyTo)
+	cur   uint64   // the current submission's ID
+	old   []uint64 // superseded submissions' IDs (nil until a resubmission)
+	owner placement
+	// prev is the owner of the last superseded submission while that one
+	// may still complete (it has not answered); zero otherwise.
+	prev     placement
 	resubmit int
 	expireAt time.Duration
 	done     bool
+	// held is the current submission's refusal (Rejected, Expired), kept
+	// while the superseded one may still complete (holding).
+	held    Reply
+	holding bool
 }
 
 // frontTick is the front's one timer: the next expiry.
@@ -280,6 +295,10 @@ func (f *Front) send(ctx Context, e *frontEntry, owner placement) {
 	id := f.idBase | f.seq&(1<<40-1)
 	if e.cur != 0 {
 		e.old = append(e.old, e.cur)
+		if !e.holding {
+			e.prev = e.owner
+		} // else the current one refused: the one before stays the one that may complete
+		e.holding = false
 	}
 	e.cur, e.owner = id, owner
 	f.byID[id] = e
@@ -310,12 +329,36 @@ func (f *Front) reply(ctx Context, m Reply) {
 		f.stats.Duplicates++
 		return
 	}
-	if m.ID != e.cur && (m.Outcome == Cancelled || m.Outcome == Rejected) {
-		// The old owner answering the submission the front withdrew.
+	if m.ID != e.cur && (m.Outcome == Cancelled || m.Outcome == Rejected || m.Outcome == Expired) {
+		// The old owner answering the submission the front withdrew, or
+		// giving it up: the current submission answers (or the held
+		// refusal, now that nothing else will).
 		f.stats.Duplicates++
+		e.prev = placement{}
+		if e.holding {
+			f.finish(ctx, e, e.held)
+		}
+		return
+	}
+	if m.ID == e.cur && (m.Outcome == Rejected || m.Outcome == Expired) && f.mayComplete(e) {
+		// The new owner cannot take it, but the old one may still be
+		// running it (a hand-over: the old owner left or is alive):
+		// wait for that answer, or the deadline.
+		e.held, e.holding = m, true
 		return
 	}
 	f.finish(ctx, e, m)
+}
+
+// mayComplete says whether e's superseded submission may still complete:
+// it has not answered and its owner is, in the view, at the same life and
+// not dead (alive, suspect, or left and draining).
+func (f *Front) mayComplete(e *frontEntry) bool {
+	if e.prev.node == "" {
+		return false
+	}
+	u, ok := f.view.Get(e.prev.node)
+	return ok && u.Inc == e.prev.inc && u.Kind != member.Dead
 }
 
 // finish delivers m to e's waiter, under the waiter's ID, and forgets e.
@@ -364,6 +407,10 @@ func (f *Front) replace(ctx Context) {
 		if e.done {
 			continue
 		}
+		if e.holding && !f.mayComplete(e) {
+			f.finish(ctx, e, e.held) // the old owner died or restarted
+			continue
+		}
 		to, seen := owners[e.req.Model]
 		if !seen {
 			to, _ = f.owner(e.req.Model) // zero when no member is live
@@ -376,7 +423,8 @@ func (f *Front) replace(ctx Context) {
 }
 
 func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
-	if f.view.IsLive(e.owner.node) {
+	if u, ok := f.view.Get(e.owner.node); ok && u.Inc == e.owner.inc && u.Kind != member.Dead {
+		// Alive, or left and draining: it withdraws what it still queues.
 		ctx.Send(f.accumulator(e.owner.node, e.req.Model), Cancel{ID: e.cur})
 	}
 	switch {
@@ -394,7 +442,7 @@ func (f *Front) resubmit(ctx Context, e *frontEntry, to placement) {
 	}
 }
 
-// ownersCacheMax bounds the models whose owner function a Front keeps
+// ownersCacheMax bounds the models whose owner a Front keeps
 // (an open registry may name any number).
 const ownersCacheMax = 1024
 
@@ -406,23 +454,23 @@ func (f *Front) owner(model string) (placement, bool) {
 		return placement{node: f.cfg.Node, inc: f.cfg.Incarnation}, true
 	}
 	if f.ownersStale || f.owners == nil || f.ownersVersion != f.view.Version() || len(f.owners) >= ownersCacheMax {
-		f.owners, f.ownersVersion, f.ownersStale = map[string]member.Owners{}, f.view.Version(), false
+		f.owners, f.ownersVersion, f.ownersStale = map[string]placement{}, f.view.Version(), false
 	}
-	o, cached := f.owners[model]
-	if !cached {
-		live := f.view.Live()
-		if len(f.shunned) > 0 {
-			live = liveExcept(live, f.shunned)
-		}
-		o = member.NewOwners(f.view.Holders(model, live))
-		f.owners[model] = o
+	if p, cached := f.owners[model]; cached {
+		return p, true
 	}
-	node, ok := o.Owner(model)
+	live := f.view.Live()
+	if len(f.shunned) > 0 {
+		live = liveExcept(live, f.shunned)
+	}
+	node, ok := member.NewOwners(f.view.Holders(model, live)).Owner(model)
 	if !ok {
 		return placement{}, false
 	}
 	u, _ := f.view.Get(node)
-	return placement{node: node, inc: u.Inc}, true
+	p := placement{node: node, inc: u.Inc}
+	f.owners[model] = p
+	return p, true
 }
 
 func (f *Front) expire(ctx Context) {
@@ -432,7 +480,11 @@ func (f *Front) expire(ctx Context) {
 		if !e.done && e.expireAt > now {
 			return
 		}
-		if !e.done {
+		switch {
+		case !e.done && e.holding:
+			// The superseded submission did not complete either.
+			f.finish(ctx, e, e.held)
+		case !e.done:
 			// Answered while still in the heap, as every entry is: the
 			// pop below takes it off the count again.
 			f.stats.Expired++

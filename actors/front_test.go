@@ -312,3 +312,86 @@ func TestFrontStateBoundedWithLongDeadlines(t *testing.T) {
 		t.Fatalf("after expiry: %d entries, done %d, expired %d", f.expiry.len(), f.expiry.done, f.Stats().Expired)
 	}
 }
+
+// A hand-over: the owner leaves (and drains) while it runs the request.
+// The new owner's refusal is held while the old submission may complete:
+// the old owner's result answers; its Cancelled releases the refusal.
+func TestFrontHandOverHoldsARefusal(t *testing.T) {
+	for _, oldAnswer := range []Outcome{Completed, Cancelled} {
+		f, ctx := newTestFront(t, "a", "a", "b", "c")
+		f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+		first := submits(ctx.take())[0]
+		owner := first.to.Node
+		f.Receive(ctx, member.Update{Node: owner, Inc: 1, Kind: member.Left})
+		out := ctx.take()
+		s := submits(out)
+		if len(s) != 1 || s[0].to.Node == owner {
+			t.Fatalf("after the owner left sent %+v, want one submit to another node", out)
+		}
+		cancelled := false
+		for _, x := range out {
+			if c, ok := x.msg.(Cancel); ok && x.to.Node == owner && c.ID == first.msg.(Submit).Req.ID {
+				cancelled = true
+			}
+		}
+		if !cancelled {
+			t.Fatalf("sent %+v: want a Cancel to the leaving owner, which still runs what it took", out)
+		}
+		f.Receive(ctx, Reply{ID: s[0].msg.(Submit).Req.ID, Outcome: Rejected, Reason: ReasonQueueFull})
+		if rs := replies(ctx.take()); len(rs) != 0 {
+			t.Fatalf("the new owner's refusal answered while the old one runs the request: %+v", rs)
+		}
+		f.Receive(ctx, Reply{ID: first.msg.(Submit).Req.ID, Outcome: oldAnswer, Output: "old"})
+		rs := replies(ctx.take())
+		want := Completed
+		if oldAnswer == Cancelled {
+			want = Rejected // the held refusal, now that nothing else will come
+		}
+		if len(rs) != 1 || rs[0].Outcome != want || rs[0].ID != 1 {
+			t.Fatalf("old owner answered %v: waiter got %+v, want one %v", oldAnswer, rs, want)
+		}
+		if st := f.Stats(); st.InFlight != 0 || st.Answered != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+}
+
+// The owner died: nothing will come from it, so the new owner's refusal
+// answers at once; and a refusal held for a leaving owner is released
+// when that owner is declared dead after all, or at the front's expiry.
+func TestFrontReleasesAHeldRefusal(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	owner := submits(ctx.take())[0].to.Node
+	f.Receive(ctx, member.Update{Node: owner, Inc: 1, Kind: member.Dead})
+	s := submits(ctx.take())
+	f.Receive(ctx, Reply{ID: s[0].msg.(Submit).Req.ID, Outcome: Rejected})
+	if rs := replies(ctx.take()); len(rs) != 1 || rs[0].Outcome != Rejected {
+		t.Fatalf("owner dead: waiter got %+v, want the refusal at once", rs)
+	}
+
+	f, ctx = newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 2, Model: "m", ReplyTo: waiter}})
+	owner = submits(ctx.take())[0].to.Node
+	f.Receive(ctx, member.Update{Node: owner, Inc: 1, Kind: member.Left})
+	s = submits(ctx.take())
+	f.Receive(ctx, Reply{ID: s[0].msg.(Submit).Req.ID, Outcome: Expired, Reason: ReasonDeadline})
+	if rs := replies(ctx.take()); len(rs) != 0 {
+		t.Fatalf("held: waiter got %+v", rs)
+	}
+	f.Receive(ctx, member.Update{Node: owner, Inc: 2, Kind: member.Alive}) // it restarted: its old life is gone
+	if rs := replies(ctx.take()); len(rs) != 1 || rs[0].Outcome != Expired || rs[0].ID != 2 {
+		t.Fatalf("old owner restarted: waiter got %+v, want the held Expired", rs)
+	}
+
+	f, ctx = newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 3, Model: "m", ReplyTo: waiter}})
+	owner = submits(ctx.take())[0].to.Node
+	f.Receive(ctx, member.Update{Node: owner, Inc: 1, Kind: member.Left})
+	s = submits(ctx.take())
+	f.Receive(ctx, Reply{ID: s[0].msg.(Submit).Req.ID, Outcome: Rejected, Reason: ReasonQueueFull})
+	ctx.advance(f, time.Second)
+	if rs := replies(ctx.take()); len(rs) != 1 || rs[0].Outcome != Rejected || rs[0].Reason != ReasonQueueFull {
+		t.Fatalf("expiry: waiter got %+v, want the held refusal", rs)
+	}
+}

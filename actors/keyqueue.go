@@ -195,6 +195,7 @@ func (b *Batcher) newKey(key Key, m *modelState, now time.Duration) *keyQueue {
 	q := &keyQueue{key: key, model: m, minDeadline: time.Duration(math.MaxInt64), usedAt: now}
 	b.keys[key] = q
 	b.order = append(b.order, q)
+	b.tablesMoved = true
 	if m.keys == 0 {
 		b.models[m.name] = m
 	}
@@ -225,6 +226,7 @@ func (b *Batcher) released(q *keyQueue) {
 		panic(fmt.Sprintf("batchd: releasing key %+v, which holds %d items", q.key, q.held))
 	}
 	delete(b.keys, q.key)
+	b.tablesMoved = true
 	if b.lastKey == q {
 		b.lastKey = nil
 	}

@@ -178,3 +178,21 @@ func TestCheckEveryMessage(t *testing.T) {
 		t.Fatalf("a broken count after a message: %v, want one failure naming the queued count", failed)
 	}
 }
+
+// TestBatcherCheckLooksUpChangedTables: Check looks the key and model
+// tables up after they changed (a key made or released), and finds a key
+// that the table maps to another queue.
+func TestBatcherCheckLooksUpChangedTables(t *testing.T) {
+	b, c := newTestBatcher(t, DefaultBatcherConfig(), 1)
+	b.afterReceive = nil
+	submit(b, c, 1)
+	q := b.order[0]
+	b.keys[q.key] = &keyQueue{key: q.key, model: q.model}
+	if err := b.Check(c.now); err == nil || !strings.Contains(err.Error(), "not in the table") {
+		t.Fatalf("a key mapped to another queue after a new key: Check says %v", err)
+	}
+	b.keys[q.key] = q
+	if err := b.Check(c.now); err != nil {
+		t.Fatalf("restored: %v", err)
+	}
+}

@@ -76,12 +76,21 @@ func (m LatencyModel) Waves(n int) int {
 
 // Predict returns the cost of a batch of n inputs whose longest is maxLen
 // bytes.
-func (m LatencyModel) Predict(n, maxLen int) time.Duration {
-	d := m.Base + time.Duration(n)*m.PerItem
-	switch {
-	case m.Fanout():
+// The affine case is small enough to be inlined where the batcher asks
+// several times for each request.
+func (m *LatencyModel) Predict(n, maxLen int) time.Duration {
+	if m.FanoutConcurrency > 0 || len(m.Table) > 0 {
+		return m.predictOther(n, maxLen)
+	}
+	return m.Base + time.Duration(n)*(m.PerItem+time.Duration(maxLen)*m.PerPaddedByte)
+}
+
+// predictOther is Predict for a fan-out or a table.
+func (m *LatencyModel) predictOther(n, maxLen int) time.Duration {
+	var d time.Duration
+	if m.Fanout() {
 		d = m.Base + time.Duration(m.Waves(n))*m.FanoutCall
-	case len(m.Table) > 0:
+	} else {
 		d = m.interpolate(n)
 	}
 	return d + time.Duration(n)*time.Duration(maxLen)*m.PerPaddedByte

@@ -39,6 +39,8 @@ type Device struct {
 	// when the device is known to be restarted before the next job (after a
 	// hang) or the running job is a slow one (see Overlaps).
 	busyUntil time.Duration
+	// lastEnd is when the last job that ends ends (LastEnd).
+	lastEnd time.Duration
 }
 
 var _ Executor = (*Device)(nil)
@@ -119,6 +121,7 @@ func (d *Device) Run(now time.Duration, job actors.Job) (time.Duration, actors.J
 
 func (d *Device) account(took time.Duration, slow bool, done time.Duration) {
 	d.busy += took
+	d.lastEnd = max(d.lastEnd, done)
 	if slow {
 		// The actor's watchdog may declare a straggler hung and restart the
 		// device before it ends, which the executor cannot see; a job then
@@ -128,6 +131,10 @@ func (d *Device) account(took time.Duration, slow bool, done time.Duration) {
 		d.busyUntil = done
 	}
 }
+
+// LastEnd is when the last job that ends (completes, fails or crashes)
+// ends: after it the device runs nothing (a hung job aside).
+func (d *Device) LastEnd() time.Duration { return d.lastEnd }
 
 // BusyTime is the total run time of the jobs that end (complete, fail or
 // crash), counted in full when each starts; a hung job adds nothing, as its

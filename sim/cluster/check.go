@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/sim/ledger"
 	"github.com/batchd/batchd/sim/swim"
 )
 
@@ -63,17 +64,24 @@ type Window struct {
 
 const violationsMax = 20
 
+// reqRec is one accepted request. It holds no pointer (its model, version
+// and tenant are indexes into checker.names), so the table of a 3 M-request
+// run is memory the garbage collector never scans.
 type reqRec struct {
 	seen    bool // a front accepted it
 	node    int32
 	life    int32
 	answers int32
-	model   string
-	version string
-	tenant  string
+	model   uint16
+	version uint16
+	tenant  uint16
 	inHash  uint64
 	arrival time.Duration
 }
+
+// namesMax bounds the distinct model, version and tenant names a run's
+// records refer to (checker.names).
+const namesMax = 1 << 16
 
 // checker watches every delivery of a run: requests accepted by a front,
 // the answers their waiters get, the batches devices are handed.
@@ -81,11 +89,15 @@ type checker struct {
 	r *run
 	// recs are indexed by request ID - 1: the sources number requests
 	// densely (source k of N sends k+1, k+1+N, ...).
-	recs   []reqRec
-	rep    Report
-	lat    []time.Duration
-	wins   []Window
-	settle time.Duration
+	recs []reqRec
+	// names are the model, version and tenant names records refer to;
+	// completed counts each tenant's completed requests, by name index.
+	names     []string
+	completed []int64
+	rep       Report
+	lat       []time.Duration
+	wins      []Window
+	settle    time.Duration
 	// servedBy: per model, the accumulators that sent a batch after settle.
 	servedBy map[string][]string
 }
@@ -97,10 +109,41 @@ func newChecker(r *run) *checker {
 	c.settle = settledAt(r.cfg)
 	nw := int(r.cfg.Duration/time.Second) + 1
 	c.wins = make([]Window, nw)
+	// Room for what the sources offer (IDs are dense), so that the
+	// tables are not copied as they grow: 5% and 1,024 over the mean.
+	perSecond := int(min(r.cfg.Rate*1.05, recsMax)) + 1024
+	expected := min(int(r.cfg.Rate*1.05*r.cfg.Duration.Seconds())+1024, recsMax)
+	c.recs = make([]reqRec, 0, expected)
+	c.lat = make([]time.Duration, 0, expected)
 	for i := range c.wins {
 		c.wins[i].StartS = float64(i)
+		c.wins[i].lat = make([]time.Duration, 0, perSecond)
 	}
 	return c
+}
+
+// name returns the index of s in c.names, adding it; namesMax when the
+// table is full (a record that refers to it matches no output).
+func (c *checker) name(s string) uint16 {
+	for i, n := range c.names {
+		if n == s {
+			return uint16(i)
+		}
+	}
+	if len(c.names) >= namesMax-1 {
+		c.violate("more than %d distinct model, version and tenant names", namesMax-1)
+		return namesMax - 1
+	}
+	c.names = append(c.names, s)
+	return uint16(len(c.names) - 1)
+}
+
+// nameOf is the name of index i ("" for the overflow index).
+func (c *checker) nameOf(i uint16) string {
+	if int(i) >= len(c.names) {
+		return ""
+	}
+	return c.names[i]
 }
 
 func (c *checker) violate(format string, args ...any) {
@@ -141,8 +184,8 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 			return
 		}
 		c.rep.Accepted++
-		*rec = reqRec{seen: true, node: int32(i), life: int32(c.r.life[i]), model: m.Req.Model, tenant: m.Req.Tenant,
-			version: m.Req.Version, inHash: actors.InputHash(m.Req.Input), arrival: m.Req.Arrival}
+		*rec = reqRec{seen: true, node: int32(i), life: int32(c.r.life[i]), model: c.name(m.Req.Model), tenant: c.name(m.Req.Tenant),
+			version: c.name(m.Req.Version), inHash: actors.InputHash(m.Req.Input), arrival: m.Req.Arrival}
 		if w := c.window(m.Req.Arrival); w != nil {
 			w.Arrived++
 		}
@@ -163,7 +206,7 @@ func (c *checker) Deliver(at time.Duration, from, to actors.Address, msg actors.
 }
 
 // recsMax bounds the requests a run checks (a 100-node minute at 50,000
-// req/s is 3 M): 96 bytes each, 1.5 GB at the bound.
+// req/s is 3 M): 40 bytes each, 640 MB at the bound.
 const recsMax = 16 << 20
 
 // rec returns the record of request id, growing the table; nil past
@@ -208,14 +251,14 @@ func (c *checker) answer(at time.Duration, node int, m actors.Reply) {
 	w := c.window(rec.arrival)
 	switch m.Outcome {
 	case actors.Completed:
-		if !actors.EmulatedOutputMatches(m.Output, rec.model, rec.version, rec.inHash) {
+		if !actors.EmulatedOutputMatches(m.Output, c.nameOf(rec.model), c.nameOf(rec.version), rec.inHash) {
 			c.violate("%v: request %d got an output that is not its own", at, m.ID)
 		}
 		c.rep.Completed++
-		if c.rep.TenantCompleted == nil {
-			c.rep.TenantCompleted = map[string]int64{}
+		for int(rec.tenant) >= len(c.completed) {
+			c.completed = append(c.completed, 0)
 		}
-		c.rep.TenantCompleted[rec.tenant]++
+		c.completed[rec.tenant]++
 		d := at - rec.arrival
 		c.lat = append(c.lat, d)
 		if w != nil {
@@ -278,14 +321,23 @@ func (c *checker) report(offered int64, res *swim.Result, wall time.Duration) Re
 			rep.WithFront++
 		}
 	}
+	for i, n := range c.completed {
+		if n > 0 {
+			if rep.TenantCompleted == nil {
+				rep.TenantCompleted = map[string]int64{}
+			}
+			rep.TenantCompleted[c.nameOf(uint16(i))] += n
+		}
+	}
 	rep.Violations, rep.ViolationCount = c.rep.Violations, c.rep.ViolationCount
 	if rep.Batches > 0 {
 		rep.BatchMean /= float64(rep.Batches)
 	}
-	rep.LatencyP50Ms, rep.LatencyP95Ms, rep.LatencyP99Ms = pct(c.lat, 0.50), pct(c.lat, 0.95), pct(c.lat, 0.99)
+	ps := pct(c.lat, 0.99, 0.95, 0.50)
+	rep.LatencyP99Ms, rep.LatencyP95Ms, rep.LatencyP50Ms = ps[0], ps[1], ps[2]
 	for i := range c.wins {
 		w := &c.wins[i]
-		w.LatencyP99Ms = pct(w.lat, 0.99)
+		w.LatencyP99Ms = pct(w.lat, 0.99)[0]
 		w.lat = nil
 	}
 	rep.Windows = c.wins
@@ -295,15 +347,24 @@ func (c *checker) report(offered int64, res *swim.Result, wall time.Duration) Re
 	return rep
 }
 
-// pct is the q-quantile of d in ms (nearest rank); it sorts d.
-func pct(d []time.Duration, q float64) float64 {
+// pct returns the qs-quantiles of d in ms (nearest rank), qs in
+// decreasing order; it reorders d. It selects the ranks rather than sorting
+// (the 100-node minute has 3 M latencies): each selection leaves the
+// smaller ranks to its left, where the next one searches.
+func pct(d []time.Duration, qs ...float64) []float64 {
+	out := make([]float64, len(qs))
 	if len(d) == 0 {
-		return 0
+		return out
 	}
-	slices.Sort(d)
-	k := int(q*float64(len(d))+0.999999) - 1
-	k = min(max(k, 0), len(d)-1)
-	return float64(d[k]) / float64(time.Millisecond)
+	hi := len(d)
+	for i, q := range qs {
+		k := int(q*float64(len(d))+0.999999) - 1
+		k = min(max(k, 0), hi-1)
+		ledger.SelectKth(d[:hi], k)
+		out[i] = float64(d[k]) / float64(time.Millisecond)
+		hi = k + 1
+	}
+	return out
 }
 
 // settledAt is when membership has settled after cfg's last true event

@@ -78,7 +78,18 @@ type Config struct {
 	Split bool
 	// Observers see every delivery, after the run's own checker.
 	Observers []sim.Observer
+	// LeaveDrainMax bounds a leaving node's drain. A node leaves as a
+	// live one does: it announces its leave (the others move what waits
+	// there), keeps serving for the hand-over grace (SWIM.LeaveGrace, as
+	// long as the live cluster.handover_grace), then takes no new request
+	// and stops once its front has answered what it holds and its devices
+	// have ended their batches, or LeaveDrainMax after the grace. Default
+	// 30 s.
+	LeaveDrainMax time.Duration
 }
+
+// leaveDrainStep is how often a draining node is checked.
+const leaveDrainStep = 10 * time.Millisecond
 
 // LinkConfig is the network model of every link between two nodes.
 type LinkConfig struct {
@@ -134,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cluster config: Rate %v for %v: more requests than the checker holds (%d)", c.Rate, c.Duration, recsMax)
 	case c.Grace < 0:
 		return fmt.Errorf("cluster config: Grace %v: must not be negative", c.Grace)
+	case c.LeaveDrainMax < 0 || c.LeaveDrainMax > MaxDuration:
+		return fmt.Errorf("cluster config: LeaveDrainMax %v: want 0 (the default) to %v", c.LeaveDrainMax, MaxDuration)
 	case c.Split && len(c.Models) > actors.SplitModelsMax:
 		return fmt.Errorf("cluster config: Split of %d models: at most %d", len(c.Models), actors.SplitModelsMax)
 	}
@@ -163,11 +176,24 @@ type run struct {
 	names []string
 	index map[string]int // names[i] → i
 	up    []bool
-	life  []int    // the node's lives so far (0: its first)
-	inc   []uint64 // its incarnation in this life
-	lat   actors.LatencyModel
-	devs  []*sim.Device
-	check *checker
+	// serving says whether the load balancer sends node i traffic: from
+	// its start in the first life (the cluster is formed), and after a
+	// restart once its view holds another member (its join's push-pull
+	// came back), as a live node joins before it serves.
+	serving []bool
+	life    []int // the node's lives so far (0: its first)
+	// drainUntil is, for a node that left and drains, when its drain
+	// ends at the latest (0: not draining).
+	drainUntil []time.Duration
+	// fronts, accs and devsOf are node i's actors in its current life,
+	// for the drain's check.
+	fronts []*actors.Front
+	accs   [][]*actors.Batcher
+	devsOf [][]*sim.Device
+	inc    []uint64 // its incarnation in this life
+	lat    actors.LatencyModel
+	devs   []*sim.Device
+	check  *checker
 }
 
 // Run simulates the cluster and checks it (see Report).
@@ -192,6 +218,14 @@ func Run(cfg Config) (Report, error) {
 		}
 	}
 	r.up = make([]bool, cfg.Nodes)
+	r.serving = make([]bool, cfg.Nodes)
+	r.drainUntil = make([]time.Duration, cfg.Nodes)
+	r.fronts = make([]*actors.Front, cfg.Nodes)
+	r.accs = make([][]*actors.Batcher, cfg.Nodes)
+	r.devsOf = make([][]*sim.Device, cfg.Nodes)
+	if r.cfg.LeaveDrainMax == 0 {
+		r.cfg.LeaveDrainMax = 30 * time.Second
+	}
 	r.life = make([]int, cfg.Nodes)
 	r.inc = make([]uint64, cfg.Nodes)
 
@@ -206,6 +240,7 @@ func Run(cfg Config) (Report, error) {
 
 	net := newNetwork(cfg, r.index, sim.NewStream(cfg.Seed, "cluster/net"))
 	net.down = func(i int) bool { return !r.up[i] }
+	net.closed = func(i int) bool { return !r.serving[i] }
 	wc := sim.DefaultWorldConfig(cfg.Seed)
 	wc.Network = net
 	r.w = sim.NewWorld(wc)
@@ -251,16 +286,27 @@ func Run(cfg Config) (Report, error) {
 	// The run: the world between the moments the harness acts (a node's
 	// true crash or restart, a membership delivery), in time order.
 	acts := r.acts(res)
-	for _, a := range acts {
-		if err := r.w.RunUntil(a.at); err != nil {
+	for k := 0; k <= len(acts); {
+		at := end
+		if k < len(acts) {
+			at = acts[k].at
+		}
+		if r.draining() {
+			at = min(at, r.w.Now()+leaveDrainStep)
+		}
+		if err := r.w.RunUntil(at); err != nil {
 			return Report{}, fmt.Errorf("cluster: %w", err)
 		}
-		if err := a.do(); err != nil {
-			return Report{}, err
+		r.stopDrained()
+		switch {
+		case k < len(acts) && at == acts[k].at:
+			if err := acts[k].do(); err != nil {
+				return Report{}, err
+			}
+			k++
+		case k == len(acts) && at == end:
+			k++
 		}
-	}
-	if err := r.w.RunUntil(end); err != nil {
-		return Report{}, fmt.Errorf("cluster: %w", err)
 	}
 	var offered int64
 	for _, s := range sources {
@@ -284,12 +330,20 @@ func (r *run) acts(res *swim.Result) []act {
 		case swim.Crash:
 			out = append(out, act{e.At, func() error { r.crash(i); return nil }})
 		case swim.Leave:
-			// The node stops when its leave is gossiped (LeaveGrace);
-			// what others sent it is resubmitted by the fronts that see
-			// it leave.
-			out = append(out, act{e.At + r.cfg.SWIM.LeaveGrace, func() error { r.crash(i); return nil }})
+			// The others move what waits there when they see it leave;
+			// after the hand-over grace it takes nothing new and drains.
+			out = append(out, act{e.At + r.cfg.SWIM.LeaveGrace, func() error {
+				if r.up[i] && r.drainUntil[i] == 0 {
+					r.serving[i] = false
+					r.drainUntil[i] = r.w.Now() + r.cfg.LeaveDrainMax
+				}
+				return nil
+			}})
 		case swim.Restart:
 			out = append(out, act{e.At, func() error {
+				if r.drainUntil[i] != 0 {
+					r.crash(i) // the drain ran past the restart
+				}
 				if r.up[i] {
 					return nil
 				}
@@ -311,6 +365,12 @@ func (r *run) acts(res *swim.Result) []act {
 				r.check.dead(d.At, d.Update.Node)
 			}
 			r.tell(i, d.Update)
+			if d.Update.Node != d.Observer && d.Update.Kind.Live() {
+				// The view has the cluster: the updates of one
+				// push-pull come at one instant, and the load
+				// balancer's next request comes after them.
+				r.serving[i] = true
+			}
 			return nil
 		}})
 	}
@@ -335,6 +395,10 @@ func (r *run) start(i int, inc uint64) error {
 		r.life[i]++
 	}
 	r.up[i], r.inc[i] = true, inc
+	r.accs[i], r.devsOf[i] = nil, nil
+	// A first life starts in the formed cluster; a node alone has no one
+	// to join.
+	r.serving[i] = r.life[i] == 0 || r.cfg.Nodes == 1
 	name := r.names[i]
 	self := func(id uint64) actors.Address { return actors.Address{Node: name, ID: id} }
 
@@ -357,6 +421,7 @@ func (r *run) start(i int, inc uint64) error {
 			if err != nil {
 				return fmt.Errorf("cluster: %w", err)
 			}
+			r.accs[i] = append(r.accs[i], acc)
 			id, _ := actors.SplitAccumulatorID(SplitIDBase, r.cfg.Models, m)
 			r.w.Spawn(self(id), acc)
 			local = append(local, self(id))
@@ -366,6 +431,7 @@ func (r *run) start(i int, inc uint64) error {
 		if err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
+		r.accs[i] = append(r.accs[i], acc)
 		r.w.Spawn(self(AccumulatorID), acc)
 		local = append(local, self(AccumulatorID))
 	}
@@ -373,6 +439,7 @@ func (r *run) start(i int, inc uint64) error {
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	r.fronts[i] = front
 	r.w.Spawn(self(FrontID), front)
 	r.w.Spawn(self(WaiterID), waiter{})
 	for k := range r.devicesOf(i) {
@@ -393,17 +460,59 @@ func (r *run) start(i int, inc uint64) error {
 		addr := self(DeviceIDBase + uint64(k))
 		ex := sim.NewDevice(r.lat, sim.FaultPlan{}, r.w.Stream(fmt.Sprintf("device/%s/%d/%d", name, k, r.life[i])))
 		r.devs = append(r.devs, ex)
+		r.devsOf[i] = append(r.devsOf[i], ex)
 		r.w.SetExecutor(addr, ex)
 		r.w.Spawn(addr, d)
 	}
 	return nil
 }
 
+// draining says whether a node that left is draining.
+func (r *run) draining() bool {
+	for _, d := range r.drainUntil {
+		if d != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// stopDrained stops each draining node that is done (see
+// Config.LeaveDrainMax), or out of time.
+func (r *run) stopDrained() {
+	now := r.w.Now()
+	for i, until := range r.drainUntil {
+		if until != 0 && (now >= until || r.drained(i, now)) {
+			r.crash(i)
+		}
+	}
+}
+
+// drained says whether node i holds nothing: its front has answered every
+// request it took, its accumulators hold none, its devices run none.
+func (r *run) drained(i int, now time.Duration) bool {
+	if r.fronts[i].Stats().InFlight > 0 {
+		return false
+	}
+	for _, a := range r.accs[i] {
+		if a.Stats().Held > 0 {
+			return false
+		}
+	}
+	for _, d := range r.devsOf[i] {
+		if d.LastEnd() > now {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *run) crash(i int) {
+	r.drainUntil[i] = 0
 	if !r.up[i] {
 		return
 	}
-	r.up[i] = false
+	r.up[i], r.serving[i] = false, false
 	r.w.Crash(r.names[i])
 	r.check.crashed(i)
 }

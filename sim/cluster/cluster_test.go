@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/member"
+	"github.com/batchd/batchd/sim"
 	"github.com/batchd/batchd/sim/swim"
 )
 
@@ -143,4 +145,66 @@ func TestClusterPartitionHeals(t *testing.T) {
 		}
 	}
 	t.Logf("accepted %d, completed %d, expired %d, declined %d, net lost %d", rep.Accepted, rep.Completed, rep.Expired, rep.Declined, rep.NetLost)
+}
+
+// refusals counts the Rejected and Expired answers waiters get from a
+// moment on.
+type refusals struct {
+	from     time.Duration
+	rejected int
+	expired  int
+}
+
+func (o *refusals) Deliver(at time.Duration, _, to actors.Address, msg actors.Message) {
+	if m, ok := msg.(actors.Reply); ok && to.ID == WaiterID && at >= o.from {
+		switch m.Outcome {
+		case actors.Rejected:
+			o.rejected++
+		case actors.Expired:
+			o.expired++
+		}
+	}
+}
+
+// TestClusterGracefulLeaveLosesNothing: the owner leaves gracefully under
+// 60% load, as a live node does: it announces its leave, the others move
+// what waits there, it serves through the hand-over grace, drains what
+// runs, then stops. Nothing expires, nothing dies with its front; at most
+// a handful are refused (new requests at the leaving front in the instant
+// before the new owner's devices reach it).
+func TestClusterGracefulLeaveLosesNothing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rate, cfg.Duration, cfg.Drain = 3600, 20*time.Second, 5*time.Second
+	cfg.Events = []swim.Event{{At: 10 * time.Second, Kind: swim.Leave, Node: ownerOf("m", cfg.Nodes)}}
+	rep := mustRun(t, cfg)
+	if rep.ViolationCount != 0 || rep.Lost != 0 || rep.Twice != 0 {
+		t.Fatalf("%d violations (%v), %d lost, %d twice", rep.ViolationCount, rep.Violations, rep.Lost, rep.Twice)
+	}
+	if rep.Expired != 0 || rep.WithFront != 0 || rep.Failed != 0 || rep.Rejected > 20 {
+		t.Fatalf("graceful leave of the owner: %d expired, %d with the front, %d failed, %d rejected; want 0, 0, 0 and at most 20",
+			rep.Expired, rep.WithFront, rep.Failed, rep.Rejected)
+	}
+	t.Logf("accepted %d, completed %d, rejected %d", rep.Accepted, rep.Completed, rep.Rejected)
+}
+
+// TestClusterRestartJoinsBeforeServing: the owner crashes and restarts;
+// the restarted node takes traffic once its join has brought it the
+// cluster, and the model's move back to it refuses nothing: what the
+// others' fronts move there is still run by the old owner, whose answer
+// wins over the new owner's refusal.
+func TestClusterRestartJoinsBeforeServing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rate, cfg.Duration, cfg.Drain = 3600, 30*time.Second, 5*time.Second
+	owner := ownerOf("m", cfg.Nodes)
+	cfg.Events = []swim.Event{{At: 10 * time.Second, Kind: swim.Crash, Node: owner}, {At: 20 * time.Second, Kind: swim.Restart, Node: owner}}
+	o := &refusals{from: 20 * time.Second}
+	cfg.Observers = []sim.Observer{o}
+	rep := mustRun(t, cfg)
+	if rep.ViolationCount != 0 || rep.Lost != 0 || rep.Twice != 0 {
+		t.Fatalf("%d violations (%v), %d lost, %d twice", rep.ViolationCount, rep.Violations, rep.Lost, rep.Twice)
+	}
+	if o.rejected != 0 || o.expired != 0 {
+		t.Fatalf("from the restart on: %d rejected, %d expired; want 0", o.rejected, o.expired)
+	}
+	t.Logf("accepted %d, rejected %d and expired %d in all (the crash's)", rep.Accepted, rep.Rejected, rep.Expired)
 }

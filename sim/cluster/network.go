@@ -13,7 +13,8 @@ import (
 // two nodes takes Latency plus an exponential Jitter, keeps its link's
 // order, is lost with probability Loss, and is lost if a partition cuts its
 // link or its receiver is down. The clients' node "" reaches a node at
-// once (the load balancer is next to it), unless the node is down.
+// once (the load balancer is next to it), unless the node is down or has
+// not joined the cluster yet (closed).
 type network struct {
 	cfg   LinkConfig
 	index map[string]int
@@ -24,6 +25,9 @@ type network struct {
 	parts []swim.Event
 	// down says whether a node is down now; the run sets it.
 	down func(i int) bool
+	// closed says whether a node that is up takes no clients' requests
+	// yet (it has not joined); the run sets it.
+	closed func(i int) bool
 }
 
 func newNetwork(cfg Config, index map[string]int, rng *rand.Rand) *network {
@@ -44,7 +48,7 @@ func (nw *network) Send(now time.Duration, from, to string) (time.Duration, sim.
 	}
 	i, ok := nw.index[from]
 	if !ok {
-		if nw.down != nil && nw.down(j) {
+		if nw.down != nil && nw.down(j) || nw.closed != nil && nw.closed(j) {
 			return 0, sim.Lost // the clients' connection fails; they never knew it
 		}
 		return now, sim.Arrives // from the clients

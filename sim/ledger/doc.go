@@ -21,7 +21,8 @@
 // the latency histograms are HDR histograms, not sorted samples.
 //
 // Imported by: sim (Run builds a ledger for every run; sim names the
-// report's types by aliases of its own), sim/plan (a probe's window). It
+// report's types by aliases of its own), sim/plan (a probe's window),
+// sim/cluster (SelectKth, for its report's percentiles). It
 // imports actors and nothing
 // else of batchd.
 package ledger

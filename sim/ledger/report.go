@@ -455,18 +455,18 @@ func exactPercentiles(ds []time.Duration) Percentiles {
 		dst *float64
 	}{{1, &p.Max}, {0.99, &p.P99}, {0.95, &p.P95}, {0.50, &p.P50}} {
 		k := rank(r.q)
-		selectKth(ds[:hi], k)
+		SelectKth(ds[:hi], k)
 		*r.dst = msAt(k)
 		hi = k + 1
 	}
 	return p
 }
 
-// selectKth reorders ds so that ds[k] is the value a sort would put there,
+// SelectKth reorders ds so that ds[k] is the value a sort would put there,
 // with no larger value before it and no smaller one after. Quickselect on
 // the median of three, falling back to a sort of what is left after
 // 2·log2(n)+8 rounds, so its worst case is a sort's.
-func selectKth(ds []time.Duration, k int) {
+func SelectKth(ds []time.Duration, k int) {
 	lo, hi := 0, len(ds)-1
 	for rounds := 2*bits.Len(uint(len(ds))) + 8; lo < hi; rounds-- {
 		if rounds == 0 {
