@@ -127,4 +127,3 @@ func nameOf(obj map[string]any) string {
 	s, _ := md["name"].(string)
 	return strings.TrimSpace(s)
 }
-
