@@ -10,7 +10,8 @@
 # Prints, per run, the requests, the not-ok (errors, rejections, wrong
 # outputs), the generators' p50/p95/p99 (the largest of the GENS: an upper
 # bound on the p99 of all requests together, which lies between the
-# smallest and the largest) and the load average; then each setup's median
+# smallest and the largest), the load average and the not-ok by status or
+# error; then each setup's median
 # over the rounds and the ratio of the median p99s.
 # Usage: sh cluster/load-compare.sh [BIN] (BIN: bin/batchd; make build).
 # ROUNDS=3 RATE=2000 DURATION=20s NODES=3 DEVICES=2 GENS=3. Not part of
@@ -59,15 +60,21 @@ import json, sys
 setup, run, loadavg, work, gens = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 sent = notok = 0
 p = {"p50": [], "p95": [], "p99": []}
+why = {}
 for g in range(gens):
     d = json.load(open(f"{work}/{setup}-{run}-g{g}.json"))
     r = d["requests"]
     sent += r["sent"]
     notok += r["sent"] - r["ok"] + r["wrong_output"]
+    for k, v in list(d.get("status", {}).items()) + list(d.get("errors", {}).items()):
+        if k != "200":
+            why[k] = why.get(k, 0) + v
+    if r["wrong_output"]:
+        why["wrong_output"] = why.get("wrong_output", 0) + r["wrong_output"]
     for k in p:
         p[k].append(d["latency_ms"]["ok"][k])
 print(f"{setup}\t{run}\t{sent}\t{notok}\t{max(p['p50']):.1f}\t{max(p['p95']):.1f}\t{max(p['p99']):.1f}\t"
-      + "/".join(f"{x:.1f}" for x in p["p99"]) + f"\t{loadavg}")
+      + "/".join(f"{x:.1f}" for x in p["p99"]) + f"\t{loadavg}\t" + (",".join(f"{k}:{v}" for k, v in sorted(why.items())) or "-"))
 PY
 }
 
@@ -102,7 +109,7 @@ single() { # RUN
 	srv=""
 }
 
-printf "setup\trun\tsent\tnot_ok\tp50_ms\tp95_ms\tp99_ms\tp99_per_generator\tload_1m\n"
+printf "setup\trun\tsent\tnot_ok\tp50_ms\tp95_ms\tp99_ms\tp99_per_generator\tload_1m\tnot_ok_by_status\n"
 run=1
 while [ "$run" -le "$ROUNDS" ]; do
 	for setup in cluster single; do
