@@ -257,6 +257,8 @@ func freeLoopbackPort(udp bool) (int, error) {
 // sees every other alive, sends the load, and stops the nodes one at a
 // time, gracefully.
 func runLiveCluster(ctx context.Context, cfg ClusterConfig, log io.Writer) (*liveClusterRun, error) {
+	// The nodes' stderr and this run's own lines go to log at once.
+	log = &lockedWriter{w: log}
 	dir, err := os.MkdirTemp("", "batchd-fidelity-cluster-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
@@ -439,7 +441,8 @@ func sendClusterLoad(ctx context.Context, cfg ClusterConfig, nodes []*clusterNod
 				if at >= cfg.Duration {
 					return
 				}
-				intended := start.Add(at)
+				due := at // the request's own: the loop moves at on
+				intended := start.Add(due)
 				select {
 				case <-ctx.Done():
 					return
@@ -470,7 +473,7 @@ func sendClusterLoad(ctx context.Context, cfg ClusterConfig, nodes []*clusterNod
 					lat := time.Since(intended)
 					run.mu.Lock()
 					defer run.mu.Unlock()
-					counted := at >= cfg.Warmup
+					counted := due >= cfg.Warmup
 					switch {
 					case err == nil && status == http.StatusOK:
 						if counted && len(run.all) < clusterSamplesMax {
@@ -592,4 +595,17 @@ func simCluster(cfg ClusterConfig, overheadMs float64) (*clusterObserver, error)
 		return nil, fmt.Errorf("simulate the cluster: %w", err)
 	}
 	return obs, nil
+}
+
+// lockedWriter serialises writes to w: the nodes' stderr copiers and the
+// run write to one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
