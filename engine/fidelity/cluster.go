@@ -104,8 +104,11 @@ type ClusterResult struct {
 	Owner string `json:"owner"`
 	// HTTPOverheadMs is the live mean of client latency minus the
 	// server's own (the reply's latency_ms): HTTP and the generator. The
-	// simulator has no HTTP: it is added to every simulated latency.
+	// simulator has no HTTP: each simulated request gets one of the live
+	// requests' overheads, drawn at random (seeded), added to its latency.
 	HTTPOverheadMs float64 `json:"http_overhead_ms"`
+	// HTTPOverheadP99Ms is that overhead's p99 live.
+	HTTPOverheadP99Ms float64 `json:"http_overhead_p99_ms"`
 	// LiveOther counts live requests with neither a 200 nor a rejection,
 	// LiveDropped those due while clusterInFlightMax were in flight.
 	LiveOther   int64 `json:"live_other"`
@@ -153,12 +156,14 @@ func RunCluster(ctx context.Context, cfg ClusterConfig, log io.Writer) (ClusterR
 		return res, errors.New("no request of the live cluster run completed")
 	}
 	res.HTTPOverheadMs = live.overheadMs()
+	res.HTTPOverheadP99Ms = quantileMs(live.overheads, 0.99)
 	window := (cfg.Duration - cfg.Warmup).Seconds()
 	res.Live = latencyFigures(live.all, window)
 	res.Live.Rejected = live.rejected
 
-	fmt.Fprintf(log, "fidelity: simulated cluster, link %v, HTTP overhead %.3f ms added\n", cfg.LinkLatency, res.HTTPOverheadMs)
-	obs, err := simCluster(cfg, res.HTTPOverheadMs)
+	fmt.Fprintf(log, "fidelity: simulated cluster, link %v, the live HTTP overheads added (mean %.3f ms, p99 %.3f ms)\n",
+		cfg.LinkLatency, res.HTTPOverheadMs, res.HTTPOverheadP99Ms)
+	obs, err := simCluster(cfg, live.overheads)
 	if err != nil {
 		return res, err
 	}
@@ -209,6 +214,7 @@ type liveClusterRun struct {
 	all       []time.Duration
 	fronts    [][]time.Duration
 	overhead  time.Duration // the sum of client minus server latency
+	overheads []time.Duration
 	lags      []time.Duration
 	rejected  int64
 	other     int64
@@ -480,7 +486,9 @@ func sendClusterLoad(ctx context.Context, cfg ClusterConfig, nodes []*clusterNod
 							run.all = append(run.all, lat)
 							run.fronts[i] = append(run.fronts[i], lat)
 							run.lags = append(run.lags, sent.Sub(intended))
-							run.overhead += lat - time.Duration(serverMs*float64(time.Millisecond))
+							oh := max(lat-time.Duration(serverMs*float64(time.Millisecond)), 0)
+							run.overhead += oh
+							run.overheads = append(run.overheads, oh)
 						}
 					case err == nil && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable):
 						if counted {
@@ -533,11 +541,13 @@ func inferOnce(ctx context.Context, client *http.Client, base, input string) (in
 
 // clusterObserver measures a simulated cluster as the live run is
 // measured: the latency (reply at the front's waiter - arrival) of the
-// completed requests that arrived in [from, to), plus the live HTTP
-// overhead, over all fronts and front by front.
+// completed requests that arrived in [from, to), plus an HTTP overhead
+// drawn from extra (the live requests'; none when empty), over all fronts
+// and front by front.
 type clusterObserver struct {
 	from, to time.Duration
-	extra    time.Duration
+	extra    []time.Duration
+	rng      *mrand.Rand
 	index    map[string]int
 	all      []time.Duration
 	fronts   [][]time.Duration
@@ -553,7 +563,10 @@ func (o *clusterObserver) Deliver(at time.Duration, _, to actors.Address, msg ac
 	switch r.Outcome {
 	case actors.Completed:
 		if len(o.all) < clusterSamplesMax {
-			l := at - r.Arrival + o.extra
+			l := at - r.Arrival
+			if len(o.extra) > 0 {
+				l += o.extra[o.rng.IntN(len(o.extra))]
+			}
 			o.all = append(o.all, l)
 			if i, ok := o.index[to.Node]; ok {
 				o.fronts[i] = append(o.fronts[i], l)
@@ -567,7 +580,7 @@ func (o *clusterObserver) Deliver(at time.Duration, _, to actors.Address, msg ac
 // simCluster runs cfg's workload in the cluster simulator: the batcher
 // and the devices the embedded serve configuration (with cfg's settings)
 // gives the live nodes, one accumulator per node as live (no split).
-func simCluster(cfg ClusterConfig, overheadMs float64) (*clusterObserver, error) {
+func simCluster(cfg ClusterConfig, overheads []time.Duration) (*clusterObserver, error) {
 	f, err := serveConfig(cfg.Config)
 	if err != nil {
 		return nil, fmt.Errorf("simulate: %w", err)
@@ -584,7 +597,7 @@ func simCluster(cfg ClusterConfig, overheadMs float64) (*clusterObserver, error)
 	sc.Split = false
 	sc.Link = simcluster.LinkConfig{Latency: cfg.LinkLatency}
 	obs := &clusterObserver{
-		from: cfg.Warmup, to: cfg.Duration, extra: time.Duration(overheadMs * float64(time.Millisecond)),
+		from: cfg.Warmup, to: cfg.Duration, extra: overheads, rng: mrand.New(mrand.NewPCG(cfg.Seed, 0x0e7)),
 		index: map[string]int{}, fronts: make([][]time.Duration, cfg.Nodes),
 	}
 	for i := range cfg.Nodes {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,9 +42,10 @@ func TestClusterValidate(t *testing.T) {
 
 // TestClusterObserver: the simulated side counts the completed requests
 // that arrived in the window, as their front's waiter gets them (not the
-// messages between actors), plus the HTTP overhead, front by front.
+// messages between actors), plus an HTTP overhead drawn from the live
+// ones (here one), front by front.
 func TestClusterObserver(t *testing.T) {
-	o := &clusterObserver{from: time.Second, to: 2 * time.Second, extra: time.Millisecond,
+	o := &clusterObserver{from: time.Second, to: 2 * time.Second, extra: []time.Duration{time.Millisecond}, rng: mrand.New(mrand.NewPCG(1, 2)),
 		index: map[string]int{"n000": 0, "n001": 1}, fronts: make([][]time.Duration, 2)}
 	waiter := func(node string) actors.Address { return actors.Address{Node: node, ID: simcluster.WaiterID} }
 	reply := func(arrival time.Duration, out actors.Outcome) actors.Reply {
@@ -62,12 +64,12 @@ func TestClusterObserver(t *testing.T) {
 
 // TestSimCluster: the simulated side runs the embedded configuration's
 // batcher on a cluster: below capacity every request completes in the
-// device's 100 ms plus its linger plus the overhead added, the fronts
+// device's 100 ms plus its linger plus the overhead added (1 or 2 ms), the fronts
 // share the load evenly, and all is the fronts together.
 func TestSimCluster(t *testing.T) {
 	c := DefaultClusterConfig()
 	c.RateRPS, c.Duration, c.Warmup = 300, 6*time.Second, time.Second
-	obs, err := simCluster(c, 1.5)
+	obs, err := simCluster(c, []time.Duration{time.Millisecond, 2 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func (r ClusterResult) WriteTable(w io.Writer) error {
 		errRow(f.RelErr)
 	}
 	p("")
-	p("link\tsim %.3f ms a hop between nodes; live HTTP overhead %.3f ms mean (client - server), added to each simulated latency", r.LinkLatencyMs, r.HTTPOverheadMs)
+	p("link\tsim %.3f ms a hop between nodes; live HTTP overhead (client - server) mean %.3f ms, p99 %.3f ms: one live request's drawn for each simulated one", r.LinkLatencyMs, r.HTTPOverheadMs, r.HTTPOverheadP99Ms)
 	p("generator\tsend lag p99 %.2f ms, %d other, %d dropped", r.SendLagP99Ms, r.LiveOther, r.LiveDropped)
 	p("load average\t%.2f before, %.2f after", r.LoadAvgBefore, r.LoadAvgAfter)
 	verdict := "within"
