@@ -104,10 +104,16 @@ FIDELITY_DURATION   ?= 60s
 FIDELITY_WARMUP     ?= 5s
 FIDELITY_CRASH_RATE ?= 0.02
 FIDELITY_FAULT_TARGET ?= 15
+# The third run is a cluster: FIDELITY_NODES live nodes of 2 devices that
+# batch together on loopback, the load spread over their fronts, against
+# the cluster simulator (sim/cluster), all requests and each front side by
+# side, past 3% a failure (batchd fidelity --nodes).
+FIDELITY_NODES      ?= 3
 FIDELITY_FLAGS = --config $(FIDELITY_CONFIG) --rate $(FIDELITY_RATE) --devices 4 --latency 100ms --batch-max 100 --slo 200ms --duration $(FIDELITY_DURATION) --warmup $(FIDELITY_WARMUP)
 fidelity: build
 	bin/batchd fidelity $(FIDELITY_FLAGS)
 	bin/batchd fidelity $(FIDELITY_FLAGS) --crash-rate $(FIDELITY_CRASH_RATE) --target $(FIDELITY_FAULT_TARGET)
+	bin/batchd fidelity --nodes $(FIDELITY_NODES) --devices 2 --rate $(FIDELITY_RATE) --latency 100ms --batch-max 100 --slo 200ms --duration $(FIDELITY_DURATION) --warmup $(FIDELITY_WARMUP)
 
 # Hardening checks against a live server (not part of `make test`; they
 # take minutes and load both cores). overload: 3x the embedded default's

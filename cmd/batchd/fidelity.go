@@ -19,6 +19,10 @@ import (
 type fidelityOptions struct {
 	cfg    fidelity.Config
 	asJSON bool
+	// nodes, past 1, runs the workload on a cluster of that many nodes of
+	// cfg.Devices devices each (fidelity.RunCluster).
+	nodes       int
+	linkLatency time.Duration
 }
 
 func parseFidelity(args []string, stdout io.Writer) (fidelityOptions, error) {
@@ -40,6 +44,8 @@ func parseFidelity(args []string, stdout io.Writer) (fidelityOptions, error) {
 	fs.Float64Var(&c.TargetPct, "target", c.TargetPct, "allowed relative error at p50/p95/p99, percent; exit 1 past it")
 	fs.StringVar(&c.Server, "server", "", "the batchd binary to serve with (default: this one)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the comparison as JSON")
+	fs.IntVar(&o.nodes, "nodes", 1, fmt.Sprintf("nodes: past 1 (at most %d), a live cluster of that many batchd serve nodes of --devices each (the load spread evenly over their fronts) against the cluster simulator (sim/cluster); the embedded serve configuration, no faults", fidelity.ClusterNodesMax))
+	fs.DurationVar(&o.linkLatency, "link-latency", fidelity.DefaultClusterConfig().LinkLatency, "with --nodes: the simulated one-way delay between two nodes")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -79,6 +85,14 @@ func parseFidelity(args []string, stdout io.Writer) (fidelityOptions, error) {
 		return o, usagef("--crash-rate %v: must be in [0, 1)", c.CrashRate)
 	case !(c.TargetPct > 0):
 		return o, usagef("--target %v: must be positive", c.TargetPct)
+	case o.nodes < 1 || o.nodes > fidelity.ClusterNodesMax:
+		return o, usagef("--nodes %d: need 1 to %d", o.nodes, fidelity.ClusterNodesMax)
+	case o.nodes > 1 && c.CrashRate != 0:
+		return o, usagef("--nodes %d with --crash-rate: the cluster run is fault-free", o.nodes)
+	case o.nodes > 1 && c.ServeConfig != fidelity.EmbeddedConfig && c.ServeConfig != "":
+		return o, usagef("--nodes %d with --config %s: the cluster run serves the embedded configuration", o.nodes, c.ServeConfig)
+	case o.linkLatency < 0:
+		return o, usagef("--link-latency %v: must not be negative", o.linkLatency)
 	}
 	return o, nil
 }
@@ -94,6 +108,10 @@ func fidelityUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "p50/p95/p99 of completed requests and their throughput on each side, and the")
 	fmt.Fprintln(w, "simulator's relative error against live; exit 1 if a percentile is off by")
 	fmt.Fprintln(w, "more than --target percent. It takes --duration of real time and more.")
+	fmt.Fprintln(w, "With --nodes N (2 or more) the live side is N batchd serve nodes of --devices")
+	fmt.Fprintln(w, "each that batch together on loopback, the load spread over their fronts, and")
+	fmt.Fprintln(w, "the simulated side the cluster simulator; it prints all requests and each")
+	fmt.Fprintln(w, "front (the model's owner's and the others') side by side.")
 	fmt.Fprintln(w)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
@@ -112,6 +130,9 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if o.nodes > 1 {
+		return runFidelityCluster(ctx, o, stdout, stderr)
+	}
 	res, err := fidelity.Run(ctx, o.cfg, stderr)
 	if err != nil {
 		return err
@@ -125,6 +146,26 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	}
 	if !res.Pass {
 		return fmt.Errorf("a percentile is off by more than %g%%", o.cfg.TargetPct)
+	}
+	return nil
+}
+
+// runFidelityCluster is `batchd fidelity --nodes N`.
+func runFidelityCluster(ctx context.Context, o fidelityOptions, stdout, stderr io.Writer) error {
+	cfg := fidelity.ClusterConfig{Config: o.cfg, Nodes: o.nodes, LinkLatency: o.linkLatency}
+	res, err := fidelity.RunCluster(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if o.asJSON {
+		if err := writeJSON(stdout, res); err != nil {
+			return fmt.Errorf("write fidelity: %w", err)
+		}
+	} else if err := res.WriteTable(stdout); err != nil {
+		return fmt.Errorf("write fidelity: %w", err)
+	}
+	if !res.Pass {
+		return fmt.Errorf("a percentile over the cluster's requests is off by more than %g%%", o.cfg.TargetPct)
 	}
 	return nil
 }

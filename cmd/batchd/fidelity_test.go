@@ -20,6 +20,11 @@ func TestFidelityUsage(t *testing.T) {
 		{[]string{"--target", "-1"}, "--target"},
 		{[]string{"--crash-rate", "1"}, "--crash-rate"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--nodes", "0"}, "--nodes 0"},
+		{[]string{"--nodes", "9"}, "--nodes 9"},
+		{[]string{"--nodes", "3", "--crash-rate", "0.1"}, "fault-free"},
+		{[]string{"--nodes", "3", "--config", "x.yaml"}, "embedded configuration"},
+		{[]string{"--nodes", "3", "--link-latency", "-1ms"}, "--link-latency"},
 	} {
 		_, err := parseFidelity(c.args, io.Discard)
 		if err == nil || !errors.As(err, new(usageError)) || !strings.Contains(err.Error(), c.want) {
@@ -30,7 +35,10 @@ func TestFidelityUsage(t *testing.T) {
 	if err != nil || o.cfg.NetDelay != 300*time.Microsecond || o.cfg.RateRPS != 800 || o.cfg.Devices != 4 {
 		t.Errorf("defaults and --net-delay: %+v, %v", o, err)
 	}
-	if o, _ := parseFidelity(nil, io.Discard); o.cfg.NetDelay >= 0 {
+	if o, err := parseFidelity([]string{"--nodes", "3", "--devices", "2", "--link-latency", "1ms"}, io.Discard); err != nil || o.nodes != 3 || o.cfg.Devices != 2 || o.linkLatency != time.Millisecond {
+		t.Errorf("--nodes 3: %+v, %v", o, err)
+	}
+	if o, _ := parseFidelity(nil, io.Discard); o.cfg.NetDelay >= 0 || o.nodes != 1 {
 		t.Errorf("--net-delay auto became %v", o.cfg.NetDelay)
 	}
 }

@@ -16,5 +16,7 @@
 //
 // Imported by: cmd/batchd (batchd sim-cluster; its tests hold the cluster
 // properties and figures), scenarios (cluster scenarios: YAML files turned
-// into a Config, their expectations checked against the Report).
+// into a Config, their expectations checked against the Report),
+// engine/fidelity (the cluster fidelity check: the same workload on a live
+// cluster and here).
 package cluster
