@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -74,17 +75,32 @@ func pollUntil(ctx context.Context, t time.Time) error {
 		return yieldUntil(ctx, t)
 	}
 	_ = tf.f.SetReadDeadline(t)
-	stop := context.AfterFunc(ctx, func() { _ = tf.f.SetReadDeadline(time.Unix(1, 0)) })
+	stop := noStop
+	if ctx.Done() != nil { // the timers' waits are never cancelled: no AfterFunc
+		stop = context.AfterFunc(ctx, func() { _ = tf.f.SetReadDeadline(time.Unix(1, 0)) })
+	}
 	var n [8]byte // the expiry count
 	_, err := tf.f.Read(n[:])
-	if !stop() || err != nil {
-		// Cancelled, or the deadline came first (the timer may yet expire,
-		// or a cancel may yet move the deadline): not kept for another wait.
-		// yieldUntil answers ctx's error, or returns at once once t has
-		// passed, or waits out what a failed read left.
-		tf.f.Close()
+	stopped := stop()
+	switch {
+	case stopped && err == nil:
+		putTimerFD(tf)
+		return nil
+	case stopped && errors.Is(err, os.ErrDeadlineExceeded):
+		// The deadline came first, as it often does (both are due at t):
+		// the fd is kept all the same. Its expiry, if still to come, is
+		// harmless to the next wait: timerfd_settime clears the count,
+		// and a stale readiness costs that wait one more read.
+		putTimerFD(tf)
 		return yieldUntil(ctx, t)
 	}
-	putTimerFD(tf)
-	return nil
+	// Cancelled (the cancel may yet move the deadline), or a read that
+	// failed otherwise: not kept for another wait. yieldUntil answers
+	// ctx's error, or returns at once once t has passed, or waits out
+	// what a failed read left.
+	tf.f.Close()
+	return yieldUntil(ctx, t)
 }
+
+// noStop is the stop of a wait that cannot be cancelled.
+func noStop() bool { return true }

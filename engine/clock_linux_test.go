@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // processCPU is the process's CPU time so far, user and system.
@@ -33,5 +35,49 @@ func TestPreciseUntilWithoutTimerFD(t *testing.T) {
 	time.AfterFunc(time.Millisecond, cancel)
 	if err := preciseUntil(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("preciseUntil cancelled without a timer fd: %v, want context.Canceled", err)
+	}
+}
+
+// A timer fd goes back to the pool even when its wait ended another way
+// than by reading its expiry (the read deadline came first), so it may
+// come back with an expiry no one read and a readiness the poller saw.
+// The next wait on it must still wait its whole time: timerfd_settime
+// clears the count, and a stale readiness only costs a second read.
+func TestPollUntilReusesAnExpiredTimerFD(t *testing.T) {
+	for drained := false; !drained; {
+		select {
+		case tf := <-idleTimerFDs:
+			tf.f.Close()
+		default:
+			drained = true
+		}
+	}
+	tf := getTimerFD()
+	if tf == nil {
+		t.Skip("no timer fd on this machine")
+	}
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(time.Microsecond))}
+	if err := unix.TimerfdSettime(tf.fd, 0, &spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // expired, unread; the poller has looked
+	putTimerFD(tf)
+	for range 3 {
+		due := time.Now().Add(3 * time.Millisecond)
+		if err := pollUntil(context.Background(), due); err != nil {
+			t.Fatal(err)
+		}
+		if early := due.Sub(time.Now()); early > 0 {
+			t.Fatalf("pollUntil on a reused timer fd returned %v early", early)
+		}
+	}
+	select {
+	case got := <-idleTimerFDs:
+		if got != tf {
+			t.Error("the reused timer fd was not the one put back")
+		}
+		putTimerFD(got)
+	default:
+		t.Error("the timer fd was not kept after its waits")
 	}
 }

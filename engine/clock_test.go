@@ -87,6 +87,7 @@ func BenchmarkSleepLateness(b *testing.B) {
 		{"SleepUntil", func(due time.Time) { _ = loadgen.SleepUntil(context.Background(), due) }},
 		{"preciseUntil", func(due time.Time) { _ = preciseUntil(context.Background(), due) }},
 		{"preciseUntil-spinHold", func(due time.Time) { _ = preciseUntilHold(context.Background(), due, spinHold) }},
+		{"pollUntil", func(due time.Time) { _ = pollUntil(context.Background(), due) }}, // no spin: the wait's own CPU
 		{"yieldUntil", func(due time.Time) { _ = yieldUntil(context.Background(), due) }},
 		{"time.Sleep", func(due time.Time) { time.Sleep(time.Until(due)) }},
 	} {

@@ -36,11 +36,15 @@ import (
 type door struct {
 	batchMax int
 	slo      time.Duration // the longest SLO of any model
-	latency  actors.LatencyModel
+	// full is a full batch's predicted time by the latency model, fixed.
+	full time.Duration
 
-	// Published by the batcher's host after every message it handles.
+	// Published by the batcher's host after every message it handles,
+	// with the window they make, so that enter reads it and does not
+	// work it out a request.
 	healthy atomic.Int64
 	overrun atomic.Int64 // time.Duration
+	win     atomic.Int64
 
 	total   atomic.Int64 // requests in through the door, not yet answered
 	active  atomic.Int64 // tenants with requests in through the door
@@ -59,32 +63,32 @@ func newDoor(cfg actors.BatcherConfig) *door {
 	return &door{
 		batchMax:   cfg.BatchMax,
 		slo:        slo,
-		latency:    cfg.Latency,
+		full:       cfg.Latency.Predict(cfg.BatchMax, 0),
 		tenants:    make(map[string]*atomic.Int64),
 		tenantsMax: cfg.TenantsMax,
 	}
 }
 
 // publish records what the batcher knows of the fleet.
+// The batcher's host is its one caller at a time.
 func (d *door) publish(healthy int, overrun time.Duration) {
-	if int64(healthy) != d.healthy.Load() {
-		d.healthy.Store(int64(healthy))
+	if int64(healthy) == d.healthy.Load() && int64(overrun) == d.overrun.Load() {
+		return
 	}
-	if int64(overrun) != d.overrun.Load() {
-		d.overrun.Store(int64(overrun))
-	}
+	d.healthy.Store(int64(healthy))
+	d.overrun.Store(int64(overrun))
+	t := max(d.full+overrun, time.Millisecond)
+	d.win.Store(int64(healthy) * int64(d.batchMax) * int64(d.slo+t) / int64(t))
 }
 
 // batchTime is a full batch's predicted time, learnt overrun included.
 func (d *door) batchTime() time.Duration {
-	return d.latency.Predict(d.batchMax, 0) + time.Duration(d.overrun.Load())
+	return d.full + time.Duration(d.overrun.Load())
 }
 
-// window is how many requests may be in through the door at once.
-func (d *door) window() int64 {
-	t := max(d.batchTime(), time.Millisecond)
-	return d.healthy.Load() * int64(d.batchMax) * int64(d.slo+t) / int64(t)
-}
+// window is how many requests may be in through the door at once: the
+// healthy devices × BatchMax × (SLO + T) / T of the last publish.
+func (d *door) window() int64 { return d.win.Load() }
 
 // counter is tenant's count of requests in through the door.
 func (d *door) counter(tenant string) *atomic.Int64 {

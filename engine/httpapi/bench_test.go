@@ -13,7 +13,8 @@ import (
 
 // BenchmarkInferSync is the handler's own cost per synchronous request,
 // in memory, over an engine that answers at once: decoding, checks, the
-// engine call, metrics and the JSON answer.
+// engine call, metrics and the JSON answer. Run with -cpu 1: the server
+// under `batchd load` is pinned to one core.
 func BenchmarkInferSync(b *testing.B) {
 	h, err := httpapi.New(instantDoer{}, httpapi.DefaultConfig())
 	if err != nil {
@@ -24,6 +25,7 @@ func BenchmarkInferSync(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			req := httptest.NewRequest("POST", "/v1/models/m/infer", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json") // as batchd load and most clients send
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			if rec.Code != 200 {

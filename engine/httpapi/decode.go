@@ -189,8 +189,11 @@ func checkInput(in *string, lim limits, what string) *apiError {
 // an error is a 4xx.
 func decodeInfer(body []byte, lim limits) (inferReq, *apiError) {
 	var b inferBody
-	if err := decodeJSON(body, &b, true); err != nil {
-		return inferReq{}, err
+	if !fastInferBody(body, &b) {
+		b = inferBody{}
+		if err := decodeJSON(body, &b, true); err != nil {
+			return inferReq{}, err
+		}
 	}
 	c, err := b.commonBody.decode(lim)
 	if err != nil {

@@ -161,6 +161,9 @@ func FuzzDecodeFast(f *testing.F) {
 		`{"id": "r1", "inputs": [{"name": "t", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}], "outputs": []}`,
 		`[]`, `null`, ``, `{`, `{}`, ` { } `, `{"input" "x"}`, `{"input": tru}`,
 		`{"input": "a", "input": "b"}`, `{"items": [{"input": "a", "Input": "b"}]}`, `{"Inputs": []}`,
+		`{"input":"x","timeout_ms":0}`, `{"input":"x","timeout_ms":-5}`, `{"input":"x","timeout_ms":012}`,
+		`{"input":"x","timeout_ms":1234567890123456789}`, `{"input":"x","async":truex}`, `{"input":"x","async":null}`,
+		`{"input":"h\u00e9","version":"v1"}`, "{\"input\":\"a\tb\"}", `{"input":"é ü","priority":"low","async":false}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -178,6 +181,18 @@ func FuzzDecodeFast(f *testing.F) {
 			}
 			if gotErr == nil && wantErr == nil && !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s, strict %v: %q: got %+v, the Decoder alone %+v", name, strict, body, got, want)
+			}
+		}
+		// The /v1 infer fast path: what it takes, the Decoder takes too,
+		// with the same values.
+		var fast inferBody
+		if fastInferBody(body, &fast) {
+			var ref inferBody
+			if err := strictjson.DecodeReference(body, &ref, true); err != nil {
+				t.Fatalf("fast path: %q: taken, but the Decoder alone refuses it: %v", body, err)
+			}
+			if !reflect.DeepEqual(fast, ref) {
+				t.Fatalf("fast path: %q: got %+v, the Decoder alone %+v", body, fast, ref)
 			}
 		}
 		for _, strict := range []bool{true, false} {
@@ -318,3 +333,44 @@ func FuzzDecodeV2Binary(f *testing.F) {
 		}
 	})
 }
+
+// TestFastInferBody: the bodies batchd load and most clients send take the
+// fast path, with the values the Decoder would give; anything it does not
+// know is left to the Decoder (FuzzDecodeFast checks the values on every
+// body it takes).
+func TestFastInferBody(t *testing.T) {
+	ms := int64(200)
+	for _, tc := range []struct {
+		body string
+		want *inferBody // nil: not taken
+	}{
+		{`{"input":"abc"}`, &inferBody{Input: ptr("abc")}},
+		{`{"input":"abc","version":"v1","timeout_ms":200}`, &inferBody{commonBody: commonBody{Version: "v1", TimeoutMs: &ms}, Input: ptr("abc")}},
+		{` { "input" : "the quick brown fox", "priority": "high", "timeout_ms": 200, "async": true } ` + "\n",
+			&inferBody{commonBody: commonBody{Priority: "high", TimeoutMs: &ms}, Input: ptr("the quick brown fox"), Async: true}},
+		{`{}`, &inferBody{}},
+		{`{"input":"x","params":{"a":1}}`, nil},
+		{`{"input":"a\"b"}`, nil},
+		{`{"input":"x","input":"y"}`, nil},
+		{`{"input":"x","timeout_ms":1.5}`, nil},
+		{`{"input":"x","timeout_ms":-1}`, nil},
+		{`{"input":"x","extra":1}`, nil},
+		{`{"Input":"x"}`, nil},
+		{`{"input":"x"} {}`, nil},
+		{`{"input":"x",}`, nil},
+		{`{"input":null}`, nil},
+		{"{\"input\":\"\xff\"}", nil},
+	} {
+		var got inferBody
+		taken := fastInferBody([]byte(tc.body), &got)
+		if taken != (tc.want != nil) {
+			t.Errorf("%q: fast path taken %v, want %v", tc.body, taken, tc.want != nil)
+			continue
+		}
+		if taken && !reflect.DeepEqual(got, *tc.want) {
+			t.Errorf("%q: got %+v, want %+v", tc.body, got, *tc.want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -265,7 +265,9 @@ func (h *Handler) handle(method, path string, binaryOK bool, fn http.HandlerFunc
 // tensor data extension (a JSON header, then raw tensor bytes).
 func checkContentType(hdr http.Header, binaryOK bool) *apiError {
 	vals := hdr.Values("Content-Type")
-	if len(vals) == 0 || (len(vals) == 1 && strings.TrimSpace(vals[0]) == "") {
+	if len(vals) == 0 || (len(vals) == 1 && (vals[0] == "application/json" || strings.TrimSpace(vals[0]) == "")) {
+		// The type nearly every client sends, taken as it is: the parse
+		// below makes a map of parameters a request.
 		return nil
 	}
 	unsupported := func(format string, args ...any) *apiError {
