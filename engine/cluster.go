@@ -22,10 +22,10 @@ import (
 //   - The door's window is sized from the node's own device count, not the
 //     batcher's healthy devices: the node's devices may serve other nodes'
 //     batchers, and its batcher theirs.
-//   - A batcher that supervision restarts takes Submits at once, and no
-//     front resubmits what the lost one held (the node's incarnation is
-//     membership's, which a restart of one actor does not change): those
-//     requests are answered Expired at their deadline plus ReplyGrace.
+//   - A batcher that supervision restarts is a new life of the node's
+//     accumulator within the node's incarnation, which membership does not
+//     change (see batcherLife): the fronts of every node are told, and
+//     resubmit what they had sent to it.
 
 // self is the node's own membership update: alive at its incarnation,
 // holding its devices' models.
@@ -51,7 +51,7 @@ func (e *Engine) Member(u member.Update) {
 	}
 	e.membersMu.Unlock()
 	for _, f := range e.fronts {
-		e.rt.Send(f, u)
+		e.rt.Send(f, frontMember{U: u})
 	}
 	e.rt.Send(e.batcher, u)
 	for _, d := range e.devices {
@@ -83,4 +83,98 @@ func (e *Engine) Deliver(from, to actors.Address, msg actors.Message) {
 		return
 	}
 	e.rt.Send(to, msg)
+}
+
+// A front in a cluster must resubmit what it sent to a node's batcher when
+// that batcher restarts, as it does when the node restarts; membership's
+// incarnation does not change when one actor does. So a front's view holds
+// each node at an incarnation of two parts: membership's in the high
+// lifeBits and the life of the node's batcher in the low (1 for the first;
+// a restart by supervision adds one). When a restarted batcher has a
+// device again, it tells the fronts of every live node (its own included)
+// that it is alive at its new life (batcherHost.restartedAt): a
+// member.Update, which crosses nodes as any other, at the two-part
+// incarnation. The front sees a higher incarnation of the owner and
+// resubmits every request it had placed there, as for a node that came
+// back (actors.Front). Membership's own updates reach the fronts as
+// frontMember and take the two-part form at the life last told
+// (frontView); dead and left at the highest life, so a death overrides
+// every life of its incarnation. The batchers and devices keep
+// membership's incarnations: they need not know.
+const (
+	lifeBits = 32
+	lifeMax  = 1<<lifeBits - 1
+)
+
+// batcherLife is the last life a node's batcher told of, within the
+// node's incarnation inc.
+type batcherLife struct{ inc, life uint64 }
+
+// frontMember is a membership update for a front (Engine.Member): its
+// incarnation is membership's, which the front's host puts in the
+// two-part form. A bare member.Update a front gets is a batcher's notice,
+// already in that form.
+type frontMember struct{ U member.Update }
+
+// frontView is u as a front's view holds it: membership's incarnation
+// and the node's batcher life (see lifeBits). An incarnation too large to
+// share its bits (a node with no data plane cannot be one) is left as is.
+func (e *Engine) frontView(u member.Update) member.Update {
+	if u.Inc > incarnationMax {
+		return u
+	}
+	life := uint64(lifeMax)
+	if u.Kind.Live() {
+		life = 1
+		e.membersMu.Lock()
+		if l, ok := e.lives[u.Node]; ok && l.inc == u.Inc {
+			life = l.life
+		}
+		e.membersMu.Unlock()
+	}
+	u.Inc = u.Inc<<lifeBits | life
+	return u
+}
+
+// batcherNotice records a batcher's notice of a new life (a member.Update
+// in the two-part form) and reports whether a front should apply it: not
+// when membership says the node's incarnation is over (dead, left, or a
+// later one), nor a malformed one.
+func (e *Engine) batcherNotice(u member.Update) bool {
+	inc, life := u.Inc>>lifeBits, u.Inc&lifeMax
+	if u.Kind != member.Alive || inc == 0 || inc > incarnationMax || life < 2 || life == lifeMax {
+		return false
+	}
+	e.membersMu.Lock()
+	defer e.membersMu.Unlock()
+	if m, ok := e.members[u.Node]; ok && (m.Inc > inc || m.Inc == inc && !m.Kind.Live()) {
+		return false
+	}
+	l, known := e.lives[u.Node]
+	switch {
+	case known && (l.inc > inc || l.inc == inc && l.life >= life):
+		// Stale or told already (another front of this node took it).
+	case known || len(e.lives) < member.DefaultLimit:
+		e.lives[u.Node] = batcherLife{inc: inc, life: life}
+	}
+	return true
+}
+
+// tellRestart is what a restarted batcher of a cluster node sends, once a
+// device has announced itself to it: its node alive at life, to the
+// fronts of every live node it knows of, its own included.
+func (e *Engine) tellRestart(ctx actors.Context, life uint64) {
+	if life >= lifeMax {
+		return // 4 billion restarts: the fronts keep the last life told
+	}
+	u := e.self()
+	u.Inc = u.Inc<<lifeBits | life
+	for _, m := range e.membersNow() {
+		if !m.Kind.Live() {
+			continue
+		}
+		for i := range frontsCount {
+			ctx.Send(actors.Address{Node: m.Node, ID: frontID0 + uint64(i)}, u)
+		}
+	}
 }

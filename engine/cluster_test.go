@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/member"
@@ -139,5 +140,87 @@ func TestClusterTwoNodes(t *testing.T) {
 	rep, err := a.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: "after"})
 	if err != nil || rep.Outcome != actors.Completed || rep.Device.Node != "a" {
 		t.Errorf("after b died: %v on %v (%s), err %v: want completed on a", rep.Outcome, rep.Device, rep.Err, err)
+	}
+}
+
+// TestClusterBatcherRestart: the owner's batcher panics while it queues
+// requests from its own front and another node's; supervision restarts it
+// empty. Every request is resubmitted to the fresh batcher (the fronts,
+// here and on the other node, learn of its new life) and completes, once,
+// with its own output; none waits for its deadline. One device at 100 ms
+// and batches of one keep requests queued. Seen to fail without the
+// batcher's notice to the fronts: the queued requests are answered
+// Expired at their deadline plus grace.
+func TestClusterBatcherRestart(t *testing.T) {
+	model := ""
+	for i := 0; model == ""; i++ {
+		m := fmt.Sprintf("m%d", i)
+		if o, _ := member.Owner(m, []string{"a", "b"}); o == "b" {
+			model = m
+		}
+	}
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	config := func(node string) engine.Config {
+		c := clusterConfig(node, r)
+		c.Device.Models = []string{model}
+		c.Batcher.BatchMax = 1
+		c.Batcher.SLO = 6 * time.Second
+		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+		c.Device.Latency = c.Batcher.Latency
+		c.ReplyGrace = time.Second
+		return c
+	}
+	a, b := start(t, config("a")), start(t, config("b"))
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+
+	const n = 6 // per front
+	type answer struct {
+		rep actors.Reply
+		err error
+	}
+	var wg sync.WaitGroup
+	answers := map[string]*answer{}
+	var mu sync.Mutex
+	for _, e := range []struct {
+		name string
+		eng  *engine.Engine
+	}{{"a", a}, {"b", b}} {
+		for i := range n {
+			in := fmt.Sprintf("%s-%d", e.name, i)
+			ans := &answer{}
+			answers[in] = ans
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				rep, err := e.eng.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
+				mu.Lock()
+				ans.rep, ans.err = rep, err
+				mu.Unlock()
+			})
+		}
+	}
+	for end := time.Now().Add(waitMax); ; time.Sleep(time.Millisecond) {
+		if s := stats(t, b); s.Batcher.Queued >= 6 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("gave up waiting for requests queued at b")
+		}
+	}
+	b.Deliver(actors.Address{}, b.Batcher(), poison{})
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for in, ans := range answers {
+		if ans.err != nil || ans.rep.Outcome != actors.Completed || ans.rep.Output != actors.EmulatedOutput(model, ans.rep.Version, in) {
+			t.Errorf("%s: %v %q (%s), err %v: want completed with its own output", in, ans.rep.Outcome, ans.rep.Output, ans.rep.Err, ans.err)
+		}
+	}
+	sa, sb := stats(t, a), stats(t, b)
+	if sa.Resubmitted == 0 || sb.Resubmitted == 0 || sa.Unanswered+sb.Unanswered != 0 {
+		t.Errorf("a resubmitted %d, b %d, expired %d: want both fronts to resubmit, none expired", sa.Resubmitted, sb.Resubmitted, sa.Unanswered+sb.Unanswered)
 	}
 }

@@ -282,6 +282,9 @@ type Engine struct {
 	// being new. Bounded by member.DefaultLimit nodes.
 	membersMu sync.Mutex
 	members   map[string]member.Update
+	// lives is the last batcher life each node told of (see lifeBits),
+	// bounded as members.
+	lives map[string]batcherLife
 	// foreign counts messages Deliver got for another node.
 	foreign atomic.Int64
 }
@@ -372,6 +375,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		statsWaiters: make(map[uint64]chan statsAnswer),
 		door:         newDoor(cfg.Batcher),
 		members:      map[string]member.Update{},
+		lives:        map[string]batcherLife{},
 	}
 	if cfg.Cluster != nil {
 		// The node's own view starts with itself, so its devices announce
@@ -426,9 +430,9 @@ func (e *Engine) start(ctx context.Context) error {
 		inc := incarnations.Add(1)
 		h := &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door}
 		if cfg.Cluster != nil {
-			// The node's incarnation is membership's, not the batcher's:
-			// a restarted batcher takes Submits at once (see clusterNote).
-			h.restarted, h.replay, h.devices = false, e.membersNow, cfg.Devices
+			// The node's incarnation is membership's; the batcher's life
+			// is told to the fronts of every node (see lifeBits).
+			h.replay, h.devices, h.tell = e.membersNow, cfg.Devices, e.tellRestart
 		}
 		return h
 	}
