@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/member"
@@ -177,4 +178,81 @@ func (e *Engine) tellRestart(ctx actors.Context, life uint64) {
 			ctx.Send(actors.Address{Node: m.Node, ID: frontID0 + uint64(i)}, u)
 		}
 	}
+}
+
+// forwardsMax bounds the submissions a front times at once: past it the
+// oldest is forgotten (one whose reply never came: its owner died, or the
+// front gave it up).
+const forwardsMax = 1 << 16
+
+// forwards times a front's submissions to other nodes' batchers for
+// ClusterConfig.Forwarded: a Send to another node stamps the submission,
+// its first reply takes the stamp. The front's host owns it (one goroutine).
+type forwards struct {
+	self    string
+	observe func(total, atOwner time.Duration)
+	sent    map[uint64]time.Duration
+	// ring is the stamps in the order taken, to forget the oldest; an
+	// entry already answered is skipped.
+	ring       [forwardsMax]forwardStamp
+	head, size int
+	ctx        forwardCtx
+}
+
+type forwardStamp struct {
+	id uint64
+	at time.Duration
+}
+
+func newForwards(self string, observe func(total, atOwner time.Duration)) *forwards {
+	f := &forwards{self: self, observe: observe, sent: map[uint64]time.Duration{}}
+	f.ctx.f = f
+	return f
+}
+
+// wrap is ctx with Send timing the Submits to other nodes. It is valid
+// for the one Receive it was made in.
+func (f *forwards) wrap(ctx actors.Context) actors.Context {
+	f.ctx.Context = ctx
+	return &f.ctx
+}
+
+func (f *forwards) stamp(id uint64, at time.Duration) {
+	if f.size == forwardsMax {
+		old := f.ring[f.head]
+		if f.sent[old.id] == old.at {
+			delete(f.sent, old.id)
+		}
+		f.head, f.size = (f.head+1)%forwardsMax, f.size-1
+	}
+	f.ring[(f.head+f.size)%forwardsMax] = forwardStamp{id: id, at: at}
+	f.size++
+	f.sent[id] = at
+}
+
+// reply takes the stamp of r's submission, if it was one to another node.
+func (f *forwards) reply(r actors.Reply, now time.Duration) {
+	at, ok := f.sent[r.ID]
+	if !ok {
+		return
+	}
+	delete(f.sent, r.ID)
+	var atOwner time.Duration
+	if r.Enqueue > 0 && r.Done >= r.Enqueue {
+		atOwner = r.Done - r.Enqueue
+	}
+	f.observe(now-at, atOwner)
+}
+
+// forwardCtx is a front's Context that stamps its Submits to other nodes.
+type forwardCtx struct {
+	actors.Context
+	f *forwards
+}
+
+func (c *forwardCtx) Send(to actors.Address, msg actors.Message) {
+	if s, ok := msg.(actors.Submit); ok && to.Node != c.f.self {
+		c.f.stamp(s.Req.ID, c.Context.Now())
+	}
+	c.Context.Send(to, msg)
 }

@@ -224,3 +224,54 @@ func TestClusterBatcherRestart(t *testing.T) {
 		t.Errorf("a resubmitted %d, b %d, expired %d: want both fronts to resubmit, none expired", sa.Resubmitted, sb.Resubmitted, sa.Unanswered+sb.Unanswered)
 	}
 }
+
+// TestClusterForwarded: ClusterConfig.Forwarded times each request a
+// front sends to another node's batcher once, when its reply comes back,
+// and none that the node batches itself; the whole trip includes the
+// owner's part.
+func TestClusterForwarded(t *testing.T) {
+	models := map[string]string{} // owner → a model it owns
+	for i := 0; len(models) < 2; i++ {
+		m := fmt.Sprintf("m%d", i)
+		if o, _ := member.Owner(m, []string{"a", "b"}); models[o] == "" {
+			models[o] = m
+		}
+	}
+	type obs struct{ total, atOwner time.Duration }
+	var mu sync.Mutex
+	var seen []obs
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	ca, cb := clusterConfig("a", r), clusterConfig("b", r)
+	ca.Device.Models, cb.Device.Models = nil, nil // every node holds every model
+	ca.Cluster.Forwarded = func(total, atOwner time.Duration) {
+		mu.Lock()
+		seen = append(seen, obs{total, atOwner})
+		mu.Unlock()
+	}
+	a, b := start(t, ca), start(t, cb)
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive})
+	const n = 20
+	ctx := context.Background()
+	for i := range n {
+		for _, owner := range []string{"a", "b"} {
+			in := fmt.Sprintf("in-%d", i)
+			rep, err := a.Do(ctx, actors.Request{Model: models[owner], Version: "v1", Tenant: "t", Input: in})
+			if err != nil || rep.Outcome != actors.Completed {
+				t.Fatalf("%s at a: %v (%s), err %v", models[owner], rep.Outcome, rep.Err, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != n {
+		t.Fatalf("%d forwarded requests timed, want %d (those for b's model only)", len(seen), n)
+	}
+	for i, o := range seen {
+		if o.atOwner <= 0 || o.total < o.atOwner {
+			t.Errorf("timing %d: total %v, at the owner %v: want 0 < at the owner <= total", i, o.total, o.atOwner)
+		}
+	}
+}

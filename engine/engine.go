@@ -157,6 +157,17 @@ type ClusterConfig struct {
 	Incarnation uint64
 	// Remote sends what the actors address to other nodes.
 	Remote Remote
+	// Forwarded, when set, is told of every request a front of this node
+	// sent to another node's batcher, when the first reply to that
+	// submission comes back to the front: total is from the send to the
+	// reply's arrival at the front, atOwner the part between the owner's
+	// batcher taking the request and its device finishing it (Reply.Done
+	// less Reply.Enqueue; zero when the owner did not enqueue it, a
+	// rejection). total less atOwner is the request's transit: its two
+	// hops, the mailboxes on the way, and the clocks' skew between the
+	// owner and the device's node. Called on the front's goroutine: it
+	// must not block.
+	Forwarded func(total, atOwner time.Duration)
 }
 
 // incarnationMax bounds ClusterConfig.Incarnation (actors.NewClusterDevice).

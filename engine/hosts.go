@@ -49,9 +49,18 @@ type frontHost struct {
 	replay func() []member.Update
 	view   func(member.Update) member.Update
 	notice func(member.Update) bool
+	// fw, in a cluster with ClusterConfig.Forwarded, times the requests
+	// the front sends to other nodes.
+	fw *forwards
 }
 
 func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
+	if h.fw != nil {
+		if r, ok := msg.(actors.Reply); ok {
+			h.fw.reply(r, ctx.Now())
+		}
+		ctx = h.fw.wrap(ctx)
+	}
 	switch m := msg.(type) {
 	case actors.Start:
 		h.f.Receive(ctx, m)
@@ -114,6 +123,9 @@ func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 		h := &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
 		if e.cfg.Cluster != nil {
 			h.replay, h.view, h.notice = e.membersNow, e.frontView, e.batcherNotice
+			if obs := e.cfg.Cluster.Forwarded; obs != nil {
+				h.fw = newForwards(e.node, obs)
+			}
 		}
 		return h
 	}, nil

@@ -140,7 +140,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 			return err
 		}
 		ecfg.Node = f.Cluster.Node
-		ecfg.Cluster = &engine.ClusterConfig{Incarnation: s.dp.inc, Remote: s.dp.tr}
+		ecfg.Cluster = &engine.ClusterConfig{Incarnation: s.dp.inc, Remote: s.dp.tr, Forwarded: s.dp.forwarded}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, engineStartMax)
 	eng, err := engine.New(startCtx, ecfg)
