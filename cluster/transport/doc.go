@@ -25,6 +25,12 @@
 // [d/2, d), and dials again, until membership removes the peer. A
 // connection attempt, handshake included, is bounded by DialTimeout.
 //
+// Partitions (a fault knob for tests: loopback cannot be cut). Cut
+// partitions the node's data plane from some peers or all: their streams
+// break, Send answers Undeliverable, connections are refused both ways and
+// a frame from a cut peer is dropped; Cut(false) heals. Membership, on
+// memberlist's own sockets, is not cut.
+//
 // Authentication: the cluster's gossip key, not mTLS. Every node already
 // holds the gossip key (memberlist refuses a node without it), so a key
 // derived from it (HMAC-SHA256 with a fixed label) authenticates the data

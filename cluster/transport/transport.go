@@ -105,6 +105,10 @@ type Transport struct {
 	peers  map[string]*peer
 	closed bool
 	wg     sync.WaitGroup
+	// cut is the fault knob (Cut): nil, or the peers this node is
+	// partitioned from. Read on every Send: an atomic load when nothing is
+	// cut.
+	cut atomic.Pointer[cutSet]
 
 	sent, received, undeliverable, dropped, refused, connects atomic.Uint64
 }
@@ -125,7 +129,9 @@ type peer struct {
 	// down: the last connection attempt failed or the stream broke;
 	// Send answers Undeliverable at once until a stream is up again.
 	down bool
-	done chan struct{}
+	// breakConn ends the stream now up, if any (Cut).
+	breakConn context.CancelFunc
+	done      chan struct{}
 }
 
 // New starts a node's transport: it listens on cfg.Listen at once.
@@ -279,7 +285,7 @@ func (t *Transport) Send(from, to actors.Address, msg actors.Message) {
 	t.mu.Lock()
 	p := t.peers[to.Node]
 	t.mu.Unlock()
-	if p == nil || !p.enqueue(item{from: from, to: to, msg: msg, env: env}) {
+	if p == nil || t.isCut(to.Node) || !p.enqueue(item{from: from, to: to, msg: msg, env: env}) {
 		t.bounce(item{from: from, to: to, msg: msg})
 	}
 }
@@ -375,6 +381,9 @@ func (t *Transport) run(ctx context.Context, p *peer) {
 // queue into it until it fails or ctx ends. It says whether the stream
 // came up.
 func (t *Transport) connect(ctx context.Context, p *peer) bool {
+	if t.isCut(p.node) {
+		return false // partitioned (Cut): as a peer that cannot be reached
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	conn, err := grpc.NewClient(p.addr, t.client...)
@@ -394,7 +403,17 @@ func (t *Transport) connect(ctx context.Context, p *peer) bool {
 		return false
 	}
 	t.connects.Add(1)
-	p.setDown(false)
+	p.mu.Lock()
+	p.down, p.breakConn = false, cancel
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.breakConn = nil
+		p.mu.Unlock()
+	}()
+	if t.isCut(p.node) {
+		return true // cut while connecting: the stream breaks at once
+	}
 	// The server sends nothing after the handshake: a Recv that returns
 	// means the stream is gone (the peer died, or closed it).
 	go func() {
@@ -543,6 +562,11 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 			return status.Error(codes.Unauthenticated, "transport: a frame out of order or without the session's MAC")
 		}
 		seq++
+		if t.isCut(r.peer) {
+			// Partitioned (Cut): the frame is lost and the stream
+			// breaks, as a cut link's would.
+			return status.Error(codes.Unavailable, "transport: partitioned from the peer")
+		}
 		envs, err := wire.Unmarshal(d.Envelopes)
 		if err != nil {
 			t.dropped.Add(1)
@@ -572,6 +596,9 @@ func (t *Transport) serverHandshake(stream wire.DataPlane_StreamServer) (string,
 		return "", nil, errRefused
 	}
 	peer, cn := string(h.Node), h.Nonce
+	if t.isCut(peer) {
+		return "", nil, status.Error(codes.Unavailable, "transport: partitioned from the peer")
+	}
 	sn, err := nonce()
 	if err != nil {
 		return "", nil, err
@@ -587,4 +614,54 @@ func (t *Transport) serverHandshake(stream wire.DataPlane_StreamServer) (string,
 		return "", nil, errRefused
 	}
 	return peer, proof(t.key, "session", cn, sn, peer, self), nil
+}
+
+// Cut is a fault knob, for tests of a partition where the loopback cannot
+// be cut: it partitions this node's data plane from peers (every peer
+// when all is set), replacing the last Cut; Cut(false) with no peers
+// heals. A cut peer is as one that cannot be reached: its stream breaks
+// now (what was written and not yet read is lost without a word, what was
+// queued comes back Undeliverable), Send answers Undeliverable at once,
+// connection attempts fail both ways, and a frame that comes from it is
+// dropped and breaks its stream. Once healed, the peer's writer reconnects
+// after its backoff (at most BackoffMax). Membership is not cut: it
+// travels on memberlist's own sockets.
+func (t *Transport) Cut(all bool, peers ...string) {
+	cut := &cutSet{all: all, peers: map[string]bool{}}
+	for _, p := range peers {
+		if len(cut.peers) < PeersMax {
+			cut.peers[p] = true
+		}
+	}
+	if !all && len(cut.peers) == 0 {
+		cut = nil
+	}
+	t.cut.Store(cut)
+	t.mu.Lock()
+	var broken []context.CancelFunc
+	for name, p := range t.peers {
+		if t.isCut(name) {
+			p.mu.Lock()
+			if p.breakConn != nil {
+				broken = append(broken, p.breakConn)
+			}
+			p.mu.Unlock()
+		}
+	}
+	t.mu.Unlock()
+	for _, b := range broken {
+		b()
+	}
+}
+
+// cutSet is what Cut partitions this node from: every peer, or those.
+type cutSet struct {
+	all   bool
+	peers map[string]bool
+}
+
+// isCut reports whether node is partitioned from this one (Cut).
+func (t *Transport) isCut(node string) bool {
+	c := t.cut.Load()
+	return c != nil && (c.all || c.peers[node])
 }
