@@ -23,6 +23,12 @@ import (
 //   - The door's window is sized from the node's own device count, not the
 //     batcher's healthy devices: the node's devices may serve other nodes'
 //     batchers, and its batcher theirs.
+//   - A batch the batcher sent to another node's device that has not
+//     ended well past the device's own watchdog (remoteBatchBound) is
+//     taken as undeliverable: re-queued, the device set aside until it
+//     announces itself again. A cut data plane loses the batch's messages
+//     without a word while membership still sees the node alive, and
+//     the batcher would wait for the batch's end for ever.
 //   - A batcher that supervision restarts is a new life of the node's
 //     accumulator within the node's incarnation, which membership does not
 //     change (see batcherLife): the fronts of every node are told, and
@@ -71,6 +77,24 @@ func (e *Engine) membersNow() []member.Update {
 	e.membersMu.Unlock()
 	slices.SortFunc(out, func(a, b member.Update) int { return strings.Compare(a.Node, b.Node) })
 	return out
+}
+
+// PeerDown tells the node that its data plane lost its stream to node
+// (cluster/transport's Config.OnDown): what it sent there and was not yet
+// read may be lost, and membership may still see the node alive (a
+// data-plane failure, or a death not yet detected). The fronts take it as
+// a Submit to that node come back undeliverable: they route around the
+// node until it returns at a higher incarnation, and resubmit at once
+// what they had placed there, instead of waiting for its answers (or for
+// TimeoutMax plus grace, with no deadline). It does not block.
+func (e *Engine) PeerDown(node string) {
+	if e.cfg.Cluster == nil || e.isClosed() || node == e.node {
+		return
+	}
+	lost := actors.Undeliverable{To: actors.Address{Node: node, ID: batcherID}, Msg: actors.Submit{}}
+	for _, f := range e.fronts {
+		e.rt.Send(f, lost)
+	}
 }
 
 // Deliver takes a message from another node (or an actors.Undeliverable
@@ -253,6 +277,73 @@ type forwardCtx struct {
 func (c *forwardCtx) Send(to actors.Address, msg actors.Message) {
 	if s, ok := msg.(actors.Submit); ok && to.Node != c.f.self {
 		c.f.stamp(s.Req.ID, c.Context.Now())
+	}
+	c.Context.Send(to, msg)
+}
+
+// remoteBatchSlack is what remoteBatchBound adds to twice a device's
+// watchdog: the hops, and a loaded machine.
+const remoteBatchSlack = time.Second
+
+// remoteBatchBound is how long the batcher host gives a batch of n items
+// (the longest input longest bytes) on another node's device before it
+// takes the batch as undeliverable: twice the device's own watchdog
+// (which would have aborted the batch) plus remoteBatchSlack. The other
+// node's devices are taken to run as this node's (one serve config).
+func (e *Engine) remoteBatchBound(n, longest int) time.Duration {
+	d := e.cfg.Device
+	return 2*max(time.Duration(d.WatchdogMultiple)*d.Latency.Predict(n, longest), d.WatchdogMin) + remoteBatchSlack
+}
+
+// remoteBatchCheck is the batcher host's timer for a batch it sent to
+// another node's device: it comes to the batcher as Undeliverable{To:
+// Device, Msg: RunBatch of Batch}, which the batcher acts on only if the
+// device still runs that batch (re-queue it, set the device aside).
+type remoteBatchCheck struct {
+	Device actors.Address
+	Batch  uint64
+}
+
+// remoteWatch arms a remoteBatchCheck for every RunBatch the batcher
+// sends to another node. The batcher's host owns it (one goroutine).
+type remoteWatch struct {
+	self  string
+	bound func(n, longest int) time.Duration
+	ctx   remoteCtx
+}
+
+func newRemoteWatch(self string, bound func(n, longest int) time.Duration) *remoteWatch {
+	w := &remoteWatch{self: self, bound: bound}
+	w.ctx.w = w
+	return w
+}
+
+// wrap is ctx with Send arming the checks. It is valid for the one
+// Receive it was made in.
+func (w *remoteWatch) wrap(ctx actors.Context) actors.Context {
+	w.ctx.Context = ctx
+	return &w.ctx
+}
+
+// check is what a remoteBatchCheck tells the batcher.
+func (remoteWatch) check(m remoteBatchCheck) actors.Undeliverable {
+	return actors.Undeliverable{To: m.Device, Msg: actors.RunBatch{Batch: actors.Batch{ID: m.Batch}}}
+}
+
+// remoteCtx is the batcher's Context that arms a check for each batch it
+// sends to another node's device.
+type remoteCtx struct {
+	actors.Context
+	w *remoteWatch
+}
+
+func (c *remoteCtx) Send(to actors.Address, msg actors.Message) {
+	if rb, ok := msg.(actors.RunBatch); ok && to.Node != c.w.self {
+		longest := 0
+		for _, it := range rb.Batch.Items {
+			longest = max(longest, len(it.Req.Input))
+		}
+		c.Context.After(c.w.bound(len(rb.Batch.Items), longest), remoteBatchCheck{Device: to, Batch: rb.Batch.ID})
 	}
 	c.Context.Send(to, msg)
 }

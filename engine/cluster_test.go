@@ -20,10 +20,16 @@ type loopRemote struct {
 	mu    sync.Mutex
 	nodes map[string]*engine.Engine
 	sent  atomic.Int64
+	// cut, when set, loses every message without a word: a data plane
+	// cut while membership still sees every node alive.
+	cut atomic.Bool
 }
 
 func (r *loopRemote) Send(from, to actors.Address, msg actors.Message) {
 	r.sent.Add(1)
+	if r.cut.Load() {
+		return
+	}
 	r.mu.Lock()
 	dst, src := r.nodes[to.Node], r.nodes[from.Node]
 	r.mu.Unlock()
@@ -272,6 +278,102 @@ func TestClusterForwarded(t *testing.T) {
 	for i, o := range seen {
 		if o.atOwner <= 0 || o.total < o.atOwner {
 			t.Errorf("timing %d: total %v, at the owner %v: want 0 < at the owner <= total", i, o.total, o.atOwner)
+		}
+	}
+}
+
+// ownedBy is a model name the rendezvous of nodes gives to node.
+func ownedBy(node string, nodes ...string) string {
+	for i := 0; ; i++ {
+		m := fmt.Sprintf("m%d", i)
+		if o, _ := member.Owner(m, nodes); o == node {
+			return m
+		}
+	}
+}
+
+// doAll runs n requests for model at e at once, each bounded by 10 s, and
+// returns their replies and errors.
+func doAll(e *engine.Engine, model string, n int) ([]actors.Reply, []error) {
+	reps, errs := make([]actors.Reply, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			reps[i], errs[i] = e.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: fmt.Sprintf("in-%d", i)})
+		})
+	}
+	wg.Wait()
+	return reps, errs
+}
+
+// TestClusterRemoteBatchLost: the data plane loses, without a word, a
+// batch the owner sent to the other node's device (and anything that
+// device would send back) while membership sees both alive. The owner's
+// batcher takes the batch as undeliverable once it is well past the
+// device's watchdog and runs it on its own device: every request
+// completes. Seen to fail without the bound (remoteBatchCheck): the
+// requests on the lost batch wait past their callers' 10 s.
+func TestClusterRemoteBatchLost(t *testing.T) {
+	model := ownedBy("a", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	config := func(node string) engine.Config {
+		c := clusterConfig(node, r)
+		c.Device.Models = []string{model}
+		c.Batcher.BatchMax = 1
+		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+		c.Device.Latency = c.Batcher.Latency
+		return c
+	}
+	a, b := start(t, config("a")), start(t, config("b"))
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	for end := time.Now().Add(waitMax); stats(t, a).Batcher.Devices < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("b's device never announced itself to a")
+		}
+	}
+	r.cut.Store(true)
+	reps, errs := doAll(a, model, 6)
+	for i := range reps {
+		if errs[i] != nil || reps[i].Outcome != actors.Completed {
+			t.Errorf("request %d: %v (%s), err %v: want completed", i, reps[i].Outcome, reps[i].Err, errs[i])
+		}
+	}
+}
+
+// TestClusterPeerDown: the data plane loses every message to and from b,
+// the owner, while membership sees it alive; when the data plane reports
+// its stream to b broken (Engine.PeerDown), a's front resubmits what it
+// had placed at b to the next owner, itself, and every request completes.
+// Seen to fail without PeerDown: they wait past their callers' 10 s.
+func TestClusterPeerDown(t *testing.T) {
+	model := ownedBy("b", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	ca, cb := clusterConfig("a", r), clusterConfig("b", r)
+	ca.Device.Models, cb.Device.Models = []string{model}, []string{model}
+	a, b := start(t, ca), start(t, cb)
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	r.cut.Store(true)
+	go func() {
+		// Once the requests are in flight: the stream breaks.
+		for end := time.Now().Add(waitMax); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if s, err := a.Stats(context.Background()); err == nil && s.InFlight >= 6 {
+				break
+			}
+		}
+		a.PeerDown("b")
+	}()
+	reps, errs := doAll(a, model, 6)
+	for i := range reps {
+		if errs[i] != nil || reps[i].Outcome != actors.Completed || reps[i].Device.Node != "a" {
+			t.Errorf("request %d: %v on %v (%s), err %v: want completed on a", i, reps[i].Outcome, reps[i].Device, reps[i].Err, errs[i])
 		}
 	}
 }

@@ -444,6 +444,7 @@ func (e *Engine) start(ctx context.Context) error {
 			// The node's incarnation is membership's; the batcher's life
 			// is told to the fronts of every node (see lifeBits).
 			h.replay, h.devices, h.tell = e.membersNow, cfg.Devices, e.tellRestart
+			h.watch = newRemoteWatch(e.node, e.remoteBatchBound)
 		}
 		return h
 	}

@@ -181,9 +181,18 @@ type batcherHost struct {
 	// tell, in a cluster, tells the fronts of every node of a restarted
 	// batcher's life, once a device has announced itself to it.
 	tell func(ctx actors.Context, life uint64)
+	// watch, in a cluster, bounds the batches sent to other nodes'
+	// devices (remoteBatchCheck).
+	watch *remoteWatch
 }
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	if h.watch != nil {
+		if m, ok := msg.(remoteBatchCheck); ok {
+			msg = h.watch.check(m)
+		}
+		ctx = h.watch.wrap(ctx)
+	}
 	h.receive(ctx, msg)
 	if _, ok := msg.(actors.Start); ok && h.replay != nil {
 		for _, u := range h.replay() {
