@@ -67,6 +67,13 @@ type Config struct {
 	// HandshakeTimeout bounds how long an inbound stream may take to
 	// prove the key before it is closed (HandshakeDefault).
 	HandshakeTimeout time.Duration
+	// OnDown, when set, is called with a peer's name when its stream,
+	// once up, broke (the peer died, restarted, or the link was cut):
+	// what was written to it and not yet read may be lost, so the actors
+	// should not wait for answers from it (the engine's fronts resubmit
+	// what they placed there). It must not block; it runs on the peer's
+	// writer goroutine.
+	OnDown func(node string)
 }
 
 // Deliver takes a message for a local actor: one that came from a peer,
@@ -109,6 +116,9 @@ type Transport struct {
 	// partitioned from. Read on every Send: an atomic load when nothing is
 	// cut.
 	cut atomic.Pointer[cutSet]
+	// inbound ends each peer's inbound streams (Cut breaks them), by
+	// stream; guarded by mu, bounded by the server's streams.
+	inbound map[*inboundStream]struct{}
 
 	sent, received, undeliverable, dropped, refused, connects atomic.Uint64
 }
@@ -172,7 +182,7 @@ func New(cfg Config, deliver Deliver) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}}
+	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}, inbound: map[*inboundStream]struct{}{}}
 	frameMax := wire.FrameMax + 64<<10 // the frame's own fields
 	t.client = []grpc.DialOption{
 		grpc.WithTransportCredentials(cliCreds),
@@ -364,6 +374,9 @@ func (t *Transport) run(ctx context.Context, p *peer) {
 		if ctx.Err() != nil {
 			return
 		}
+		if connected && t.cfg.OnDown != nil {
+			t.cfg.OnDown(p.node)
+		}
 		if connected {
 			backoff = t.cfg.BackoffMin
 		}
@@ -550,6 +563,44 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 		t.refused.Add(1)
 		return r.err
 	}
+	// The frames are read on a goroutine of their own, so that Cut can
+	// end the stream (the handler returns; the reader's Recv then fails).
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	in := &inboundStream{peer: r.peer, cancel: cancel}
+	t.mu.Lock()
+	t.inbound[in] = struct{}{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.inbound, in)
+		t.mu.Unlock()
+	}()
+	if t.isCut(r.peer) {
+		return errPartitioned
+	}
+	read := make(chan error, 1)
+	go func() { read <- t.readFrames(stream, r.peer, r.session) }()
+	select {
+	case err := <-read:
+		return err
+	case <-ctx.Done():
+		return errPartitioned
+	}
+}
+
+// errPartitioned ends a stream to or from a peer this node is cut from.
+var errPartitioned = status.Error(codes.Unavailable, "transport: partitioned from the peer")
+
+// inboundStream is a peer's stream into this node, for Cut to end.
+type inboundStream struct {
+	peer   string
+	cancel context.CancelFunc
+}
+
+// readFrames reads peer's Data frames and delivers their messages until
+// the stream ends or a frame is bad.
+func (t *Transport) readFrames(stream wire.DataPlane_StreamServer, peer string, session []byte) error {
 	var seq uint64
 	for {
 		f, err := stream.Recv()
@@ -557,15 +608,15 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 			return nil
 		}
 		d := f.GetData()
-		if d == nil || d.Seq != seq+1 || !hmac.Equal(d.Mac, frameMAC(r.session, d.Seq, d.Envelopes)) {
+		if d == nil || d.Seq != seq+1 || !hmac.Equal(d.Mac, frameMAC(session, d.Seq, d.Envelopes)) {
 			t.refused.Add(1)
 			return status.Error(codes.Unauthenticated, "transport: a frame out of order or without the session's MAC")
 		}
 		seq++
-		if t.isCut(r.peer) {
+		if t.isCut(peer) {
 			// Partitioned (Cut): the frame is lost and the stream
 			// breaks, as a cut link's would.
-			return status.Error(codes.Unavailable, "transport: partitioned from the peer")
+			return errPartitioned
 		}
 		envs, err := wire.Unmarshal(d.Envelopes)
 		if err != nil {
@@ -574,7 +625,7 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 		}
 		for _, e := range envs {
 			from, to, msg, err := wire.Decode(e)
-			if err != nil || from.Node != r.peer || to.Node != t.cfg.Node {
+			if err != nil || from.Node != peer || to.Node != t.cfg.Node {
 				t.dropped.Add(1)
 				continue
 			}
@@ -597,7 +648,7 @@ func (t *Transport) serverHandshake(stream wire.DataPlane_StreamServer) (string,
 	}
 	peer, cn := string(h.Node), h.Nonce
 	if t.isCut(peer) {
-		return "", nil, status.Error(codes.Unavailable, "transport: partitioned from the peer")
+		return "", nil, errPartitioned
 	}
 	sn, err := nonce()
 	if err != nil {
@@ -646,6 +697,11 @@ func (t *Transport) Cut(all bool, peers ...string) {
 				broken = append(broken, p.breakConn)
 			}
 			p.mu.Unlock()
+		}
+	}
+	for in := range t.inbound {
+		if t.isCut(in.peer) {
+			broken = append(broken, in.cancel)
 		}
 	}
 	t.mu.Unlock()

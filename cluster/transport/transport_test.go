@@ -408,13 +408,21 @@ func TestMutualTLS(t *testing.T) {
 }
 
 // Cut partitions a node's data plane: a message to a cut peer comes back
-// Undeliverable from Send, nothing crosses either way (the peer's own
-// stream breaks at its next frame, and it cannot reconnect), and once
-// healed both directions flow again.
+// Undeliverable from Send, nothing crosses either way (the peer's stream
+// breaks at once: it reports the node down, OnDown, before it sends
+// anything, and it cannot reconnect), and once healed both directions
+// flow again.
 func TestCutAndHeal(t *testing.T) {
 	fast := Config{BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
 	ca, cb := fast, fast
 	ca.Node, cb.Node = "a", "b"
+	downs := make(chan string, 16)
+	cb.OnDown = func(node string) {
+		select {
+		case downs <- node:
+		default:
+		}
+	}
 	a, ina := start(t, ca)
 	b, inb := start(t, cb)
 	a.SetPeer("b", b.Addr())
@@ -426,6 +434,14 @@ func TestCutAndHeal(t *testing.T) {
 	ina.wait(t, "b's message", func(g []got) bool { return len(g) == 1 })
 
 	a.Cut(true)
+	select {
+	case n := <-downs:
+		if n != "a" {
+			t.Fatalf("b reported %q down, want a", n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("b did not find a down 20 s after the cut")
+	}
 	a.Send(fa, fb, actors.Cancel{ID: 2})
 	if g := ina.all(); len(g) != 2 || !undeliverable(g[1], fa, fb, actors.Cancel{ID: 2}) {
 		t.Fatalf("a's message to b while cut: %#v: want it back Undeliverable from Send", g)

@@ -123,6 +123,8 @@ type dataPlane struct {
 	eng atomic.Pointer[engine.Engine]
 	// forward is batchd_cluster_forward_seconds (forwarded).
 	forward *prometheus.HistogramVec
+	// stopFaults ends the fault knob (faultSignals).
+	stopFaults func()
 }
 
 // incarnationEpoch is where the node's incarnation counts seconds from
@@ -145,7 +147,12 @@ func openDataPlane(f *config.File) (*dataPlane, error) {
 				"(the two hops and the mailboxes on the way; across hosts, plus the clocks' skew between the owner and the device's node).",
 			Buckets: forwardBuckets,
 		}, []string{"part"})}
-	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key},
+	onDown := func(node string) {
+		if e := dp.eng.Load(); e != nil {
+			e.PeerDown(node)
+		}
+	}
+	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key, OnDown: onDown},
 		func(from, to actors.Address, msg actors.Message) {
 			if e := dp.eng.Load(); e != nil {
 				e.Deliver(from, to, msg)
