@@ -46,10 +46,27 @@ type procNode struct {
 	s         *serveChild
 }
 
+// procSettings are what a process test's nodes are made with.
+type procSettings struct {
+	devices   int
+	latency   time.Duration
+	batchMax  int
+	slo       time.Duration
+	probe     time.Duration
+	timeout   time.Duration
+	suspicion int
+}
+
+// procDefaults are the invariant tests' nodes: fast devices, a long SLO
+// (a request resubmitted after a death still meets it) and a fast
+// failure detector.
+var procDefaults = procSettings{devices: 2, latency: 20 * time.Millisecond, batchMax: 100, slo: procSLO,
+	probe: 200 * time.Millisecond, timeout: 100 * time.Millisecond, suspicion: 3}
+
 // writeNodeConfig writes node name's serve config under dir, joining join
 // (a gossip address) when it is not empty. Its job store is dir/name, so
 // a node restarted under its name keeps it.
-func writeNodeConfig(t *testing.T, dir, name, join string) string {
+func writeNodeConfig(t *testing.T, dir, name, join string, ps procSettings) string {
 	t.Helper()
 	joins := "[]"
 	if join != "" {
@@ -59,10 +76,11 @@ func writeNodeConfig(t *testing.T, dir, name, join string) string {
   addr: 127.0.0.1:0
   reply_grace: %s
 devices:
-  count: 2
-  latency: 20ms
+  count: %d
+  latency: %s
 policy:
   slo: %s
+  batch_max: %d
 models:
   - name: echo
     versions: [{name: v1}]
@@ -74,11 +92,11 @@ cluster:
   join: %s
   secret_key_env: BATCHD_TEST_GOSSIP_KEY
   data_addr: 127.0.0.1:0
-  probe_interval: 200ms
-  probe_timeout: 100ms
-  suspicion_mult: 3
+  probe_interval: %s
+  probe_timeout: %s
+  suspicion_mult: %d
   handover_grace: 0s
-`, procReplyGrace, procSLO, filepath.Join(dir, name), name, joins)
+`, procReplyGrace, ps.devices, ps.latency, ps.slo, ps.batchMax, filepath.Join(dir, name), name, joins, ps.probe, ps.timeout, ps.suspicion)
 	cfg := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -125,11 +143,11 @@ func waitStatus(t *testing.T, base, what string, ok func(server.ClusterStatus) b
 	}
 }
 
-// startCluster starts n nodes n0, n1, ... in dir with the gossip key set
+// startProcCluster starts n nodes n0, n1, ... in dir with the gossip key set
 // (and env, if any, in their environment), the others joining n0, and
 // waits until each sees every one alive and all name the same owner of
 // echo.
-func startProcCluster(t *testing.T, dir string, n int, env ...string) []*procNode {
+func startProcCluster(t *testing.T, dir string, n int, ps procSettings, env ...string) []*procNode {
 	t.Helper()
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -144,7 +162,7 @@ func startProcCluster(t *testing.T, dir string, n int, env ...string) []*procNod
 	join := ""
 	for i := range nodes {
 		name := fmt.Sprintf("n%d", i)
-		cfg := writeNodeConfig(t, dir, name, join)
+		cfg := writeNodeConfig(t, dir, name, join, ps)
 		nodes[i] = &procNode{name: name, cfg: cfg, s: startServer(t, cfg)}
 		if i == 0 {
 			m, _ := memberOf(clusterStatus(t, nodes[0].s.base), "n0")
@@ -324,7 +342,7 @@ func TestClusterProcessKill(t *testing.T) {
 		t.Skip("starts and kills server processes")
 	}
 	dir := t.TempDir()
-	nodes := startProcCluster(t, dir, 3)
+	nodes := startProcCluster(t, dir, 3, procDefaults)
 	victimName := owner(t, nodes[0])
 	var victim *procNode
 	var survivors []*procNode
@@ -372,7 +390,7 @@ func TestClusterProcessKill(t *testing.T) {
 
 	// The node comes back under its name, joining a survivor.
 	survivorGossip, _ := memberOf(clusterStatus(t, survivors[0].s.base), survivors[0].name)
-	victim.cfg = writeNodeConfig(t, dir, victimName, survivorGossip.Gossip)
+	victim.cfg = writeNodeConfig(t, dir, victimName, survivorGossip.Gossip, procDefaults)
 	victim.s = startServer(t, victim.cfg)
 	for _, nd := range append([]*procNode{victim}, survivors...) {
 		waitStatus(t, nd.s.base, nd.name+" sees "+victimName+" alive at a new incarnation", func(st server.ClusterStatus) bool {
@@ -416,7 +434,7 @@ func TestClusterProcessPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
 	}
-	nodes := startProcCluster(t, t.TempDir(), 3, server.FaultSignalsEnv+"=1")
+	nodes := startProcCluster(t, t.TempDir(), 3, procDefaults, server.FaultSignalsEnv+"=1")
 	victimName := owner(t, nodes[0])
 	var victim *procNode
 	for _, nd := range nodes {
