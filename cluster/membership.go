@@ -64,6 +64,13 @@ type Config struct {
 	// memberlist's failure detector (DefaultConfig: its LAN settings).
 	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
 	SuspicionMult                               int
+	// PushPullInterval is how often the node syncs its whole state with a
+	// random member (memberlist's; 0: its 30 s). It bounds how long a node
+	// that came back under its name from a new address, before the others
+	// declared its old life dead, stays unknown to them: they refuse its
+	// join while the old address is alive to them, and only a sync tells
+	// them again once it is dead (DefaultConfig: 10 probe intervals).
+	PushPullInterval time.Duration
 	// DeadNodeReclaim is how long after a node's death its name may come
 	// back from another address (memberlist's DeadNodeReclaimTime): 0,
 	// at once, as a restarted pod comes back with a new IP under its
@@ -78,14 +85,24 @@ type Config struct {
 // DefaultConfig is memberlist's LAN settings for name: a 1 s probe
 // interval, 500 ms probe timeout, suspicion 4 × log10(N+1) probe intervals,
 // gossip every 200 ms; a dead node is declared in about 5 to 6 s in a
-// small cluster.
+// small cluster. The state sync is every 10 s (PushPullFor), not the LAN's
+// 30 s.
 func DefaultConfig(name string) Config {
 	lan := memberlist.DefaultLANConfig()
 	return Config{
 		Name: name, Incarnation: uint64(time.Now().UnixMilli()), BindAddr: "0.0.0.0", BindPort: 7946,
 		ProbeInterval: lan.ProbeInterval, ProbeTimeout: lan.ProbeTimeout,
 		GossipInterval: lan.GossipInterval, SuspicionMult: lan.SuspicionMult,
+		PushPullInterval: PushPullFor(lan.ProbeInterval),
 	}
+}
+
+// PushPullFor is the state sync interval that goes with a probe interval:
+// ten of them, between 1 s and memberlist's 30 s. A node restarted from a
+// new address before its old life was declared dead is known again within
+// about this long after the declaration (Config.PushPullInterval).
+func PushPullFor(probe time.Duration) time.Duration {
+	return min(max(10*probe, time.Second), 30*time.Second)
 }
 
 // Meta is a node's metadata, as it travels (EncodeMeta).
@@ -238,6 +255,9 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	}
 	if cfg.SuspicionMult > 0 {
 		mc.SuspicionMult = cfg.SuspicionMult
+	}
+	if cfg.PushPullInterval > 0 {
+		mc.PushPullInterval = cfg.PushPullInterval
 	}
 	if len(cfg.SecretKey) > 0 {
 		mc.SecretKey = cfg.SecretKey

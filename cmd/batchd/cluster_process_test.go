@@ -55,6 +55,8 @@ type procSettings struct {
 	probe     time.Duration
 	timeout   time.Duration
 	suspicion int
+	// jobWindow, when set, bounds a job's items in the engine at once.
+	jobWindow int
 }
 
 // procDefaults are the invariant tests' nodes: fast devices, a long SLO
@@ -72,6 +74,10 @@ func writeNodeConfig(t *testing.T, dir, name, join string, ps procSettings) stri
 	if join != "" {
 		joins = "[" + join + "]"
 	}
+	window := ""
+	if ps.jobWindow > 0 {
+		window = fmt.Sprintf("\n  window_job: %d\n  window_total: %d", ps.jobWindow, ps.jobWindow)
+	}
 	yaml := fmt.Sprintf(`http:
   addr: 127.0.0.1:0
   reply_grace: %s
@@ -85,7 +91,7 @@ models:
   - name: echo
     versions: [{name: v1}]
 jobs:
-  dir: %s
+  dir: %s%s
 cluster:
   node: %s
   bind: 127.0.0.1:0
@@ -96,7 +102,7 @@ cluster:
   probe_timeout: %s
   suspicion_mult: %d
   handover_grace: 0s
-`, procReplyGrace, ps.devices, ps.latency, ps.slo, ps.batchMax, filepath.Join(dir, name), name, joins, ps.probe, ps.timeout, ps.suspicion)
+`, procReplyGrace, ps.devices, ps.latency, ps.slo, ps.batchMax, filepath.Join(dir, name), window, name, joins, ps.probe, ps.timeout, ps.suspicion)
 	cfg := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -474,4 +480,121 @@ func TestClusterProcessPartition(t *testing.T) {
 	if log := victim.s.stderr.String(); !strings.Contains(log, "partitioned=true") || !strings.Contains(log, "partitioned=false") {
 		t.Errorf("%s's log does not show the cut and the heal:\n%s", victim.name, log)
 	}
+}
+
+// TestClusterProcessJobs: an async job accepted by a node that does not
+// own its model is kept in that node's store and its items are batched at
+// the owner like any request; the node is killed (SIGKILL) mid-job and
+// restarted under its name with its store: the job resumes, and every
+// item is completed once (at most a retry for those in flight at the
+// kill), with its own input's output, in input order.
+func TestClusterProcessJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills server processes")
+	}
+	const items = 3000
+	dir := t.TempDir()
+	ps := procDefaults
+	ps.jobWindow = 40
+	nodes := startProcCluster(t, dir, 3, ps)
+	ownerName := owner(t, nodes[0])
+	var keeper *procNode // accepts the job: not the owner
+	for _, nd := range nodes {
+		if nd.name != ownerName {
+			keeper = nd
+			break
+		}
+	}
+	var body strings.Builder
+	body.WriteString(`{"async": true, "items": [`)
+	inputs := make([]string, items)
+	for i := range inputs {
+		inputs[i] = fmt.Sprintf("job-%d-%x", i, i*7919)
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"input": %q}`, inputs[i])
+	}
+	body.WriteString("]}")
+	resp, err := http.Post(keeper.s.base+"/v1/models/echo/batch", "application/json", strings.NewReader(body.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&accepted); err != nil || resp.StatusCode != http.StatusAccepted || accepted.ID == "" {
+		t.Fatalf("submit: %d %v %+v", resp.StatusCode, err, accepted)
+	}
+	resp.Body.Close()
+	for deadline := time.Now().Add(procWait); ; time.Sleep(2 * time.Millisecond) {
+		var st jobStatus
+		getJSON(t, keeper.s.base+"/v1/requests/"+accepted.ID+"?limit=0", &st)
+		if st.Progress.Completed >= items/5 {
+			if st.Progress.Completed == items {
+				t.Fatal("the job ended before the kill: make it longer")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job stuck at %+v", st.Progress)
+		}
+	}
+	before, _ := memberOf(clusterStatus(t, nodes[0].s.base), keeper.name)
+	keeper.s.kill(t)
+	// Restarted once the others hold its old life dead: a node back
+	// sooner is refused by them until then (memberlist sees its name at
+	// two addresses), and replies to its first requests are lost.
+	for _, nd := range nodes {
+		if nd != keeper {
+			waitStatus(t, nd.s.base, nd.name+" sees "+keeper.name+" dead", func(st server.ClusterStatus) bool {
+				m, _ := memberOf(st, keeper.name)
+				return m.State == "dead"
+			})
+		}
+	}
+	gossip, _ := memberOf(clusterStatus(t, nodes[0].s.base), ownerName)
+	keeper.cfg = writeNodeConfig(t, dir, keeper.name, gossip.Gossip, ps)
+	keeper.s = startServer(t, keeper.cfg)
+	for _, nd := range nodes {
+		waitStatus(t, nd.s.base, nd.name+" sees "+keeper.name+" back", func(st server.ClusterStatus) bool {
+			m, _ := memberOf(st, keeper.name)
+			return m.State == "alive" && m.Incarnation > before.Incarnation
+		})
+	}
+	var st jobStatus
+	for deadline := time.Now().Add(procWait); ; time.Sleep(20 * time.Millisecond) {
+		getJSON(t, keeper.s.base+"/v1/requests/"+accepted.ID+"?limit=0", &st)
+		p := st.Progress
+		if p.Completed+p.Failed+p.Cancelled+p.Expired == p.Total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job did not finish after the restart: %+v\n%s's log:\n%s", p, keeper.name, keeper.s.stderr.String())
+		}
+	}
+	if st.Status != "completed" || st.Progress.Completed != items {
+		t.Fatalf("job %s: %+v", st.Status, st.Progress)
+	}
+	seen, retried := 0, 0
+	for off := 0; ; {
+		var page jobStatus
+		getJSON(t, fmt.Sprintf("%s/v1/requests/%s?offset=%d&limit=1000", keeper.s.base, accepted.ID, off), &page)
+		for i, it := range page.Items {
+			n := off + i
+			if it.Status != "completed" || it.Output != actors.EmulatedOutput("echo", it.Version, inputs[n]) || it.Attempts < 1 || it.Attempts > 2 {
+				t.Fatalf("item %d: %+v (input %q)", n, it, inputs[n])
+			}
+			if it.Attempts > 1 {
+				retried++
+			}
+		}
+		seen += len(page.Items)
+		if page.NextOffset == nil {
+			break
+		}
+		off = *page.NextOffset
+	}
+	if seen != items {
+		t.Fatalf("%d items read back, want %d", seen, items)
+	}
+	t.Logf("job of %d items kept by %s (owner of echo: %s), killed mid-job and restarted: every item completed, %d run again (in flight at the kill)", items, keeper.name, ownerName, retried)
 }

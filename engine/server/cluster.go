@@ -63,6 +63,7 @@ func startCluster(f *config.File, devices int, dp *dataPlane, log *slog.Logger) 
 	cfg.BindAddr, cfg.BindPort = host, p
 	cfg.Join = c.Join
 	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult = c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult
+	cfg.PushPullInterval = cluster.PushPullFor(c.ProbeInterval)
 	key, err := f.GossipKey()
 	if err != nil {
 		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
