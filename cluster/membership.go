@@ -8,7 +8,9 @@ import (
 	"io"
 	"log"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -215,6 +217,10 @@ type Membership struct {
 	onPeer   func(member.Update, Meta)
 	mu       sync.Mutex
 	bad      int // metadata that did not decode (counted, not applied)
+	// live are the live members as the updates told them (Members):
+	// memberlist's own Members hands out nodes it goes on changing.
+	// Guarded by mu; bounded by memberlist's members.
+	live map[string]Node
 	// stop ends the rejoin loop (JoinEvery); closed once by halt.
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -241,7 +247,7 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer}
+	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer, live: map[string]Node{}}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.BindPort
 	if cfg.ProbeInterval > 0 {
@@ -319,15 +325,19 @@ type Node struct {
 	Meta
 }
 
-// Members returns the live members as memberlist holds them, with their
-// metadata (those whose metadata does not decode are left out).
+// Members returns the live members as memberlist last reported them,
+// with their metadata (those whose metadata does not decode are left
+// out), in name order. It reads a copy taken when memberlist reported
+// each: the nodes memberlist's own Members returns are the ones it goes
+// on changing, a data race.
 func (m *Membership) Members() []Node {
-	var out []Node
-	for _, n := range m.ml.Members() {
-		if meta, err := DecodeMeta(n.Meta); err == nil {
-			out = append(out, Node{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta})
-		}
+	m.mu.Lock()
+	out := make([]Node, 0, len(m.live))
+	for _, n := range m.live {
+		out = append(out, n)
 	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -408,6 +418,14 @@ func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 	if meta.Leaving {
 		kind = member.Left
 	}
+	m.mu.Lock()
+	if kind == member.Alive {
+		// Read while memberlist holds its lock for this report.
+		m.live[n.Name] = Node{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta}
+	} else {
+		delete(m.live, n.Name)
+	}
+	m.mu.Unlock()
 	meta.DataAddr = dataAddrAt(meta.DataAddr, n.Addr)
 	u := member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind, Models: member.JoinModels(meta.Models)}
 	if m.onPeer != nil {
