@@ -15,11 +15,16 @@ import (
 var (
 	detectTrials = flag.Int("detect.trials", 20, "BenchmarkFailureDetection: crashes measured (run side by side, one cluster each)")
 	detectNodes  = flag.Int("detect.nodes", 3, "BenchmarkFailureDetection: nodes per cluster")
+	// The failure detector's settings; zero: DefaultConfig's (the LAN's).
+	detectProbe   = flag.Duration("detect.probe", 0, "BenchmarkFailureDetection: probe interval (0: DefaultConfig's)")
+	detectTimeout = flag.Duration("detect.timeout", 0, "BenchmarkFailureDetection: probe timeout (0: DefaultConfig's)")
+	detectMult    = flag.Int("detect.mult", 0, "BenchmarkFailureDetection: suspicion multiplier (0: DefaultConfig's)")
 )
 
 // BenchmarkFailureDetection measures memberlist's failure detection with
 // DefaultConfig's LAN settings (1 s probes, 500 ms probe timeout,
-// suspicion multiplier 4) on loopback: detect.trials clusters of
+// suspicion multiplier 4), or those -detect.probe, -detect.timeout and
+// -detect.mult give, on loopback: detect.trials clusters of
 // detect.nodes nodes each, side by side; in each, once every node holds
 // every other alive, one node stops without a word, and the time from
 // the stop (at a random point of the survivors' probe rounds, up to 2 s
@@ -61,6 +66,15 @@ func detectOnce(b *testing.B, trial, n int) (first, last time.Duration) {
 	for i := range n {
 		cfg := DefaultConfig(fmt.Sprintf("t%d-n%d", trial, i))
 		cfg.BindAddr, cfg.BindPort, cfg.SecretKey, cfg.Incarnation = "127.0.0.1", 0, key, 1
+		if *detectProbe > 0 {
+			cfg.ProbeInterval = *detectProbe
+		}
+		if *detectTimeout > 0 {
+			cfg.ProbeTimeout = *detectTimeout
+		}
+		if *detectMult > 0 {
+			cfg.SuspicionMult = *detectMult
+		}
 		if i > 0 {
 			cfg.Join = []string{ms[0].Addr()}
 		}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +66,13 @@ type Config struct {
 	// memberlist's failure detector (DefaultConfig: its LAN settings).
 	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
 	SuspicionMult                               int
+	// PushPullInterval is how often the node syncs its whole state with a
+	// random member (memberlist's; 0: its 30 s). It bounds how long a node
+	// that came back under its name from a new address, before the others
+	// declared its old life dead, stays unknown to them: they refuse its
+	// join while the old address is alive to them, and only a sync tells
+	// them again once it is dead (DefaultConfig: 10 probe intervals).
+	PushPullInterval time.Duration
 	// DeadNodeReclaim is how long after a node's death its name may come
 	// back from another address (memberlist's DeadNodeReclaimTime): 0,
 	// at once, as a restarted pod comes back with a new IP under its
@@ -78,14 +87,24 @@ type Config struct {
 // DefaultConfig is memberlist's LAN settings for name: a 1 s probe
 // interval, 500 ms probe timeout, suspicion 4 × log10(N+1) probe intervals,
 // gossip every 200 ms; a dead node is declared in about 5 to 6 s in a
-// small cluster.
+// small cluster. The state sync is every 10 s (PushPullFor), not the LAN's
+// 30 s.
 func DefaultConfig(name string) Config {
 	lan := memberlist.DefaultLANConfig()
 	return Config{
 		Name: name, Incarnation: uint64(time.Now().UnixMilli()), BindAddr: "0.0.0.0", BindPort: 7946,
 		ProbeInterval: lan.ProbeInterval, ProbeTimeout: lan.ProbeTimeout,
 		GossipInterval: lan.GossipInterval, SuspicionMult: lan.SuspicionMult,
+		PushPullInterval: PushPullFor(lan.ProbeInterval),
 	}
+}
+
+// PushPullFor is the state sync interval that goes with a probe interval:
+// ten of them, between 1 s and memberlist's 30 s. A node restarted from a
+// new address before its old life was declared dead is known again within
+// about this long after the declaration (Config.PushPullInterval).
+func PushPullFor(probe time.Duration) time.Duration {
+	return min(max(10*probe, time.Second), 30*time.Second)
 }
 
 // Meta is a node's metadata, as it travels (EncodeMeta).
@@ -198,6 +217,10 @@ type Membership struct {
 	onPeer   func(member.Update, Meta)
 	mu       sync.Mutex
 	bad      int // metadata that did not decode (counted, not applied)
+	// live are the live members as the updates told them (Members):
+	// memberlist's own Members hands out nodes it goes on changing.
+	// Guarded by mu; bounded by memberlist's members.
+	live map[string]Node
 	// stop ends the rejoin loop (JoinEvery); closed once by halt.
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -224,7 +247,7 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer}
+	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer, live: map[string]Node{}}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.BindPort
 	if cfg.ProbeInterval > 0 {
@@ -238,6 +261,9 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	}
 	if cfg.SuspicionMult > 0 {
 		mc.SuspicionMult = cfg.SuspicionMult
+	}
+	if cfg.PushPullInterval > 0 {
+		mc.PushPullInterval = cfg.PushPullInterval
 	}
 	if len(cfg.SecretKey) > 0 {
 		mc.SecretKey = cfg.SecretKey
@@ -299,15 +325,19 @@ type Node struct {
 	Meta
 }
 
-// Members returns the live members as memberlist holds them, with their
-// metadata (those whose metadata does not decode are left out).
+// Members returns the live members as memberlist last reported them,
+// with their metadata (those whose metadata does not decode are left
+// out), in name order. It reads a copy taken when memberlist reported
+// each: the nodes memberlist's own Members returns are the ones it goes
+// on changing, a data race.
 func (m *Membership) Members() []Node {
-	var out []Node
-	for _, n := range m.ml.Members() {
-		if meta, err := DecodeMeta(n.Meta); err == nil {
-			out = append(out, Node{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta})
-		}
+	m.mu.Lock()
+	out := make([]Node, 0, len(m.live))
+	for _, n := range m.live {
+		out = append(out, n)
 	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -388,6 +418,14 @@ func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 	if meta.Leaving {
 		kind = member.Left
 	}
+	m.mu.Lock()
+	if kind == member.Alive {
+		// Read while memberlist holds its lock for this report.
+		m.live[n.Name] = Node{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta}
+	} else {
+		delete(m.live, n.Name)
+	}
+	m.mu.Unlock()
 	meta.DataAddr = dataAddrAt(meta.DataAddr, n.Addr)
 	u := member.Update{Node: n.Name, Inc: meta.Incarnation, Kind: kind, Models: member.JoinModels(meta.Models)}
 	if m.onPeer != nil {

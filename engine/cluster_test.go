@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/member"
@@ -19,10 +20,16 @@ type loopRemote struct {
 	mu    sync.Mutex
 	nodes map[string]*engine.Engine
 	sent  atomic.Int64
+	// cut, when set, loses every message without a word: a data plane
+	// cut while membership still sees every node alive.
+	cut atomic.Bool
 }
 
 func (r *loopRemote) Send(from, to actors.Address, msg actors.Message) {
 	r.sent.Add(1)
+	if r.cut.Load() {
+		return
+	}
 	r.mu.Lock()
 	dst, src := r.nodes[to.Node], r.nodes[from.Node]
 	r.mu.Unlock()
@@ -139,5 +146,234 @@ func TestClusterTwoNodes(t *testing.T) {
 	rep, err := a.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: "after"})
 	if err != nil || rep.Outcome != actors.Completed || rep.Device.Node != "a" {
 		t.Errorf("after b died: %v on %v (%s), err %v: want completed on a", rep.Outcome, rep.Device, rep.Err, err)
+	}
+}
+
+// TestClusterBatcherRestart: the owner's batcher panics while it queues
+// requests from its own front and another node's; supervision restarts it
+// empty. Every request is resubmitted to the fresh batcher (the fronts,
+// here and on the other node, learn of its new life) and completes, once,
+// with its own output; none waits for its deadline. One device at 100 ms
+// and batches of one keep requests queued. Seen to fail without the
+// batcher's notice to the fronts: the queued requests are answered
+// Expired at their deadline plus grace.
+func TestClusterBatcherRestart(t *testing.T) {
+	model := ""
+	for i := 0; model == ""; i++ {
+		m := fmt.Sprintf("m%d", i)
+		if o, _ := member.Owner(m, []string{"a", "b"}); o == "b" {
+			model = m
+		}
+	}
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	config := func(node string) engine.Config {
+		c := clusterConfig(node, r)
+		c.Device.Models = []string{model}
+		c.Batcher.BatchMax = 1
+		c.Batcher.SLO = 6 * time.Second
+		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+		c.Device.Latency = c.Batcher.Latency
+		c.ReplyGrace = time.Second
+		return c
+	}
+	a, b := start(t, config("a")), start(t, config("b"))
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+
+	const n = 6 // per front
+	type answer struct {
+		rep actors.Reply
+		err error
+	}
+	var wg sync.WaitGroup
+	answers := map[string]*answer{}
+	var mu sync.Mutex
+	for _, e := range []struct {
+		name string
+		eng  *engine.Engine
+	}{{"a", a}, {"b", b}} {
+		for i := range n {
+			in := fmt.Sprintf("%s-%d", e.name, i)
+			ans := &answer{}
+			answers[in] = ans
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				rep, err := e.eng.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
+				mu.Lock()
+				ans.rep, ans.err = rep, err
+				mu.Unlock()
+			})
+		}
+	}
+	for end := time.Now().Add(waitMax); ; time.Sleep(time.Millisecond) {
+		if s := stats(t, b); s.Batcher.Queued >= 6 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("gave up waiting for requests queued at b")
+		}
+	}
+	b.Deliver(actors.Address{}, b.Batcher(), poison{})
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for in, ans := range answers {
+		if ans.err != nil || ans.rep.Outcome != actors.Completed || ans.rep.Output != actors.EmulatedOutput(model, ans.rep.Version, in) {
+			t.Errorf("%s: %v %q (%s), err %v: want completed with its own output", in, ans.rep.Outcome, ans.rep.Output, ans.rep.Err, ans.err)
+		}
+	}
+	sa, sb := stats(t, a), stats(t, b)
+	if sa.Resubmitted == 0 || sb.Resubmitted == 0 || sa.Unanswered+sb.Unanswered != 0 {
+		t.Errorf("a resubmitted %d, b %d, expired %d: want both fronts to resubmit, none expired", sa.Resubmitted, sb.Resubmitted, sa.Unanswered+sb.Unanswered)
+	}
+}
+
+// TestClusterForwarded: ClusterConfig.Forwarded times each request a
+// front sends to another node's batcher once, when its reply comes back,
+// and none that the node batches itself; the whole trip includes the
+// owner's part.
+func TestClusterForwarded(t *testing.T) {
+	models := map[string]string{} // owner → a model it owns
+	for i := 0; len(models) < 2; i++ {
+		m := fmt.Sprintf("m%d", i)
+		if o, _ := member.Owner(m, []string{"a", "b"}); models[o] == "" {
+			models[o] = m
+		}
+	}
+	type obs struct{ total, atOwner time.Duration }
+	var mu sync.Mutex
+	var seen []obs
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	ca, cb := clusterConfig("a", r), clusterConfig("b", r)
+	ca.Device.Models, cb.Device.Models = nil, nil // every node holds every model
+	ca.Cluster.Forwarded = func(total, atOwner time.Duration) {
+		mu.Lock()
+		seen = append(seen, obs{total, atOwner})
+		mu.Unlock()
+	}
+	a, b := start(t, ca), start(t, cb)
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive})
+	const n = 20
+	ctx := context.Background()
+	for i := range n {
+		for _, owner := range []string{"a", "b"} {
+			in := fmt.Sprintf("in-%d", i)
+			rep, err := a.Do(ctx, actors.Request{Model: models[owner], Version: "v1", Tenant: "t", Input: in})
+			if err != nil || rep.Outcome != actors.Completed {
+				t.Fatalf("%s at a: %v (%s), err %v", models[owner], rep.Outcome, rep.Err, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != n {
+		t.Fatalf("%d forwarded requests timed, want %d (those for b's model only)", len(seen), n)
+	}
+	for i, o := range seen {
+		if o.atOwner <= 0 || o.total < o.atOwner {
+			t.Errorf("timing %d: total %v, at the owner %v: want 0 < at the owner <= total", i, o.total, o.atOwner)
+		}
+	}
+}
+
+// ownedBy is a model name the rendezvous of nodes gives to node.
+func ownedBy(node string, nodes ...string) string {
+	for i := 0; ; i++ {
+		m := fmt.Sprintf("m%d", i)
+		if o, _ := member.Owner(m, nodes); o == node {
+			return m
+		}
+	}
+}
+
+// doAll runs n requests for model at e at once, each bounded by 10 s, and
+// returns their replies and errors.
+func doAll(e *engine.Engine, model string, n int) ([]actors.Reply, []error) {
+	reps, errs := make([]actors.Reply, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			reps[i], errs[i] = e.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: fmt.Sprintf("in-%d", i)})
+		})
+	}
+	wg.Wait()
+	return reps, errs
+}
+
+// TestClusterRemoteBatchLost: the data plane loses, without a word, a
+// batch the owner sent to the other node's device (and anything that
+// device would send back) while membership sees both alive. The owner's
+// batcher takes the batch as undeliverable once it is well past the
+// device's watchdog and runs it on its own device: every request
+// completes. Seen to fail without the bound (remoteBatchCheck): the
+// requests on the lost batch wait past their callers' 10 s.
+func TestClusterRemoteBatchLost(t *testing.T) {
+	model := ownedBy("a", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	config := func(node string) engine.Config {
+		c := clusterConfig(node, r)
+		c.Device.Models = []string{model}
+		c.Batcher.BatchMax = 1
+		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+		c.Device.Latency = c.Batcher.Latency
+		return c
+	}
+	a, b := start(t, config("a")), start(t, config("b"))
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	for end := time.Now().Add(waitMax); stats(t, a).Batcher.Devices < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("b's device never announced itself to a")
+		}
+	}
+	r.cut.Store(true)
+	reps, errs := doAll(a, model, 6)
+	for i := range reps {
+		if errs[i] != nil || reps[i].Outcome != actors.Completed {
+			t.Errorf("request %d: %v (%s), err %v: want completed", i, reps[i].Outcome, reps[i].Err, errs[i])
+		}
+	}
+}
+
+// TestClusterPeerDown: the data plane loses every message to and from b,
+// the owner, while membership sees it alive; when the data plane reports
+// its stream to b broken (Engine.PeerDown), a's front resubmits what it
+// had placed at b to the next owner, itself, and every request completes.
+// Seen to fail without PeerDown: they wait past their callers' 10 s.
+func TestClusterPeerDown(t *testing.T) {
+	model := ownedBy("b", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	ca, cb := clusterConfig("a", r), clusterConfig("b", r)
+	ca.Device.Models, cb.Device.Models = []string{model}, []string{model}
+	a, b := start(t, ca), start(t, cb)
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	r.cut.Store(true)
+	go func() {
+		// Once the requests are in flight: the stream breaks.
+		for end := time.Now().Add(waitMax); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if s, err := a.Stats(context.Background()); err == nil && s.InFlight >= 6 {
+				break
+			}
+		}
+		a.PeerDown("b")
+	}()
+	reps, errs := doAll(a, model, 6)
+	for i := range reps {
+		if errs[i] != nil || reps[i].Outcome != actors.Completed || reps[i].Device.Node != "a" {
+			t.Errorf("request %d: %v on %v (%s), err %v: want completed on a", i, reps[i].Outcome, reps[i].Device, reps[i].Err, errs[i])
+		}
 	}
 }

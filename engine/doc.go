@@ -31,8 +31,12 @@
 //     message for another node to the Remote the config names (the data
 //     plane, cluster/transport); Engine.Deliver takes what the data plane
 //     brings, Engine.Member what membership says, and passes it to the
-//     fronts, the batcher and the devices. Messages between the node's
-//     own actors never leave the runtime.
+//     fronts, the batcher and the devices; Engine.PeerDown a stream to a
+//     peer that broke (the fronts resubmit what they placed there). A
+//     batcher restarted by supervision tells every node's fronts its new
+//     life, and they resubmit what they sent it; a batch on another node's
+//     device that outlives twice its watchdog is re-queued. Messages
+//     between the node's own actors never leave the runtime.
 //   - Runtime is the small interface the engine needs of an actor runtime:
 //     spawn an actor (with a Backend for its Exec jobs, and a factory for a
 //     fresh value after a supervised restart), listen at an address, send,

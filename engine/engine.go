@@ -157,6 +157,17 @@ type ClusterConfig struct {
 	Incarnation uint64
 	// Remote sends what the actors address to other nodes.
 	Remote Remote
+	// Forwarded, when set, is told of every request a front of this node
+	// sent to another node's batcher, when the first reply to that
+	// submission comes back to the front: total is from the send to the
+	// reply's arrival at the front, atOwner the part between the owner's
+	// batcher taking the request and its device finishing it (Reply.Done
+	// less Reply.Enqueue; zero when the owner did not enqueue it, a
+	// rejection). total less atOwner is the request's transit: its two
+	// hops, the mailboxes on the way, and the clocks' skew between the
+	// owner and the device's node. Called on the front's goroutine: it
+	// must not block.
+	Forwarded func(total, atOwner time.Duration)
 }
 
 // incarnationMax bounds ClusterConfig.Incarnation (actors.NewClusterDevice).
@@ -282,6 +293,9 @@ type Engine struct {
 	// being new. Bounded by member.DefaultLimit nodes.
 	membersMu sync.Mutex
 	members   map[string]member.Update
+	// lives is the last batcher life each node told of (see lifeBits),
+	// bounded as members.
+	lives map[string]batcherLife
 	// foreign counts messages Deliver got for another node.
 	foreign atomic.Int64
 }
@@ -372,6 +386,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		statsWaiters: make(map[uint64]chan statsAnswer),
 		door:         newDoor(cfg.Batcher),
 		members:      map[string]member.Update{},
+		lives:        map[string]batcherLife{},
 	}
 	if cfg.Cluster != nil {
 		// The node's own view starts with itself, so its devices announce
@@ -426,9 +441,10 @@ func (e *Engine) start(ctx context.Context) error {
 		inc := incarnations.Add(1)
 		h := &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door}
 		if cfg.Cluster != nil {
-			// The node's incarnation is membership's, not the batcher's:
-			// a restarted batcher takes Submits at once (see clusterNote).
-			h.restarted, h.replay, h.devices = false, e.membersNow, cfg.Devices
+			// The node's incarnation is membership's; the batcher's life
+			// is told to the fronts of every node (see lifeBits).
+			h.replay, h.devices, h.tell = e.membersNow, cfg.Devices, e.tellRestart
+			h.watch = newRemoteWatch(e.node, e.remoteBatchBound)
 		}
 		return h
 	}

@@ -44,17 +44,29 @@ type frontHost struct {
 	// fresh Front's view.
 	announced *atomic.Uint64
 	// replay, in a cluster, gives a fresh Front's view instead: the last
-	// membership update of every node.
+	// membership update of every node; view and notice put membership's
+	// updates and batchers' notices in the view's form (see lifeBits).
 	replay func() []member.Update
+	view   func(member.Update) member.Update
+	notice func(member.Update) bool
+	// fw, in a cluster with ClusterConfig.Forwarded, times the requests
+	// the front sends to other nodes.
+	fw *forwards
 }
 
 func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
+	if h.fw != nil {
+		if r, ok := msg.(actors.Reply); ok {
+			h.fw.reply(r, ctx.Now())
+		}
+		ctx = h.fw.wrap(ctx)
+	}
 	switch m := msg.(type) {
 	case actors.Start:
 		h.f.Receive(ctx, m)
 		if h.replay != nil {
 			for _, u := range h.replay() {
-				h.f.Receive(ctx, u)
+				h.f.Receive(ctx, h.view(u))
 			}
 		} else {
 			// A single node's view holds the node itself, alive at its
@@ -69,6 +81,14 @@ func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
 		ctx.Send(h.batcher, m)
 	case statsQuery:
 		ctx.Send(m.ReplyTo, statsAnswer{ID: m.ID, Front: h.f.Stats()})
+	case frontMember:
+		h.f.Receive(ctx, h.view(m.U))
+	case member.Update:
+		// A single node's batcher telling of its restart, or, in a
+		// cluster, a node's batcher telling of its new life.
+		if h.notice == nil || h.notice(m) {
+			h.f.Receive(ctx, m)
+		}
 	default:
 		h.f.Receive(ctx, msg)
 	}
@@ -102,7 +122,10 @@ func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 		}
 		h := &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
 		if e.cfg.Cluster != nil {
-			h.replay = e.membersNow
+			h.replay, h.view, h.notice = e.membersNow, e.frontView, e.batcherNotice
+			if obs := e.cfg.Cluster.Forwarded; obs != nil {
+				h.fw = newForwards(e.node, obs)
+			}
 		}
 		return h
 	}, nil
@@ -138,7 +161,9 @@ type (
 // itself again it drops the Submits that reach it (the Batcher would turn
 // them away for want of a device); then it tells the fronts that the node
 // is alive at its incarnation, and each front resubmits every request it
-// still awaits, those and the ones the old incarnation had queued.
+// still awaits, those and the ones the old incarnation had queued. In a
+// cluster it tells the fronts of every live node, at the batcher's life
+// within the node's incarnation (see lifeBits).
 type batcherHost struct {
 	b         *actors.Batcher
 	inc       uint64
@@ -153,9 +178,21 @@ type batcherHost struct {
 	// nodes' batchers, and this one may be served by theirs).
 	replay  func() []member.Update
 	devices int
+	// tell, in a cluster, tells the fronts of every node of a restarted
+	// batcher's life, once a device has announced itself to it.
+	tell func(ctx actors.Context, life uint64)
+	// watch, in a cluster, bounds the batches sent to other nodes'
+	// devices (remoteBatchCheck).
+	watch *remoteWatch
 }
 
 func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
+	if h.watch != nil {
+		if m, ok := msg.(remoteBatchCheck); ok {
+			msg = h.watch.check(m)
+		}
+		ctx = h.watch.wrap(ctx)
+	}
 	h.receive(ctx, msg)
 	if _, ok := msg.(actors.Start); ok && h.replay != nil {
 		for _, u := range h.replay() {
@@ -196,6 +233,10 @@ func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
 		case actors.DeviceReady:
 			h.b.Receive(ctx, msg)
 			h.restarted = false
+			if h.tell != nil {
+				h.tell(ctx, h.inc)
+				return
+			}
 			h.announced.Store(h.inc)
 			for _, f := range h.fronts {
 				ctx.Send(f, member.Update{Node: h.node, Inc: h.inc, Kind: member.Alive})

@@ -67,6 +67,13 @@ type Config struct {
 	// HandshakeTimeout bounds how long an inbound stream may take to
 	// prove the key before it is closed (HandshakeDefault).
 	HandshakeTimeout time.Duration
+	// OnDown, when set, is called with a peer's name when its stream,
+	// once up, broke (the peer died, restarted, or the link was cut):
+	// what was written to it and not yet read may be lost, so the actors
+	// should not wait for answers from it (the engine's fronts resubmit
+	// what they placed there). It must not block; it runs on the peer's
+	// writer goroutine.
+	OnDown func(node string)
 }
 
 // Deliver takes a message for a local actor: one that came from a peer,
@@ -105,6 +112,13 @@ type Transport struct {
 	peers  map[string]*peer
 	closed bool
 	wg     sync.WaitGroup
+	// cut is the fault knob (Cut): nil, or the peers this node is
+	// partitioned from. Read on every Send: an atomic load when nothing is
+	// cut.
+	cut atomic.Pointer[cutSet]
+	// inbound ends each peer's inbound streams (Cut breaks them), by
+	// stream; guarded by mu, bounded by the server's streams.
+	inbound map[*inboundStream]struct{}
 
 	sent, received, undeliverable, dropped, refused, connects atomic.Uint64
 }
@@ -125,7 +139,9 @@ type peer struct {
 	// down: the last connection attempt failed or the stream broke;
 	// Send answers Undeliverable at once until a stream is up again.
 	down bool
-	done chan struct{}
+	// breakConn ends the stream now up, if any (Cut).
+	breakConn context.CancelFunc
+	done      chan struct{}
 }
 
 // New starts a node's transport: it listens on cfg.Listen at once.
@@ -166,7 +182,7 @@ func New(cfg Config, deliver Deliver) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}}
+	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}, inbound: map[*inboundStream]struct{}{}}
 	frameMax := wire.FrameMax + 64<<10 // the frame's own fields
 	t.client = []grpc.DialOption{
 		grpc.WithTransportCredentials(cliCreds),
@@ -279,7 +295,7 @@ func (t *Transport) Send(from, to actors.Address, msg actors.Message) {
 	t.mu.Lock()
 	p := t.peers[to.Node]
 	t.mu.Unlock()
-	if p == nil || !p.enqueue(item{from: from, to: to, msg: msg, env: env}) {
+	if p == nil || t.isCut(to.Node) || !p.enqueue(item{from: from, to: to, msg: msg, env: env}) {
 		t.bounce(item{from: from, to: to, msg: msg})
 	}
 }
@@ -358,6 +374,9 @@ func (t *Transport) run(ctx context.Context, p *peer) {
 		if ctx.Err() != nil {
 			return
 		}
+		if connected && t.cfg.OnDown != nil {
+			t.cfg.OnDown(p.node)
+		}
 		if connected {
 			backoff = t.cfg.BackoffMin
 		}
@@ -375,6 +394,9 @@ func (t *Transport) run(ctx context.Context, p *peer) {
 // queue into it until it fails or ctx ends. It says whether the stream
 // came up.
 func (t *Transport) connect(ctx context.Context, p *peer) bool {
+	if t.isCut(p.node) {
+		return false // partitioned (Cut): as a peer that cannot be reached
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	conn, err := grpc.NewClient(p.addr, t.client...)
@@ -394,7 +416,17 @@ func (t *Transport) connect(ctx context.Context, p *peer) bool {
 		return false
 	}
 	t.connects.Add(1)
-	p.setDown(false)
+	p.mu.Lock()
+	p.down, p.breakConn = false, cancel
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.breakConn = nil
+		p.mu.Unlock()
+	}()
+	if t.isCut(p.node) {
+		return true // cut while connecting: the stream breaks at once
+	}
 	// The server sends nothing after the handshake: a Recv that returns
 	// means the stream is gone (the peer died, or closed it).
 	go func() {
@@ -531,6 +563,44 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 		t.refused.Add(1)
 		return r.err
 	}
+	// The frames are read on a goroutine of their own, so that Cut can
+	// end the stream (the handler returns; the reader's Recv then fails).
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	in := &inboundStream{peer: r.peer, cancel: cancel}
+	t.mu.Lock()
+	t.inbound[in] = struct{}{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.inbound, in)
+		t.mu.Unlock()
+	}()
+	if t.isCut(r.peer) {
+		return errPartitioned
+	}
+	read := make(chan error, 1)
+	go func() { read <- t.readFrames(stream, r.peer, r.session) }()
+	select {
+	case err := <-read:
+		return err
+	case <-ctx.Done():
+		return errPartitioned
+	}
+}
+
+// errPartitioned ends a stream to or from a peer this node is cut from.
+var errPartitioned = status.Error(codes.Unavailable, "transport: partitioned from the peer")
+
+// inboundStream is a peer's stream into this node, for Cut to end.
+type inboundStream struct {
+	peer   string
+	cancel context.CancelFunc
+}
+
+// readFrames reads peer's Data frames and delivers their messages until
+// the stream ends or a frame is bad.
+func (t *Transport) readFrames(stream wire.DataPlane_StreamServer, peer string, session []byte) error {
 	var seq uint64
 	for {
 		f, err := stream.Recv()
@@ -538,11 +608,16 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 			return nil
 		}
 		d := f.GetData()
-		if d == nil || d.Seq != seq+1 || !hmac.Equal(d.Mac, frameMAC(r.session, d.Seq, d.Envelopes)) {
+		if d == nil || d.Seq != seq+1 || !hmac.Equal(d.Mac, frameMAC(session, d.Seq, d.Envelopes)) {
 			t.refused.Add(1)
 			return status.Error(codes.Unauthenticated, "transport: a frame out of order or without the session's MAC")
 		}
 		seq++
+		if t.isCut(peer) {
+			// Partitioned (Cut): the frame is lost and the stream
+			// breaks, as a cut link's would.
+			return errPartitioned
+		}
 		envs, err := wire.Unmarshal(d.Envelopes)
 		if err != nil {
 			t.dropped.Add(1)
@@ -550,7 +625,7 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 		}
 		for _, e := range envs {
 			from, to, msg, err := wire.Decode(e)
-			if err != nil || from.Node != r.peer || to.Node != t.cfg.Node {
+			if err != nil || from.Node != peer || to.Node != t.cfg.Node {
 				t.dropped.Add(1)
 				continue
 			}
@@ -572,6 +647,9 @@ func (t *Transport) serverHandshake(stream wire.DataPlane_StreamServer) (string,
 		return "", nil, errRefused
 	}
 	peer, cn := string(h.Node), h.Nonce
+	if t.isCut(peer) {
+		return "", nil, errPartitioned
+	}
 	sn, err := nonce()
 	if err != nil {
 		return "", nil, err
@@ -587,4 +665,59 @@ func (t *Transport) serverHandshake(stream wire.DataPlane_StreamServer) (string,
 		return "", nil, errRefused
 	}
 	return peer, proof(t.key, "session", cn, sn, peer, self), nil
+}
+
+// Cut is a fault knob, for tests of a partition where the loopback cannot
+// be cut: it partitions this node's data plane from peers (every peer
+// when all is set), replacing the last Cut; Cut(false) with no peers
+// heals. A cut peer is as one that cannot be reached: its stream breaks
+// now (what was written and not yet read is lost without a word, what was
+// queued comes back Undeliverable), Send answers Undeliverable at once,
+// connection attempts fail both ways, and a frame that comes from it is
+// dropped and breaks its stream. Once healed, the peer's writer reconnects
+// after its backoff (at most BackoffMax). Membership is not cut: it
+// travels on memberlist's own sockets.
+func (t *Transport) Cut(all bool, peers ...string) {
+	cut := &cutSet{all: all, peers: map[string]bool{}}
+	for _, p := range peers {
+		if len(cut.peers) < PeersMax {
+			cut.peers[p] = true
+		}
+	}
+	if !all && len(cut.peers) == 0 {
+		cut = nil
+	}
+	t.cut.Store(cut)
+	t.mu.Lock()
+	var broken []context.CancelFunc
+	for name, p := range t.peers {
+		if t.isCut(name) {
+			p.mu.Lock()
+			if p.breakConn != nil {
+				broken = append(broken, p.breakConn)
+			}
+			p.mu.Unlock()
+		}
+	}
+	for in := range t.inbound {
+		if t.isCut(in.peer) {
+			broken = append(broken, in.cancel)
+		}
+	}
+	t.mu.Unlock()
+	for _, b := range broken {
+		b()
+	}
+}
+
+// cutSet is what Cut partitions this node from: every peer, or those.
+type cutSet struct {
+	all   bool
+	peers map[string]bool
+}
+
+// isCut reports whether node is partitioned from this one (Cut).
+func (t *Transport) isCut(node string) bool {
+	c := t.cut.Load()
+	return c != nil && (c.all || c.peers[node])
 }

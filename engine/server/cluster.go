@@ -63,6 +63,7 @@ func startCluster(f *config.File, devices int, dp *dataPlane, log *slog.Logger) 
 	cfg.BindAddr, cfg.BindPort = host, p
 	cfg.Join = c.Join
 	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult = c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult
+	cfg.PushPullInterval = cluster.PushPullFor(c.ProbeInterval)
 	key, err := f.GossipKey()
 	if err != nil {
 		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
@@ -121,6 +122,10 @@ type dataPlane struct {
 	// eng is the engine, once started: messages that come before are
 	// dropped (the actors' heartbeats and retries cover them).
 	eng atomic.Pointer[engine.Engine]
+	// forward is batchd_cluster_forward_seconds (forwarded).
+	forward *prometheus.HistogramVec
+	// stopFaults ends the fault knob (faultSignals).
+	stopFaults func()
 }
 
 // incarnationEpoch is where the node's incarnation counts seconds from
@@ -135,8 +140,20 @@ func openDataPlane(f *config.File) (*dataPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
 	}
-	dp := &dataPlane{inc: uint64(max(time.Since(incarnationEpoch)/time.Second, 1))}
-	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key},
+	dp := &dataPlane{inc: uint64(max(time.Since(incarnationEpoch)/time.Second, 1)),
+		forward: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "batchd_cluster_forward_seconds",
+			Help: "Requests this node's front sent to another node's batcher (the model's owner), from the send to the first reply's arrival back at the front: " +
+				"part round_trip is all of it (the owner's queue and the batch's compute included), part transit that less the time from the owner's batcher taking the request to its device finishing it " +
+				"(the two hops and the mailboxes on the way; across hosts, plus the clocks' skew between the owner and the device's node).",
+			Buckets: forwardBuckets,
+		}, []string{"part"})}
+	onDown := func(node string) {
+		if e := dp.eng.Load(); e != nil {
+			e.PeerDown(node)
+		}
+	}
+	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key, OnDown: onDown},
 		func(from, to actors.Address, msg actors.Message) {
 			if e := dp.eng.Load(); e != nil {
 				e.Deliver(from, to, msg)
@@ -146,6 +163,19 @@ func openDataPlane(f *config.File) (*dataPlane, error) {
 		return nil, fmt.Errorf("cluster.data_addr: %w", err)
 	}
 	return dp, nil
+}
+
+// forwardBuckets (seconds) run from a loopback hop (tens of µs) to past
+// a request's deadline.
+var forwardBuckets = prometheus.ExponentialBuckets(25e-6, 2, 20)
+
+// forwarded is the engine's ClusterConfig.Forwarded: it observes a
+// forwarded request's round trip and transit.
+func (dp *dataPlane) forwarded(total, atOwner time.Duration) {
+	dp.forward.WithLabelValues("round_trip").Observe(total.Seconds())
+	if atOwner > 0 {
+		dp.forward.WithLabelValues("transit").Observe(max(total-atOwner, 0).Seconds())
+	}
 }
 
 // member passes a membership update to the engine's actors.
@@ -238,12 +268,13 @@ func (n *clusterNode) collectors() []prometheus.Collector {
 }
 
 // collectors are the data plane's series for /metrics: the messages it
-// carried between this node and the others, by fate.
+// carried between this node and the others, by fate, and the forwarded
+// requests' times.
 func (dp *dataPlane) collectors() []prometheus.Collector {
 	msgs := prometheus.NewDesc("batchd_cluster_messages_total",
 		"Actor messages the data plane carried: sent to other nodes, received from them, undeliverable (back to their sender: the node unknown, down or its queue full), dropped (from a peer, not decoded or not for this node).",
 		[]string{"fate"}, nil)
-	return []prometheus.Collector{collectorFunc{descs: []*prometheus.Desc{msgs}, collect: func(ch chan<- prometheus.Metric) {
+	return []prometheus.Collector{dp.forward, collectorFunc{descs: []*prometheus.Desc{msgs}, collect: func(ch chan<- prometheus.Metric) {
 		st := dp.tr.Stats()
 		for _, c := range []struct {
 			fate string

@@ -258,6 +258,12 @@ func TestClusterDataPlane(t *testing.T) {
 			t.Errorf("/metrics: no %s messages counted", fate)
 		}
 	}
+	// Each of the 10 requests a sent to b timed once, both parts.
+	for _, part := range []string{"round_trip", "transit"} {
+		if want := `batchd_cluster_forward_seconds_count{part="` + part + `"} 10` + "\n"; !strings.Contains(body.String(), want) {
+			t.Errorf("/metrics: no %q", strings.TrimSpace(want))
+		}
+	}
 }
 
 // post sends one infer of model to s and returns the status and output.

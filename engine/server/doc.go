@@ -16,7 +16,11 @@
 // engine/workerproc (the worker backend), cudabridge (the cpu and cuda
 // backends), cluster and actors/member (a node's membership in a cluster),
 // and cluster/transport (its data plane, with cluster.data_addr: the
-// engine then batches each model at its owner, across nodes).
+// engine then batches each model at its owner, across nodes; a stream to
+// a peer that breaks reaches the engine as Engine.PeerDown;
+// batchd_cluster_forward_seconds times the requests sent to other nodes;
+// BATCHD_FAULT_SIGNALS=1 makes SIGUSR1 and SIGUSR2 cut and heal the data
+// plane, for tests on one machine).
 //
 // # Backends
 //

@@ -24,8 +24,9 @@ type liveNode struct {
 }
 
 // startLiveNode starts node name's transport (key is the cluster's) and
-// engine, with devices devices that hold model.
-func startLiveNode(t *testing.T, name string, key []byte, model string, devices int) *liveNode {
+// engine, with devices devices that hold model; tune, if any, changes the
+// engine's config last.
+func startLiveNode(t testing.TB, name string, key []byte, model string, devices int, tune ...func(*engine.Config)) *liveNode {
 	t.Helper()
 	var eng atomic.Pointer[engine.Engine]
 	tr, err := transport.New(transport.Config{Node: name, Listen: "127.0.0.1:0", Key: key},
@@ -46,6 +47,9 @@ func startLiveNode(t *testing.T, name string, key []byte, model string, devices 
 	c.Device.Latency = actors.FixedLatency(50 * time.Millisecond)
 	c.Device.Models = []string{model}
 	c.Cluster = &engine.ClusterConfig{Incarnation: 1, Remote: tr}
+	for _, f := range tune {
+		f(&c)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 	defer cancel()
 	e, err := engine.New(ctx, c)
@@ -61,7 +65,7 @@ func startLiveNode(t *testing.T, name string, key []byte, model string, devices 
 }
 
 // stop closes the node's engine, then its transport; again is a no-op.
-func (n *liveNode) stop(t *testing.T) {
+func (n *liveNode) stop(t testing.TB) {
 	if err := n.eng.Close(); err != nil {
 		t.Errorf("%s: close engine: %v", n.name, err)
 	}
@@ -72,7 +76,7 @@ func (n *liveNode) stop(t *testing.T) {
 
 // meet tells n of other, as membership would: its data plane first, then
 // its actors.
-func (n *liveNode) meet(t *testing.T, other *liveNode, u member.Update) {
+func (n *liveNode) meet(t testing.TB, other *liveNode, u member.Update) {
 	t.Helper()
 	if err := n.tr.Apply(u, other.tr.Addr()); err != nil {
 		t.Fatal(err)

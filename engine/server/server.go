@@ -139,8 +139,9 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 		if s.dp, err = openDataPlane(f); err != nil {
 			return err
 		}
+		s.dp.stopFaults = s.dp.faultSignals(log)
 		ecfg.Node = f.Cluster.Node
-		ecfg.Cluster = &engine.ClusterConfig{Incarnation: s.dp.inc, Remote: s.dp.tr}
+		ecfg.Cluster = &engine.ClusterConfig{Incarnation: s.dp.inc, Remote: s.dp.tr, Forwarded: s.dp.forwarded}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, engineStartMax)
 	eng, err := engine.New(startCtx, ecfg)
@@ -448,6 +449,7 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	}
 	if s.dp != nil {
 		// After the engine: its actors send through it to the last.
+		s.dp.stopFaults()
 		if err := s.dp.tr.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("data plane: %w", err))
 		}
