@@ -52,6 +52,28 @@ type clusterNode struct {
 // clusterViewMax bounds the members a node keeps in its view.
 const clusterViewMax = 4096
 
+// clusterRejoinEvery is how often a node whose join names a DNS name
+// resolves it again and joins who is new there.
+const clusterRejoinEvery = 5 * time.Second
+
+// rejoinEvery is the period at which a node resolves its join list again:
+// clusterRejoinEvery when an entry is a DNS name (a Kubernetes headless
+// service lists no one until the first pod is up, and two pods that each
+// found only themselves must still merge), else never (a join by address
+// that reaches no one fails the start).
+func rejoinEvery(join []string) time.Duration {
+	for _, e := range join {
+		host, _, err := net.SplitHostPort(strings.TrimPrefix(e, cluster.SRVPrefix))
+		if err != nil {
+			host = strings.TrimPrefix(e, cluster.SRVPrefix)
+		}
+		if net.ParseIP(host) == nil {
+			return clusterRejoinEvery
+		}
+	}
+	return 0
+}
+
 // startCluster joins f's cluster, telling the others the node's devices
 // and models. The gossip key comes from the variable cluster.secret_key_env
 // names.
@@ -61,7 +83,7 @@ func startCluster(f *config.File, devices int, dp *dataPlane, log *slog.Logger) 
 	p, _ := strconv.Atoi(port)
 	cfg := cluster.DefaultConfig(c.Node)
 	cfg.BindAddr, cfg.BindPort = host, p
-	cfg.Join = c.Join
+	cfg.Join, cfg.JoinEvery = c.Join, rejoinEvery(c.Join)
 	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult = c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult
 	cfg.PushPullInterval = cluster.PushPullFor(c.ProbeInterval)
 	key, err := f.GossipKey()

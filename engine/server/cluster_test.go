@@ -366,3 +366,25 @@ func TestClusterHandover(t *testing.T) {
 	}
 	t.Logf("%d requests, the owner (%s) stopped among them", n, map[bool]string{true: "a", false: "b"}[owner == a])
 }
+
+// TestRejoinEvery: a join list that names a DNS name is resolved again
+// (the headless service of a StatefulSet lists no one until the first pod
+// is up); one of addresses only is not, so a join that reaches no one
+// still fails the start (TestClusterKey).
+func TestRejoinEvery(t *testing.T) {
+	for _, c := range []struct {
+		join []string
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]string{"127.0.0.1:7946", "[::1]:7946"}, 0},
+		{[]string{"10.0.0.1"}, 0},
+		{[]string{"127.0.0.1:7946", "batchd-peers:7946"}, clusterRejoinEvery},
+		{[]string{"batchd-peers.default.svc.cluster.local"}, clusterRejoinEvery},
+		{[]string{"srv+_gossip._tcp.batchd-peers"}, clusterRejoinEvery},
+	} {
+		if got := rejoinEvery(c.join); got != c.want {
+			t.Errorf("rejoinEvery(%q) = %v, want %v", c.join, got, c.want)
+		}
+	}
+}
