@@ -137,6 +137,12 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return writeFidelity(res, res.Pass, o, "a percentile", stdout)
+}
+
+// writeFidelity prints a fidelity result as a table, or as JSON, and fails
+// when it did not pass: of is what was off ("a percentile").
+func writeFidelity(res interface{ WriteTable(io.Writer) error }, pass bool, o fidelityOptions, of string, stdout io.Writer) error {
 	if o.asJSON {
 		if err := writeJSON(stdout, res); err != nil {
 			return fmt.Errorf("write fidelity: %w", err)
@@ -144,8 +150,8 @@ func runFidelity(args []string, stdout, stderr io.Writer) error {
 	} else if err := res.WriteTable(stdout); err != nil {
 		return fmt.Errorf("write fidelity: %w", err)
 	}
-	if !res.Pass {
-		return fmt.Errorf("a percentile is off by more than %g%%", o.cfg.TargetPct)
+	if !pass {
+		return fmt.Errorf("%s is off by more than %g%%", of, o.cfg.TargetPct)
 	}
 	return nil
 }
@@ -157,15 +163,5 @@ func runFidelityCluster(ctx context.Context, o fidelityOptions, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	if o.asJSON {
-		if err := writeJSON(stdout, res); err != nil {
-			return fmt.Errorf("write fidelity: %w", err)
-		}
-	} else if err := res.WriteTable(stdout); err != nil {
-		return fmt.Errorf("write fidelity: %w", err)
-	}
-	if !res.Pass {
-		return fmt.Errorf("a percentile over the cluster's requests is off by more than %g%%", o.cfg.TargetPct)
-	}
-	return nil
+	return writeFidelity(res, res.Pass, o, "a percentile over the cluster's requests", stdout)
 }

@@ -1,7 +1,6 @@
 package fidelity
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -342,20 +341,7 @@ func startNode(server string, args []string, env string, log io.Writer) (*cluste
 		return nil, fmt.Errorf("start: %w", err)
 	}
 	n := &clusterNode{cmd: cmd, done: make(chan error, 1)}
-	urls := make(chan string, 1)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(out)
-		found := false
-		for sc.Scan() {
-			if u, ok := ServingURL(sc.Text()); ok && !found {
-				found = true
-				urls <- u
-			}
-		}
-		close(urls)
-	}()
+	urls, readDone := watchServing(out)
 	go func() { <-readDone; n.done <- cmd.Wait() }()
 	select {
 	case u, ok := <-urls:

@@ -77,20 +77,7 @@ func runLive(ctx context.Context, c Config, recording string, log io.Writer) (*l
 	}
 	// The reader goroutine ends when the server's stdout closes, which
 	// stopServer waits for.
-	urls := make(chan string, 1)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(out)
-		found := false
-		for sc.Scan() {
-			if u, ok := ServingURL(sc.Text()); ok && !found {
-				found = true
-				urls <- u
-			}
-		}
-		close(urls)
-	}()
+	urls, readDone := watchServing(out)
 	stopServer := func() error {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		waited := make(chan error, 1)
@@ -144,4 +131,25 @@ func loadAvg() float64 {
 		return math.NaN()
 	}
 	return v
+}
+
+// watchServing reads a server's stdout to its end: urls gives the URL of
+// its "serving on" line, once, and is closed when stdout ends; readDone is
+// closed when stdout has been read to its end.
+func watchServing(out io.Reader) (urls <-chan string, readDone <-chan struct{}) {
+	u := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		found := false
+		for sc.Scan() {
+			if url, ok := ServingURL(sc.Text()); ok && !found {
+				found = true
+				u <- url
+			}
+		}
+		close(u)
+	}()
+	return u, done
 }
