@@ -593,27 +593,6 @@ func TestClusterProcessJobs(t *testing.T) {
 	if st.Status != "completed" || st.Progress.Completed != items {
 		t.Fatalf("job %s: %+v", st.Status, st.Progress)
 	}
-	seen, retried := 0, 0
-	for off := 0; ; {
-		var page jobStatus
-		getJSON(t, fmt.Sprintf("%s/v1/requests/%s?offset=%d&limit=1000", keeper.s.base, accepted.ID, off), &page)
-		for i, it := range page.Items {
-			n := off + i
-			if it.Status != "completed" || it.Output != actors.EmulatedOutput("echo", it.Version, inputs[n]) || it.Attempts < 1 || it.Attempts > 2 {
-				t.Fatalf("item %d: %+v (input %q)", n, it, inputs[n])
-			}
-			if it.Attempts > 1 {
-				retried++
-			}
-		}
-		seen += len(page.Items)
-		if page.NextOffset == nil {
-			break
-		}
-		off = *page.NextOffset
-	}
-	if seen != items {
-		t.Fatalf("%d items read back, want %d", seen, items)
-	}
+	retried := checkJobItems(t, keeper.s.base, accepted.ID, inputs, 2)
 	t.Logf("job of %d items kept by %s (owner of echo: %s), killed mid-job and restarted: every item completed, %d run again (in flight at the kill)", items, keeper.name, ownerName, retried)
 }

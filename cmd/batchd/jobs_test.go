@@ -242,30 +242,7 @@ jobs:
 	if st.Status != "completed" || st.Progress.Completed != items || st.Progress.Total != items {
 		t.Fatalf("job %s: %+v", st.Status, st.Progress)
 	}
-	seen, retried := 0, 0
-	for off := 0; ; {
-		var page jobStatus
-		getJSON(t, fmt.Sprintf("%s/v1/requests/%s?offset=%d&limit=1000", s.base, id, off), &page)
-		for i, it := range page.Items {
-			n := off + i
-			if it.Status != "completed" || it.Version != "v1" ||
-				!actors.EmulatedOutputMatches(it.Output, "echo", "v1", actors.InputHash(inputs[n])) ||
-				it.Attempts < 1 || it.Attempts > kills+1 {
-				t.Fatalf("item %d: %+v (input %q)", n, it, inputs[n])
-			}
-			if it.Attempts > 1 {
-				retried++
-			}
-		}
-		seen += len(page.Items)
-		if page.NextOffset == nil {
-			break
-		}
-		off = *page.NextOffset
-	}
-	if seen != items {
-		t.Fatalf("%d items read back, want %d", seen, items)
-	}
+	retried := checkJobItems(t, s.base, id, inputs, kills+1)
 	t.Logf("%d kills; %d items ran more than once (in flight at a kill)", kills, retried)
 	// A clean stop after all that.
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -303,4 +280,37 @@ func TestJobsCorruptStore(t *testing.T) {
 	if after, _ := os.ReadFile(file); !bytes.Equal(after, garbage) {
 		t.Error("the damaged file was changed")
 	}
+}
+
+// checkJobItems reads a finished job's items back, page by page, and
+// fails unless every one of inputs completed once with its own echo
+// output, in at most attemptsMax attempts; it returns how many ran more
+// than once.
+func checkJobItems(t *testing.T, base, id string, inputs []string, attemptsMax int) (retried int) {
+	t.Helper()
+	seen := 0
+	for off := 0; ; {
+		var page jobStatus
+		getJSON(t, fmt.Sprintf("%s/v1/requests/%s?offset=%d&limit=1000", base, id, off), &page)
+		for i, it := range page.Items {
+			n := off + i
+			if it.Status != "completed" || it.Version != "v1" ||
+				!actors.EmulatedOutputMatches(it.Output, "echo", "v1", actors.InputHash(inputs[n])) ||
+				it.Attempts < 1 || it.Attempts > attemptsMax {
+				t.Fatalf("item %d: %+v (input %q)", n, it, inputs[n])
+			}
+			if it.Attempts > 1 {
+				retried++
+			}
+		}
+		seen += len(page.Items)
+		if page.NextOffset == nil {
+			break
+		}
+		off = *page.NextOffset
+	}
+	if seen != len(inputs) {
+		t.Fatalf("%d items read back, want %d", seen, len(inputs))
+	}
+	return retried
 }
