@@ -36,9 +36,9 @@ type Batcher struct {
 	afterReceive func(now time.Duration)
 
 	models  map[string]*modelState
-	tenants map[string]*tenantState
+	tenants map[string]*Tenant
 	// tenantOrder holds the tenants in creation order, for the same reason.
-	tenantOrder []*tenantState
+	tenantOrder []*Tenant
 	keys        map[Key]*keyQueue
 	order       []*keyQueue // creation order, so that no decision rests on map order
 	// tablesMoved says keys or models changed since Check last looked
@@ -173,7 +173,7 @@ type devState struct {
 
 type owner struct {
 	q *keyQueue
-	t *tenantState
+	t *Tenant
 }
 
 func (d *devState) holds(model string) bool {
@@ -200,7 +200,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	b := &Batcher{
 		cfg:     cfg,
 		models:  make(map[string]*modelState),
-		tenants: make(map[string]*tenantState),
+		tenants: make(map[string]*Tenant),
 		keys:    make(map[Key]*keyQueue),
 		where:   make(map[uint64]*keyQueue),
 		devs:    make(map[Address]*devState),
@@ -405,7 +405,7 @@ func (b *Batcher) compute() time.Duration { return b.cfg.Latency.Predict(b.cfg.B
 // PolicySlack, at most one per key under PolicyFair, which takes turns
 // between tenants. It reads the devices' predicted free times, so it sees
 // a busy fleet as well as a long queue.
-func (b *Batcher) predictWait(q *keyQueue, t *tenantState, budget, now time.Duration) time.Duration {
+func (b *Batcher) predictWait(q *keyQueue, t *Tenant, budget, now time.Duration) time.Duration {
 	ahead := 0
 	var work time.Duration
 	for _, o := range b.order {
@@ -581,7 +581,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 		reject(ReasonQuota, fmt.Sprintf("tenant %q has %d requests in flight, its limit", t.name, t.held), b.compute())
 		return
 	}
-	if ok, wait := t.take(now); !ok {
+	if ok, wait := t.Take(now); !ok {
 		reject(ReasonRateLimited, fmt.Sprintf("tenant %q is over its rate of %g/s", t.name, t.cfg.Rate), wait)
 		return
 	}
@@ -632,7 +632,7 @@ func (b *Batcher) admit(ctx Context, req Request) {
 }
 
 // hold counts one more item held (queued or on a device) in q for t.
-func (b *Batcher) hold(q *keyQueue, t *tenantState) {
+func (b *Batcher) hold(q *keyQueue, t *Tenant) {
 	q.held++
 	t.held++
 	b.held++
@@ -647,7 +647,7 @@ func (b *Batcher) hold(q *keyQueue, t *tenantState) {
 }
 
 // unhold undoes hold once the item is answered.
-func (b *Batcher) unhold(q *keyQueue, t *tenantState, now time.Duration) {
+func (b *Batcher) unhold(q *keyQueue, t *Tenant, now time.Duration) {
 	q.held--
 	t.held--
 	b.held--
@@ -672,7 +672,7 @@ func (b *Batcher) cancel(ctx Context, id uint64) {
 	if q == nil {
 		return // not queued: unknown, answered, or on a device (it will be answered)
 	}
-	q.removeIf(func(t *tenantState, it *Item) bool {
+	q.removeIf(func(t *Tenant, it *Item) bool {
 		if it.Req.ID != id {
 			return false
 		}
@@ -684,7 +684,7 @@ func (b *Batcher) cancel(ctx Context, id uint64) {
 
 // forget takes a queued request off the books when the batcher answers it
 // itself. The key's and tenant's queued counts are removeIf's.
-func (b *Batcher) forget(q *keyQueue, t *tenantState, id uint64, now time.Duration) {
+func (b *Batcher) forget(q *keyQueue, t *Tenant, id uint64, now time.Duration) {
 	delete(b.where, id)
 	b.queued--
 	b.unhold(q, t, now)
@@ -980,7 +980,7 @@ func (b *Batcher) schedule(ctx Context) {
 // expired (TestPropertySLOBelowCapacity: weights 3 and 4, 18 of 67
 // requests of a light model expired). A full batch charges everyone: there
 // the riders took places.
-func (b *Batcher) capRiders(head *tenantState, owners []owner, share float64) {
+func (b *Batcher) capRiders(head *Tenant, owners []owner, share float64) {
 	for _, o := range owners {
 		if t := o.t; t != head && t.served > head.served {
 			t.served = max(head.served, t.served-share/t.weight)
@@ -1010,7 +1010,7 @@ func (b *Batcher) expire(ctx Context, now time.Duration) {
 		if q.n == 0 || now+b.predict(1, 0) <= q.minDeadline {
 			continue
 		}
-		q.removeIf(func(t *tenantState, it *Item) bool {
+		q.removeIf(func(t *Tenant, it *Item) bool {
 			if !b.infeasible(*it, now) {
 				return false
 			}
@@ -1180,7 +1180,7 @@ func (b *Batcher) peerFresh() time.Duration { return max(2*b.compute(), b.cfg.SL
 // out (so its last batch tells it has nothing); its news is fresh for the
 // SLO (or two batch times, if longer): a peer that wins no device for that
 // long is not ahead.
-func (b *Batcher) peersAhead(t *tenantState, now time.Duration) (ahead int, work time.Duration) {
+func (b *Batcher) peersAhead(t *Tenant, now time.Duration) (ahead int, work time.Duration) {
 	fresh := now - b.peerFresh()
 	for _, p := range b.peers {
 		switch {
@@ -1261,7 +1261,7 @@ func (b *Batcher) rememberPoison(ctx Context, d *devState, m BatchDone) {
 		if q.n == 0 {
 			continue
 		}
-		q.removeIf(func(t *tenantState, it *Item) bool {
+		q.removeIf(func(t *Tenant, it *Item) bool {
 			if !b.poison.refused(it.Req, now, age) {
 				it.Group = b.poison.group(it.Req, now, age)
 				return false
@@ -1356,7 +1356,7 @@ func (b *Batcher) arm(ctx Context, now time.Duration) {
 // for the wait itself errs only where the answer does not change: if the
 // others send slower than the key serves, the predicted wait exceeds
 // budget exactly when the real one does.
-func (q *keyQueue) aheadOf(t *tenantState, served, perItem float64, budget, now time.Duration) int {
+func (q *keyQueue) aheadOf(t *Tenant, served, perItem float64, budget, now time.Duration) int {
 	own := 0
 	for _, s := range q.subs {
 		if s.tenant == t {

@@ -1,10 +1,9 @@
 // Package actors holds batchd's batching logic as pure actors: admission and
 // per-key batch accumulation and scheduling (the Batcher), and GPU device
-// actors (the Device), plus the plain-data messages they exchange; and
-// for generation models, the continuous-batching GenScheduler (gen.go:
-// per-step decode plus chunked prefill, KV-cache blocks as the admission
-// resource, preemption by recompute), its Step interface and the
-// emulated generator (genstep.go).
+// actors (the Device), plus the plain-data messages they exchange. The
+// continuous-batching scheduler of generation models is its subpackage
+// actors/gen, which keeps its tenants as the Batcher does (Tenant and
+// TenantTable, tenant.go).
 //
 // A Batcher configured for one model is an accumulator: a split runs one per
 // model, a Router (on one node) or the cluster's Front in front of them, and
@@ -26,11 +25,11 @@
 // Every runtime package may import actors; actors imports none of them (nor
 // anything else of batchd).
 //
-// Imported by: actors/actorstest, actors/devicemodel, actors/schema,
-// cluster/transport, cluster/wire, cmd/batchd, cudabridge (its generators
-// implement Step), engine, engine/autoscale, engine/config,
-// engine/enginetest, engine/fidelity, engine/generate, engine/httpapi,
-// engine/httpapi/metrics, engine/jobs, engine/loadgen, engine/record,
-// engine/server, scenarios, scenarios/gen, sim, sim/charts, sim/cluster, sim/flushcheck,
-// sim/gen, sim/ledger (and tests).
+// Imported by: actors/actorstest, actors/devicemodel, actors/gen,
+// actors/schema, cluster/transport, cluster/wire, cmd/batchd, engine,
+// engine/autoscale, engine/config, engine/enginetest, engine/fidelity,
+// engine/generate, engine/httpapi, engine/httpapi/metrics, engine/jobs,
+// engine/loadgen, engine/record, engine/server, scenarios, sim,
+// sim/charts, sim/cluster, sim/flushcheck, sim/gen, sim/ledger (and
+// tests).
 package actors

@@ -33,12 +33,12 @@ type keyQueue struct {
 }
 
 type holder struct {
-	t *tenantState
+	t *Tenant
 	n int
 }
 
 type subQueue struct {
-	tenant *tenantState
+	tenant *Tenant
 	prio   int8
 	items  deque
 	// arrived counts its new requests per window of the model's SLO: how
@@ -46,7 +46,7 @@ type subQueue struct {
 	arrived arrivals
 }
 
-func (q *keyQueue) sub(t *tenantState, prio int8) *subQueue {
+func (q *keyQueue) sub(t *Tenant, prio int8) *subQueue {
 	for _, s := range q.subs {
 		if s.tenant == t && s.prio == prio {
 			return s
@@ -58,7 +58,7 @@ func (q *keyQueue) sub(t *tenantState, prio int8) *subQueue {
 }
 
 // holds is how many items t holds in q.
-func (q *keyQueue) holds(t *tenantState) int {
+func (q *keyQueue) holds(t *Tenant) int {
 	for _, h := range q.holders {
 		if h.t == t {
 			return h.n
@@ -68,7 +68,7 @@ func (q *keyQueue) holds(t *tenantState) int {
 }
 
 // push queues it, a new request or a retry (put back by its age).
-func (q *keyQueue) push(t *tenantState, it Item) {
+func (q *keyQueue) push(t *Tenant, it Item) {
 	s := q.sub(t, it.Req.Priority)
 	if it.Attempt == 0 {
 		s.items.pushBack(it)
@@ -175,7 +175,7 @@ func (q *keyQueue) bestOf(g uint64, now, aging time.Duration) *subQueue {
 
 // removeIf removes every queued item for which drop returns true (drop is
 // called once per item), keeping the counts right.
-func (q *keyQueue) removeIf(drop func(t *tenantState, it *Item) bool) {
+func (q *keyQueue) removeIf(drop func(t *Tenant, it *Item) bool) {
 	for _, s := range q.subs {
 		before := s.items.len()
 		s.items.removeIf(func(it *Item) bool { return drop(s.tenant, it) })
@@ -255,7 +255,7 @@ func (b *Batcher) sweep(now time.Duration) {
 		b.released(q)
 		return true
 	})
-	b.tenantOrder = slices.DeleteFunc(b.tenantOrder, func(t *tenantState) bool {
+	b.tenantOrder = slices.DeleteFunc(b.tenantOrder, func(t *Tenant) bool {
 		if !t.idle(now) {
 			return false
 		}

@@ -13,9 +13,10 @@ import (
 )
 
 // pureDirs are the pure packages, relative to this one: actors, the
-// device model both the simulator and the live backend draw from, and
-// member, the membership view and key ownership the cluster's actors keep.
-var pureDirs = map[string]string{".": "actors", "devicemodel": "devicemodel", "member": "member"}
+// device model both the simulator and the live backend draw from, gen, the
+// generation scheduler, and member, the membership view and key ownership
+// the cluster's actors keep.
+var pureDirs = map[string]string{".": "actors", "devicemodel": "devicemodel", "gen": "gen", "member": "member"}
 
 // TestPurity fails the build if a non-test file of a pure package
 // (pureDirs) reaches for what the runtime owns: the wall clock,

@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// tenantState is what the batcher keeps per tenant: its share of device
+// Tenant is what the batcher keeps per tenant: its share of device
 // time, what it holds, and its rate limit.
-type tenantState struct {
+type Tenant struct {
 	name   string
 	weight float64
 	cfg    TenantConfig
@@ -28,17 +28,17 @@ type tenantState struct {
 	queuedElsewhere time.Duration
 }
 
-func newTenant(name string, cfg TenantConfig) *tenantState {
+func newTenant(name string, cfg TenantConfig) *Tenant {
 	w := float64(cfg.Weight)
 	if w <= 0 {
 		w = 1
 	}
-	return &tenantState{name: name, weight: w, cfg: cfg, tokens: float64(cfg.Burst)}
+	return &Tenant{name: name, weight: w, cfg: cfg, tokens: float64(cfg.Burst)}
 }
 
-// take spends a token of the tenant's rate limit. When none is left it
+// Take spends a token of the tenant's rate limit. When none is left it
 // returns false and how long until one is.
-func (t *tenantState) take(now time.Duration) (bool, time.Duration) {
+func (t *Tenant) Take(now time.Duration) (bool, time.Duration) {
 	if t.cfg.Rate <= 0 {
 		return true, 0
 	}
@@ -52,11 +52,36 @@ func (t *tenantState) take(now time.Duration) (bool, time.Duration) {
 	return false, max(wait, time.Millisecond)
 }
 
+// Config is the tenant's configuration: its own, or the default.
+func (t *Tenant) Config() TenantConfig { return t.cfg }
+
+// Held counts the tenant's requests in flight (queued or running).
+func (t *Tenant) Held() int { return t.held }
+
+// Hold counts one more request of the tenant in flight.
+func (t *Tenant) Hold() { t.held++ }
+
+// Unhold counts one fewer request of the tenant in flight.
+func (t *Tenant) Unhold() { t.held-- }
+
+// Served is the tenant's weighted service: what Charge charged it,
+// divided by its weight, from where Level last put it.
+func (t *Tenant) Served() float64 { return t.served }
+
+// Charge adds a service of cost (in the scheduler's own unit) to the
+// tenant, divided by its weight.
+func (t *Tenant) Charge(cost float64) { t.served += cost / t.weight }
+
+// Level raises the tenant's service to vtime (the system virtual time),
+// so that a tenant back from idle neither banks credit it did not use nor
+// waits behind the others' history.
+func (t *Tenant) Level(vtime float64) { t.served = max(t.served, vtime) }
+
 type tenantCheck struct{ held, keys, queued int }
 
 // idle reports whether the tenant holds nothing and its rate limit has
 // refilled: its state can go, and coming back it starts as it would.
-func (t *tenantState) idle(now time.Duration) bool {
+func (t *Tenant) idle(now time.Duration) bool {
 	if t.held > 0 {
 		return false
 	}
@@ -66,21 +91,21 @@ func (t *tenantState) idle(now time.Duration) bool {
 // tenant returns the state of the named tenant, creating it on first sight
 // within TenantsMax (releasing an idle tenant at the bound); nil if every
 // tenant tracked holds requests.
-func (b *Batcher) tenant(name string, now time.Duration) *tenantState {
+func (b *Batcher) tenant(name string, now time.Duration) *Tenant {
 	return lookupTenant(b.tenants, &b.tenantOrder, name, now, b.cfg.TenantsMax, b.cfg.DefaultTenant, b.cfg.Tenants, b.vtime)
 }
 
-// lookupTenant is the tenant table of a Batcher or a GenScheduler: the
+// lookupTenant is the tenant table of a Batcher or a TenantTable: the
 // named tenant's state in byName (order: the same, in order of arrival),
 // created on first sight with its configuration from cfgs (def when it is
 // not listed) while fewer than most are tracked, else in the place of an
 // idle one; nil if every tenant tracked holds requests.
-func lookupTenant(byName map[string]*tenantState, order *[]*tenantState, name string, now time.Duration, most int, def TenantConfig, cfgs []TenantConfig, vtime float64) *tenantState {
+func lookupTenant(byName map[string]*Tenant, order *[]*Tenant, name string, now time.Duration, most int, def TenantConfig, cfgs []TenantConfig, vtime float64) *Tenant {
 	if t := byName[name]; t != nil {
 		return t
 	}
 	if len(*order) >= most {
-		i := slices.IndexFunc(*order, func(t *tenantState) bool { return t.idle(now) })
+		i := slices.IndexFunc(*order, func(t *Tenant) bool { return t.idle(now) })
 		if i < 0 {
 			return nil
 		}
@@ -102,6 +127,30 @@ func lookupTenant(byName map[string]*tenantState, order *[]*tenantState, name st
 	return t
 }
 
+// TenantTable is the tenant table of a scheduler outside this package
+// (gen.Scheduler): the tenants it tracks, at most TenantsMax, each with
+// its configuration from the listed ones or the default.
+type TenantTable struct {
+	byName map[string]*Tenant
+	order  []*Tenant
+	most   int
+	def    TenantConfig
+	cfgs   []TenantConfig
+}
+
+// NewTenantTable returns an empty table that tracks at most most tenants,
+// configured from cfgs, or def for a tenant not listed.
+func NewTenantTable(most int, def TenantConfig, cfgs []TenantConfig) *TenantTable {
+	return &TenantTable{byName: map[string]*Tenant{}, most: most, def: def, cfgs: cfgs}
+}
+
+// Lookup returns the named tenant's state, created on first sight at
+// service vtime (the system virtual time) within the bound, releasing an
+// idle tenant at it; nil if every tenant tracked holds requests.
+func (tt *TenantTable) Lookup(name string, now time.Duration, vtime float64) *Tenant {
+	return lookupTenant(tt.byName, &tt.order, name, now, tt.most, tt.def, tt.cfgs, vtime)
+}
+
 // levelled is the service a tenant back from idle resumes at: level with
 // the tenants being served (the system virtual time), less the credit of
 // one item of a full batch at its weight. Levelled with no credit at all,
@@ -117,7 +166,7 @@ func lookupTenant(byName map[string]*tenantState, order *[]*tenantState, name st
 // levels a tenant that waits in another key of its not at all, and an
 // accumulator that levelled it whenever its own queue ran dry would push
 // a tenant spread over several models behind the others.
-func (b *Batcher) levelled(t *tenantState, batchMax int) float64 {
+func (b *Batcher) levelled(t *Tenant, batchMax int) float64 {
 	if t.queuedElsewhere > 0 && t.queuedElsewhere-1 >= b.lastCall-b.peerFresh() {
 		return t.served
 	}

@@ -58,7 +58,7 @@
 // # Generation
 //
 // Gen runs bytenet one byte at a time as a generation backend
-// (actors.Step, what the generation scheduler drives): per-sequence state
+// (gen.Step, what the generation scheduler drives): per-sequence state
 // kept between steps (the pooled prompt, then the continuation's
 // recurrent state: the model's KV cache, Embed+Hidden floats whatever the
 // length), chunked prefill giving the very state of a whole prefill,
@@ -81,6 +81,6 @@
 // engine/server (serve --backend cpu or cuda; generation.backend bytenet). engine/server adapts a
 // Device or CPU to the engine's Backend and maps ErrDeviceFault onto the
 // engine's device fault.
-// cudabridge imports no engine package; it imports actors for the
-// generation step's types (Gen and DeviceGen implement actors.Step).
+// cudabridge imports no engine package; it imports actors/gen for the
+// generation step's types (Gen and DeviceGen implement gen.Step).
 package cudabridge

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // Generation with bytenet: the model run one byte at a time, as a
-// generation backend (actors.Step) that the generation scheduler drives.
+// generation backend (gen.Step) that the generation scheduler drives.
 //
 // The generation function. A sequence's context is its prompt (PromptLen
 // bytes, at least one) followed by the bytes generated so far. Its state
@@ -62,7 +62,7 @@ func (s Sampling) Validate() error {
 
 // SlotSampling is the sampling a step slot carries: its request's
 // temperature and seed (the seed's bits as the unsigned seed).
-func SlotSampling(sl actors.StepSlot) Sampling {
+func SlotSampling(sl gen.StepSlot) Sampling {
 	return Sampling{Temperature: sl.Temperature, Seed: uint64(sl.Seed)}
 }
 
@@ -104,7 +104,7 @@ func (o GenOptions) fixed() Sampling {
 
 // slotSampling is what Step samples job's slots by: nil (the options'
 // Sampling for all) when it is set, else each slot's own.
-func (o GenOptions) slotSampling(job actors.StepJob) []Sampling {
+func (o GenOptions) slotSampling(job gen.StepJob) []Sampling {
 	if o.Sampling != nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (o GenOptions) slotSampling(job actors.StepJob) []Sampling {
 }
 
 // Gen is bytenet's generation backend for one device, on the CPU: an
-// actors.Step keeping each sequence's state between steps. Like a device
+// gen.Step keeping each sequence's state between steps. Like a device
 // it runs one step at a time (it is not safe for concurrent use).
 type Gen struct {
 	w    *Weights
@@ -219,23 +219,23 @@ func (g *Gen) Next(seq uint64, sp Sampling) (byte, error) {
 }
 
 // Step runs job with each slot sampled by its own Temperature and Seed,
-// or every slot by the options' Sampling when set (actors.Step).
-func (g *Gen) Step(job actors.StepJob) actors.StepDone {
+// or every slot by the options' Sampling when set (gen.Step).
+func (g *Gen) Step(job gen.StepJob) gen.StepDone {
 	return g.StepSampled(job, g.opt.slotSampling(job))
 }
 
 // StepSampled runs job, slot i sampled by sampling[i] (when sampling is
-// nil, every slot by the options' Sampling, greedy if it is nil). It follows actors.EmulatedGen's contract:
+// nil, every slot by the options' Sampling, greedy if it is nil). It follows gen.Emulated's contract:
 // the sequences of Free are dropped first; a slot with Start 0 begins its
 // sequence afresh, any other must resume where its sequence stopped; a
 // slot that asks for a byte gets it, with End when it is the Stop byte. A
 // slot that breaks the contract, or a model other than bytenet's, fails
 // the whole step, and the generator then holds nothing (the scheduler
 // takes a failed step for a device fault, whose state is lost).
-func (g *Gen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDone {
-	fail := func(err error) actors.StepDone {
+func (g *Gen) StepSampled(job gen.StepJob, sampling []Sampling) gen.StepDone {
+	fail := func(err error) gen.StepDone {
 		g.Reset()
-		return actors.StepDone{ID: job.ID, Err: err.Error()}
+		return gen.StepDone{ID: job.ID, Err: err.Error()}
 	}
 	if job.Model != ModelName || (job.Version != "" && job.Version != ModelVersion) {
 		return fail(fmt.Errorf("cudabridge: model %q version %q: generating only %s %s: %w", job.Model, job.Version, ModelName, ModelVersion, ErrUnknownModel))
@@ -246,7 +246,7 @@ func (g *Gen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDo
 	for _, id := range job.Free {
 		g.Free(id)
 	}
-	out := make([]actors.StepOut, len(job.Slots))
+	out := make([]gen.StepOut, len(job.Slots))
 	g.steps++
 	for i, sl := range job.Slots {
 		if s := g.seqs[sl.Seq]; s != nil && s.step == g.steps {
@@ -272,7 +272,7 @@ func (g *Gen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDo
 		}
 		out[i] = stepOut(c, g.opt.Stop)
 	}
-	return actors.StepDone{ID: job.ID, Out: out}
+	return gen.StepDone{ID: job.ID, Out: out}
 }
 
 // feed extends s's context by the byte b.

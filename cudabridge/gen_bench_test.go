@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // The cost of a generation step on the CPU, for the step cost model
@@ -25,21 +25,21 @@ func benchDecode(b *testing.B, seqs, ctxLen int, sp Sampling) {
 
 // benchDecodeOn prefills seqs prompts of ctxLen bytes on g, then times its
 // decode steps.
-func benchDecodeOn(b *testing.B, g actors.Step, seqs, ctxLen int) {
+func benchDecodeOn(b *testing.B, g gen.Step, seqs, ctxLen int) {
 	prompt := ProfileInputs(seqs, ctxLen)
-	slots := make([]actors.StepSlot, seqs)
+	slots := make([]gen.StepSlot, seqs)
 	for i := range slots {
-		slots[i] = actors.StepSlot{Seq: uint64(i), Input: prompt[i], PromptLen: len(prompt[i]), Sample: true}
+		slots[i] = gen.StepSlot{Seq: uint64(i), Input: prompt[i], PromptLen: len(prompt[i]), Sample: true}
 	}
 	// The prefills, a sequence a step; then every step decodes them all.
 	for i := range slots {
-		res := g.Step(actors.StepJob{Model: ModelName, Slots: slots[i : i+1]})
+		res := g.Step(gen.StepJob{Model: ModelName, Slots: slots[i : i+1]})
 		if res.Err != "" {
 			b.Fatal(res.Err)
 		}
 		slots[i].Start, slots[i].Input = len(slots[i].Input), string(res.Out[0].Token)
 	}
-	job := actors.StepJob{Model: ModelName, Version: ModelVersion, Slots: slots}
+	job := gen.StepJob{Model: ModelName, Version: ModelVersion, Slots: slots}
 	run := func() {
 		res := g.Step(job)
 		if res.Err != "" {
@@ -75,7 +75,7 @@ func BenchmarkGenPrefill(b *testing.B) {
 		b.Fatal(err)
 	}
 	prompt := ProfileInputs(1, 256)[0]
-	job := actors.StepJob{Model: ModelName, Slots: []actors.StepSlot{{Seq: 1, Input: prompt, PromptLen: len(prompt), Sample: true}}}
+	job := gen.StepJob{Model: ModelName, Slots: []gen.StepSlot{{Seq: 1, Input: prompt, PromptLen: len(prompt), Sample: true}}}
 	for b.Loop() {
 		if res := g.Step(job); res.Err != "" {
 			b.Fatal(res.Err)

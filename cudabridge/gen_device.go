@@ -7,7 +7,7 @@ import (
 	"math"
 	"runtime"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // The generation kernels of model.cu.
@@ -19,7 +19,7 @@ const (
 	kernelNameGenGather  = "bytenet_gen_gather"
 )
 
-// DeviceGen is bytenet's generation backend on a GPU (actors.Step): the
+// DeviceGen is bytenet's generation backend on a GPU (gen.Step): the
 // sequences' states live in device tables, and a step runs as the
 // batched generator's launches (gen_plan.go): the prompt bytes pooled in
 // one launch, the prompts fed to their end in four, each wave of fed back
@@ -72,12 +72,12 @@ func (g *DeviceGen) Held() int { return len(g.tab.seqs) }
 
 // Step runs job as Gen.Step does: each slot sampled by its own
 // Temperature and Seed, or every slot by the options' Sampling when set.
-func (g *DeviceGen) Step(job actors.StepJob) actors.StepDone {
+func (g *DeviceGen) Step(job gen.StepJob) gen.StepDone {
 	return g.StepSampled(job, g.opt.slotSampling(job))
 }
 
 // StepSampled runs job as Gen.StepSampled does, on the GPU.
-func (g *DeviceGen) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDone {
+func (g *DeviceGen) StepSampled(job gen.StepJob, sampling []Sampling) gen.StepDone {
 	d := g.d
 	if d.running.Add(1) != 1 {
 		d.running.Add(-1)
@@ -89,9 +89,9 @@ func (g *DeviceGen) StepSampled(job actors.StepJob, sampling []Sampling) actors.
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
-	fault := func(err error) actors.StepDone {
+	fault := func(err error) gen.StepDone {
 		g.tab.reset()
-		return actors.StepDone{ID: job.ID, Fault: true, Err: err.Error()}
+		return gen.StepDone{ID: job.ID, Fault: true, Err: err.Error()}
 	}
 	ctx := context.Background()
 	if err := d.ready(ctx); err != nil {
@@ -112,13 +112,13 @@ func (g *DeviceGen) StepSampled(job actors.StepJob, sampling []Sampling) actors.
 	pl, err := g.tab.plan(job, sampling, g.opt.fixed())
 	if err != nil {
 		g.tab.reset()
-		return actors.StepDone{ID: job.ID, Err: err.Error()}
+		return gen.StepDone{ID: job.ID, Err: err.Error()}
 	}
 	out, err := g.run(ctx, st, pl, len(job.Slots))
 	if err != nil {
 		return fault(d.failed(err))
 	}
-	return actors.StepDone{ID: job.ID, Out: out}
+	return gen.StepDone{ID: job.ID, Out: out}
 }
 
 // ready makes the device's context current and healthy on this thread,
@@ -213,7 +213,7 @@ func (d *Device) buildGen(st *gpuState, lim GenLimits) error {
 
 // run copies pl's inputs in, launches the step and picks from the logits
 // copied back.
-func (g *DeviceGen) run(ctx context.Context, st *gpuState, pl *genPlan, slots int) ([]actors.StepOut, error) {
+func (g *DeviceGen) run(ctx context.Context, st *gpuState, pl *genPlan, slots int) ([]gen.StepOut, error) {
 	drv, s, b, w := g.d.drv, st.stream, st.gen, st.weights
 	// The int arrays go up through one page-locked buffer, each from its
 	// own part of it (an async copy reads its source when it runs).
@@ -291,7 +291,7 @@ func (g *DeviceGen) run(ctx context.Context, st *gpuState, pl *genPlan, slots in
 	if err := g.d.wait(ctx, s); err != nil {
 		return nil, err
 	}
-	out := make([]actors.StepOut, slots)
+	out := make([]gen.StepOut, slots)
 	var o [printable]float32
 	for k := range picks {
 		row := ho[(k*Vocab+PrintLo)*4:]

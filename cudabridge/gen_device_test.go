@@ -5,7 +5,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // The GPU generator's code path (planning, buffers, copies, launches and
@@ -47,24 +47,24 @@ func TestDeviceGenFault(t *testing.T) {
 	}
 	prompt := "abcdefgh"
 	want := NewWeights(WeightSeed).Generate(prompt, 3, Sampling{}, 0)
-	step := func(sl actors.StepSlot) actors.StepDone {
-		return g.Step(actors.StepJob{Model: ModelName, Slots: []actors.StepSlot{sl}})
+	step := func(sl gen.StepSlot) gen.StepDone {
+		return g.Step(gen.StepJob{Model: ModelName, Slots: []gen.StepSlot{sl}})
 	}
-	if res := step(actors.StepSlot{Seq: 1, Input: prompt, PromptLen: len(prompt), Sample: true}); res.Err != "" || res.Out[0].Token != want[0] {
+	if res := step(gen.StepSlot{Seq: 1, Input: prompt, PromptLen: len(prompt), Sample: true}); res.Err != "" || res.Out[0].Token != want[0] {
 		t.Fatalf("prefill: %+v, want %q", res, want[0])
 	}
 	f.mu.Lock()
 	f.failOp, f.failAt, f.failCode = "LaunchKernel", f.counts["LaunchKernel"]+1, 719
 	f.mu.Unlock()
-	res := step(actors.StepSlot{Seq: 1, Start: len(prompt), Input: want[:1], PromptLen: len(prompt), Sample: true})
+	res := step(gen.StepSlot{Seq: 1, Start: len(prompt), Input: want[:1], PromptLen: len(prompt), Sample: true})
 	if !res.Fault || g.Held() != 0 || d.fault == nil {
 		t.Fatalf("faulted step: %+v, held %d, device fault %v", res, g.Held(), d.fault)
 	}
-	if res := step(actors.StepSlot{Seq: 1, Start: len(prompt), Input: want[:1], PromptLen: len(prompt), Sample: true}); res.Err == "" {
+	if res := step(gen.StepSlot{Seq: 1, Start: len(prompt), Input: want[:1], PromptLen: len(prompt), Sample: true}); res.Err == "" {
 		t.Fatalf("a resume after the fault: %+v; want an error (the state is gone)", res)
 	}
 	ctx := prompt + want[:2]
-	res = step(actors.StepSlot{Seq: 1, Input: ctx, PromptLen: len(prompt), Sample: true})
+	res = step(gen.StepSlot{Seq: 1, Input: ctx, PromptLen: len(prompt), Sample: true})
 	if res.Err != "" || res.Fault || res.Out[0].Token != want[2] {
 		t.Fatalf("recompute: %+v, want %q", res, want[2])
 	}

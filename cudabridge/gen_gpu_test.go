@@ -8,7 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // TestGPUGenMatchesGen runs the generation kernels on every GPU: random
@@ -52,13 +52,13 @@ func TestGPUGenMatchesGen(t *testing.T) {
 		for i := range prompts {
 			prompts[i] = ProfileInputs(1, 1+i*16)[0]
 		}
-		slots := make([]actors.StepSlot, len(prompts))
+		slots := make([]gen.StepSlot, len(prompts))
 		for i, p := range prompts {
-			slots[i] = actors.StepSlot{Seq: uint64(i), Input: p, PromptLen: len(p), Sample: true}
+			slots[i] = gen.StepSlot{Seq: uint64(i), Input: p, PromptLen: len(p), Sample: true}
 		}
 		bytes := 0
 		for step := range 128 {
-			job := actors.StepJob{ID: uint64(step), Model: ModelName, Slots: slots}
+			job := gen.StepJob{ID: uint64(step), Model: ModelName, Slots: slots}
 			a, b := ref.Step(job), g.Step(job)
 			if a.Err != "" || b.Err != "" || b.Fault {
 				t.Fatalf("device %d step %d: reference %v, GPU %v %v", infos[k].Ordinal, step, a.Err, b.Err, b.Fault)

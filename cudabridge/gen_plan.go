@@ -3,7 +3,7 @@ package cudabridge
 import (
 	"fmt"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // The batched generator: a step as a handful of launches over all its
@@ -92,7 +92,7 @@ type genPlan struct {
 // plan checks job against the table (the contract of Gen.StepSampled),
 // updates the table to the context after the step and returns the
 // launches' inputs. On an error the caller resets the table.
-func (t *genTable) plan(job actors.StepJob, sampling []Sampling, def Sampling) (*genPlan, error) {
+func (t *genTable) plan(job gen.StepJob, sampling []Sampling, def Sampling) (*genPlan, error) {
 	if job.Model != ModelName || (job.Version != "" && job.Version != ModelVersion) {
 		return nil, fmt.Errorf("cudabridge: model %q version %q: generating only %s %s: %w", job.Model, job.Version, ModelName, ModelVersion, ErrUnknownModel)
 	}
@@ -208,8 +208,8 @@ func choose(o []float32, wt []float64, sp Sampling, pos int) byte {
 }
 
 // stepOut is a pick's StepOut: End when c is the printable stop byte.
-func stepOut(c, stop byte) actors.StepOut {
-	return actors.StepOut{Token: c, End: stop >= PrintLo && stop <= PrintHi && c == stop}
+func stepOut(c, stop byte) gen.StepOut {
+	return gen.StepOut{Token: c, End: stop >= PrintLo && stop <= PrintHi && c == stop}
 }
 
 // genBatch is the batched generator on the CPU: the plan through the Go
@@ -240,15 +240,15 @@ func newGenBatch(opt GenOptions, lim GenLimits) (*genBatch, error) {
 	}, nil
 }
 
-func (b *genBatch) Step(job actors.StepJob) actors.StepDone {
+func (b *genBatch) Step(job gen.StepJob) gen.StepDone {
 	return b.StepSampled(job, b.opt.slotSampling(job))
 }
 
-func (b *genBatch) StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDone {
+func (b *genBatch) StepSampled(job gen.StepJob, sampling []Sampling) gen.StepDone {
 	pl, err := b.tab.plan(job, sampling, b.opt.fixed())
 	if err != nil {
 		b.tab.reset()
-		return actors.StepDone{ID: job.ID, Err: err.Error()}
+		return gen.StepDone{ID: job.ID, Err: err.Error()}
 	}
 	w := b.w
 	if n := len(pl.poolRow); n > 0 {
@@ -265,7 +265,7 @@ func (b *genBatch) StepSampled(job actors.StepJob, sampling []Sampling) actors.S
 		kernelGenFeed(pl.feedTok, pl.feedRow, b.s, w.Embed, w.WH, w.WX, w.BH, b.h1, base, n)
 		kernelGenScatter(b.h1, pl.feedRow, b.s, base, n, Hidden)
 	}
-	out := make([]actors.StepOut, len(job.Slots))
+	out := make([]gen.StepOut, len(job.Slots))
 	if n := len(pl.pickRow); n > 0 {
 		kernelGenGather(b.s, pl.pickRow, b.h2, n, Hidden)
 		kernelDense(b.h2, w.WO, w.BO, b.o, n, Hidden, Vocab, false)
@@ -274,5 +274,5 @@ func (b *genBatch) StepSampled(job actors.StepJob, sampling []Sampling) actors.S
 			out[pl.pickSlot[k]] = stepOut(choose(o, b.wt[:], pl.pickSamp[k], pl.pickPos[k]), b.opt.Stop)
 		}
 	}
-	return actors.StepDone{ID: job.ID, Out: out}
+	return gen.StepDone{ID: job.ID, Out: out}
 }

@@ -7,13 +7,13 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // genStepper is a generator whose states a test can read: Gen, genBatch
 // and DeviceGen.
 type genStepper interface {
-	StepSampled(job actors.StepJob, sampling []Sampling) actors.StepDone
+	StepSampled(job gen.StepJob, sampling []Sampling) gen.StepDone
 }
 
 // randomGenJobs drives two generators with the same random steps, as a
@@ -33,7 +33,7 @@ func randomGenJobs(t *rapid.T, ref, got genStepper, seqsMax int, check func(t *r
 	}
 	steps := rapid.IntRange(1, 40).Draw(t, "steps")
 	for step := range steps {
-		job := actors.StepJob{ID: uint64(step), Model: ModelName, Version: ModelVersion}
+		job := gen.StepJob{ID: uint64(step), Model: ModelName, Version: ModelVersion}
 		var samp []Sampling
 		var picked []*seq
 		for id, s := range seqs {
@@ -57,7 +57,7 @@ func randomGenJobs(t *rapid.T, ref, got genStepper, seqsMax int, check func(t *r
 				start++ // a slot that does not resume where its sequence stopped
 			}
 			end := min(start+n, len(s.ctx))
-			sl := actors.StepSlot{Seq: uint64(id), Start: start, Input: string(s.ctx[start:end]), PromptLen: s.promptLen}
+			sl := gen.StepSlot{Seq: uint64(id), Start: start, Input: string(s.ctx[start:end]), PromptLen: s.promptLen}
 			sl.Sample = end == len(s.ctx) && end >= s.promptLen
 			job.Slots = append(job.Slots, sl)
 			samp = append(samp, Sampling{Temperature: float64(rapid.IntRange(0, 3).Draw(t, "temp")) / 2, Seed: uint64(id)})

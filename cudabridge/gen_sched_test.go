@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/sim"
 )
 
@@ -25,9 +26,9 @@ var (
 // crashEvery-th step crashes its device instead.
 type genHost struct {
 	t          *testing.T
-	g          *actors.GenScheduler
+	g          *gen.Scheduler
 	gens       []*Gen
-	cost       actors.GenCost
+	cost       gen.Cost
 	crashEvery int
 	steps      int
 	crashes    int
@@ -39,9 +40,9 @@ type genStepCtx struct {
 	h *genHost
 }
 
-func (c genStepCtx) ExecStep(job actors.StepJob) { c.h.exec(c.Context, job) }
+func (c genStepCtx) ExecStep(job gen.StepJob) { c.h.exec(c.Context, job) }
 
-type genDoneMsg struct{ res actors.StepDone }
+type genDoneMsg struct{ res gen.StepDone }
 
 func (h *genHost) Receive(ctx actors.Context, msg actors.Message) {
 	if m, ok := msg.(genDoneMsg); ok {
@@ -53,22 +54,22 @@ func (h *genHost) Receive(ctx actors.Context, msg actors.Message) {
 	}
 }
 
-func (h *genHost) exec(ctx actors.Context, job actors.StepJob) {
+func (h *genHost) exec(ctx actors.Context, job gen.StepJob) {
 	h.steps++
 	cost := h.cost.StepCost(job)
-	gen := h.gens[job.Device]
+	be := h.gens[job.Device]
 	if h.crashEvery > 0 && h.steps%h.crashEvery == 0 {
-		gen.Reset()
+		be.Reset()
 		h.crashes++
-		ctx.After(cost/2, genDoneMsg{actors.StepDone{ID: job.ID, Fault: true}})
+		ctx.After(cost/2, genDoneMsg{gen.StepDone{ID: job.ID, Fault: true}})
 		return
 	}
-	res := gen.Step(job)
+	res := be.Step(job)
 	if res.Err != "" {
 		h.t.Errorf("device %d step %d: %s", job.Device, job.ID, res.Err)
 	}
 	// A sequence that ended before this step is freed by it.
-	for id := range gen.seqs {
+	for id := range be.seqs {
 		if h.client.ends[id] != nil {
 			h.t.Errorf("device %d still holds request %d after step %d; it ended %v", job.Device, id, job.ID, h.client.ends[id].Outcome)
 		}
@@ -77,16 +78,16 @@ func (h *genHost) exec(ctx actors.Context, job actors.StepJob) {
 }
 
 // genClient collects every request's stream, checking that indices come
-// once and in order and that one GenEnd follows the last token.
+// once and in order and that one gen.End follows the last token.
 type genClient struct {
 	t       *testing.T
 	streams map[uint64]*strings.Builder
-	ends    map[uint64]*actors.GenEnd
+	ends    map[uint64]*gen.End
 }
 
 func (c *genClient) Receive(_ actors.Context, msg actors.Message) {
 	switch m := msg.(type) {
-	case actors.Token:
+	case gen.Token:
 		b := c.streams[m.ID]
 		if b == nil {
 			b = &strings.Builder{}
@@ -96,7 +97,7 @@ func (c *genClient) Receive(_ actors.Context, msg actors.Message) {
 			c.t.Errorf("request %d: token %d after %d tokens (ended %v)", m.ID, m.Index, b.Len(), c.ends[m.ID] != nil)
 		}
 		b.WriteByte(m.Byte)
-	case actors.GenEnd:
+	case gen.End:
 		if c.ends[m.ID] != nil {
 			c.t.Errorf("request %d: a second GenEnd", m.ID)
 		}
@@ -117,19 +118,19 @@ func TestGenSchedulerStreams(t *testing.T) {
 }
 
 func testGenScheduler(t *testing.T, opt GenOptions) {
-	cfg := actors.DefaultGenConfig(ModelName, ModelVersion, 2)
+	cfg := gen.DefaultConfig(ModelName, ModelVersion, 2)
 	cfg.BlocksPerDevice = 32 // 512 tokens a device, no headroom: preemptions
 	cfg.AdmitHeadroomBlocks = 0
 	cfg.SeqsMax = 8
 	cfg.StepTokensMax = 64
 	cfg.TTFT, cfg.Timeout = time.Hour, time.Hour
 	cfg.AttemptMax = 100
-	g, err := actors.NewGenScheduler(cfg)
+	g, err := gen.NewScheduler(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := sim.NewWorld(sim.DefaultWorldConfig(1))
-	client := &genClient{t: t, streams: map[uint64]*strings.Builder{}, ends: map[uint64]*actors.GenEnd{}}
+	client := &genClient{t: t, streams: map[uint64]*strings.Builder{}, ends: map[uint64]*gen.End{}}
 	h := &genHost{t: t, g: g, cost: cfg.Cost, crashEvery: 97, client: client}
 	for range cfg.Devices {
 		h.gens = append(h.gens, newTestGen(t, opt))
@@ -138,7 +139,7 @@ func testGenScheduler(t *testing.T, opt GenOptions) {
 	w.Spawn(genClientAddr, client)
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	reqs := map[uint64]actors.GenRequest{}
+	reqs := map[uint64]gen.Request{}
 	cancelled := map[uint64]bool{}
 	for id := uint64(1); id <= 40; id++ {
 		p := make([]byte, 5+rng.IntN(200))
@@ -146,12 +147,12 @@ func testGenScheduler(t *testing.T, opt GenOptions) {
 			p[i] = 'a' + byte(rng.IntN(26))
 		}
 		at := time.Duration(id) * time.Millisecond
-		req := actors.GenRequest{ID: id, Tenant: "t", Model: ModelName, Prompt: string(p), MaxTokens: 40 + rng.IntN(120), Arrival: at, ReplyTo: genClientAddr}
+		req := gen.Request{ID: id, Tenant: "t", Model: ModelName, Prompt: string(p), MaxTokens: 40 + rng.IntN(120), Arrival: at, ReplyTo: genClientAddr}
 		reqs[id] = req
-		w.Inject(at, genSchedAddr, actors.GenSubmit{Req: req})
+		w.Inject(at, genSchedAddr, gen.Submit{Req: req})
 		if id%10 == 0 {
 			cancelled[id] = true
-			w.Inject(at+200*time.Millisecond, genSchedAddr, actors.GenCancel{ID: id})
+			w.Inject(at+200*time.Millisecond, genSchedAddr, gen.Cancel{ID: id})
 		}
 	}
 	if err := w.Run(); err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 func newTestGen(t testing.TB, opt GenOptions) *Gen {
@@ -21,7 +21,7 @@ func newTestGen(t testing.TB, opt GenOptions) *Gen {
 }
 
 // stepGen runs one step and fails the test on a step error.
-func stepGen(t testing.TB, g *Gen, job actors.StepJob) []actors.StepOut {
+func stepGen(t testing.TB, g *Gen, job gen.StepJob) []gen.StepOut {
 	t.Helper()
 	job.Model, job.Version = ModelName, ModelVersion
 	res := g.Step(job)
@@ -39,7 +39,7 @@ func generate(t testing.TB, g *Gen, seq uint64, prompt string, chunk, n int) str
 	var out []byte
 	for pos := 0; pos < len(prompt); pos += chunk {
 		end := min(pos+chunk, len(prompt))
-		o := stepGen(t, g, actors.StepJob{Slots: []actors.StepSlot{{Seq: seq, Start: pos, Input: prompt[pos:end], PromptLen: len(prompt), Sample: end == len(prompt)}}})
+		o := stepGen(t, g, gen.StepJob{Slots: []gen.StepSlot{{Seq: seq, Start: pos, Input: prompt[pos:end], PromptLen: len(prompt), Sample: end == len(prompt)}}})
 		if end == len(prompt) {
 			out = append(out, o[0].Token)
 			if o[0].End {
@@ -49,7 +49,7 @@ func generate(t testing.TB, g *Gen, seq uint64, prompt string, chunk, n int) str
 	}
 	for len(out) < n {
 		last := out[len(out)-1]
-		o := stepGen(t, g, actors.StepJob{Slots: []actors.StepSlot{{Seq: seq, Start: len(prompt) + len(out) - 1, Input: string(last), PromptLen: len(prompt), Sample: true}}})
+		o := stepGen(t, g, gen.StepJob{Slots: []gen.StepSlot{{Seq: seq, Start: len(prompt) + len(out) - 1, Input: string(last), PromptLen: len(prompt), Sample: true}}})
 		out = append(out, o[0].Token)
 		if o[0].End {
 			break
@@ -156,13 +156,13 @@ func TestGenRecomputeContinues(t *testing.T) {
 			// Recompute in chunks of 6, the last asking for the next byte.
 			for pos := 0; pos < len(ctx); pos += 6 {
 				end := min(pos+6, len(ctx))
-				o := stepGen(t, g, actors.StepJob{Slots: []actors.StepSlot{{Seq: 1, Start: pos, Input: ctx[pos:end], PromptLen: len(prompt), Sample: end == len(ctx)}}})
+				o := stepGen(t, g, gen.StepJob{Slots: []gen.StepSlot{{Seq: 1, Start: pos, Input: ctx[pos:end], PromptLen: len(prompt), Sample: end == len(ctx)}}})
 				if end == len(ctx) {
 					out += string(o[0].Token)
 				}
 			}
 			for len(out) < len(want) {
-				o := stepGen(t, g, actors.StepJob{Slots: []actors.StepSlot{{Seq: 1, Start: len(prompt) + len(out) - 1, Input: out[len(out)-1:], PromptLen: len(prompt), Sample: true}}})
+				o := stepGen(t, g, gen.StepJob{Slots: []gen.StepSlot{{Seq: 1, Start: len(prompt) + len(out) - 1, Input: out[len(out)-1:], PromptLen: len(prompt), Sample: true}}})
 				out += string(o[0].Token)
 			}
 			if out != want {
@@ -192,39 +192,39 @@ func TestGenSamplingDeterministic(t *testing.T) {
 	}
 	// The per-slot sampling of StepSampled is the same function.
 	g := newTestGen(t, GenOptions{})
-	res := g.StepSampled(actors.StepJob{Model: ModelName, Slots: []actors.StepSlot{{Seq: 5, Input: prompt, PromptLen: len(prompt), Sample: true}}}, []Sampling{{Temperature: 1, Seed: 3}})
+	res := g.StepSampled(gen.StepJob{Model: ModelName, Slots: []gen.StepSlot{{Seq: 5, Input: prompt, PromptLen: len(prompt), Sample: true}}}, []Sampling{{Temperature: 1, Seed: 3}})
 	if res.Err != "" || res.Out[0].Token != a[0] {
 		t.Errorf("StepSampled: %+v, want first byte %q", res, a[0])
 	}
 }
 
-// The step contract, as actors.EmulatedGen's: a slot resumes where its
+// The step contract, as gen.Emulated's: a slot resumes where its
 // sequence stopped, Start 0 restarts it, Free drops it, and a broken slot
 // fails the step.
 func TestGenStepContract(t *testing.T) {
 	g := newTestGen(t, GenOptions{SeqsMax: 2})
-	job := func(slots ...actors.StepSlot) actors.StepJob {
-		return actors.StepJob{ID: 1, Model: ModelName, Version: ModelVersion, Slots: slots}
+	job := func(slots ...gen.StepSlot) gen.StepJob {
+		return gen.StepJob{ID: 1, Model: ModelName, Version: ModelVersion, Slots: slots}
 	}
-	stepGen(t, g, job(actors.StepSlot{Seq: 1, Input: "abc", PromptLen: 5}))
+	stepGen(t, g, job(gen.StepSlot{Seq: 1, Input: "abc", PromptLen: 5}))
 	if pos, ok := g.Pos(1); !ok || pos != 3 {
 		t.Fatalf("after a 3-byte chunk: pos %d held %v", pos, ok)
 	}
 	bad := []struct {
 		name string
-		job  actors.StepJob
+		job  gen.StepJob
 	}{
-		{"resume past the held context", job(actors.StepSlot{Seq: 1, Start: 4, Input: "d", PromptLen: 5})},
-		{"resume before it", job(actors.StepSlot{Seq: 1, Start: 2, Input: "d", PromptLen: 5})},
-		{"another prompt length", job(actors.StepSlot{Seq: 1, Start: 3, Input: "d", PromptLen: 6})},
-		{"unknown sequence", job(actors.StepSlot{Seq: 2, Start: 3, Input: "d", PromptLen: 5})},
-		{"sample inside the prompt", job(actors.StepSlot{Seq: 1, Start: 3, Input: "d", PromptLen: 5, Sample: true})},
-		{"empty prompt", job(actors.StepSlot{Seq: 3, Input: "", PromptLen: 0})},
-		{"another model", actors.StepJob{Model: "llm", Slots: []actors.StepSlot{{Seq: 4, Input: "a", PromptLen: 1, Sample: true}}}},
-		{"over SeqsMax", job(actors.StepSlot{Seq: 2, Input: "a", PromptLen: 1}, actors.StepSlot{Seq: 3, Input: "a", PromptLen: 1})},
+		{"resume past the held context", job(gen.StepSlot{Seq: 1, Start: 4, Input: "d", PromptLen: 5})},
+		{"resume before it", job(gen.StepSlot{Seq: 1, Start: 2, Input: "d", PromptLen: 5})},
+		{"another prompt length", job(gen.StepSlot{Seq: 1, Start: 3, Input: "d", PromptLen: 6})},
+		{"unknown sequence", job(gen.StepSlot{Seq: 2, Start: 3, Input: "d", PromptLen: 5})},
+		{"sample inside the prompt", job(gen.StepSlot{Seq: 1, Start: 3, Input: "d", PromptLen: 5, Sample: true})},
+		{"empty prompt", job(gen.StepSlot{Seq: 3, Input: "", PromptLen: 0})},
+		{"another model", gen.StepJob{Model: "llm", Slots: []gen.StepSlot{{Seq: 4, Input: "a", PromptLen: 1, Sample: true}}}},
+		{"over SeqsMax", job(gen.StepSlot{Seq: 2, Input: "a", PromptLen: 1}, gen.StepSlot{Seq: 3, Input: "a", PromptLen: 1})},
 	}
 	for _, b := range bad {
-		stepGen(t, g, job(actors.StepSlot{Seq: 1, Input: "abc", PromptLen: 5}))
+		stepGen(t, g, job(gen.StepSlot{Seq: 1, Input: "abc", PromptLen: 5}))
 		if res := g.Step(b.job); res.Err == "" {
 			t.Errorf("%s: no error, %+v", b.name, res)
 		} else if g.Held() != 0 {
@@ -232,13 +232,13 @@ func TestGenStepContract(t *testing.T) {
 		}
 	}
 	// Start 0 restarts a held sequence; Free drops it.
-	stepGen(t, g, job(actors.StepSlot{Seq: 1, Input: "abc", PromptLen: 5}))
-	stepGen(t, g, job(actors.StepSlot{Seq: 1, Input: "x", PromptLen: 1}))
+	stepGen(t, g, job(gen.StepSlot{Seq: 1, Input: "abc", PromptLen: 5}))
+	stepGen(t, g, job(gen.StepSlot{Seq: 1, Input: "x", PromptLen: 1}))
 	if pos, _ := g.Pos(1); pos != 1 {
 		t.Errorf("restarted at 0: holds %d bytes", pos)
 	}
-	stepGen(t, g, job(actors.StepSlot{Seq: 2, Input: "y", PromptLen: 1}))
-	out := stepGen(t, g, actors.StepJob{Free: []uint64{1}, Slots: []actors.StepSlot{{Seq: 2, Start: 1, Input: "", PromptLen: 1, Sample: true}}})
+	stepGen(t, g, job(gen.StepSlot{Seq: 2, Input: "y", PromptLen: 1}))
+	out := stepGen(t, g, gen.StepJob{Free: []uint64{1}, Slots: []gen.StepSlot{{Seq: 2, Start: 1, Input: "", PromptLen: 1, Sample: true}}})
 	if _, ok := g.Pos(1); ok || g.Held() != 1 {
 		t.Errorf("freed sequence 1: held %d, 1 still there %v", g.Held(), ok)
 	}
@@ -302,12 +302,12 @@ func TestGenStepMixesSlotSampling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range []actors.Step{newTestGen(t, GenOptions{}), batch} {
+	for _, st := range []gen.Step{newTestGen(t, GenOptions{}), batch} {
 		out := make([][]byte, len(specs))
 		for len(out[0]) < n {
-			job := actors.StepJob{Model: ModelName, Version: ModelVersion}
+			job := gen.StepJob{Model: ModelName, Version: ModelVersion}
 			for i, sp := range specs {
-				sl := actors.StepSlot{Seq: uint64(i + 1), Input: sp.prompt, PromptLen: len(sp.prompt), Sample: true, Temperature: sp.temp, Seed: sp.seed}
+				sl := gen.StepSlot{Seq: uint64(i + 1), Input: sp.prompt, PromptLen: len(sp.prompt), Sample: true, Temperature: sp.temp, Seed: sp.seed}
 				if k := len(out[i]); k > 0 {
 					sl.Start, sl.Input = len(sp.prompt)+k-1, string(out[i][k-1:])
 				}

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/engine/openai"
@@ -44,7 +44,7 @@ generation:
 `
 
 // genOutLen is genServeYAML's output_len.
-var genOutLen = actors.Lognormal{Median: 1000, Sigma: 0, Max: 2000}
+var genOutLen = gen.Lognormal{Median: 1000, Sigma: 0, Max: 2000}
 
 // TestServeGeneration runs the official openai npm client
 // (engine/openai/testdata/node/serve.js) against batchd serve with
@@ -59,7 +59,7 @@ func TestServeGeneration(t *testing.T) {
 	base, stop := startServe(t, genServeYAML, io.Discard)
 
 	want := func(prompt string, maxTokens int) string {
-		return actors.EmulatedGenOutput("tiny", "v1", prompt, genOutLen, maxTokens)
+		return gen.EmulatedOutput("tiny", "v1", prompt, genOutLen, maxTokens)
 	}
 	stopOut := want("stop here", 50)
 	stopSeq := stopOut[10:12]

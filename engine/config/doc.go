@@ -37,7 +37,8 @@
 // and a comment.
 //
 // Imported by: cmd/batchd, engine/fidelity, engine/server. It imports
-// actors, actors/devicemodel (the fault plan), actors/schema (the schema it
+// actors, actors/devicemodel (the fault plan), actors/gen (the generation
+// scheduler's configuration), actors/schema (the schema it
 // shares with scenarios), engine, engine/grpcapi, engine/httpapi,
 // engine/jobs, engine/upstream (devices.upstream, devices.fanout) and
 // engine/workerproc (devices.worker).

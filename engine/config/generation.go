@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // Generation is text generation over the OpenAI-compatible API
 // (POST /v1/completions, POST /v1/chat/completions with streaming, GET
 // /v1/models), on the same listener as the rest of the API: one
-// continuous-batching scheduler (actors.GenScheduler) per model, on
+// continuous-batching scheduler (gen.Scheduler) per model, on
 // emulated devices whose steps take the cost model's time and whose
 // tokens are the emulated generator's, or (Backend bytenet) on bytenet's
 // generator on the CPU. On by default (the emulated model `tiny`).
@@ -67,25 +67,25 @@ const (
 	GenBackendBytenet  = "bytenet"
 )
 
-// GenCost is the generation cost model (actors.GenCost).
+// GenCost is the generation cost model (gen.Cost).
 type GenCost struct {
 	Base       time.Duration `yaml:"base"`
 	PerToken   time.Duration `yaml:"per_token"`
 	PerKVToken time.Duration `yaml:"per_kv_token"`
 }
 
-// GenLength is a lognormal length distribution (actors.Lognormal).
+// GenLength is a lognormal length distribution (gen.Lognormal).
 type GenLength struct {
 	Median float64 `yaml:"median"`
 	Sigma  float64 `yaml:"sigma"`
 	Max    int     `yaml:"max"`
 }
 
-// defaultGeneration is off, with actors.DefaultGenConfig's values on one
+// defaultGeneration is off, with gen.DefaultConfig's values on one
 // device and the simulator's reference output lengths (median 64, sigma
 // 1, at most 1024).
 func defaultGeneration() Generation {
-	g := actors.DefaultGenConfig("tiny", "v1", 1)
+	g := gen.DefaultConfig("tiny", "v1", 1)
 	return Generation{
 		Enabled: true, Backend: GenBackendEmulated,
 		Models: []string{"tiny"}, Version: g.Version, Devices: g.Devices,
@@ -107,18 +107,18 @@ const (
 
 // GenConfig is the schedulers' configuration (Model is set per model);
 // every tenant's limits are the server's (tenants, default_tenant). The
-// keys the file does not have are DefaultGenConfig's, but for the
+// keys the file does not have are gen.DefaultConfig's, but for the
 // admission headroom, at most an eighth of a device's blocks (so a small
 // cache keeps most of it for admissions).
-func (f *File) GenConfig() actors.GenConfig {
+func (f *File) GenConfig() gen.Config {
 	g := f.Generation
-	c := actors.DefaultGenConfig("", g.Version, g.Devices)
+	c := gen.DefaultConfig("", g.Version, g.Devices)
 	c.BlockTokens, c.BlocksPerDevice = g.BlockTokens, g.BlocksPerDevice
 	c.StepTokensMax, c.SeqsMax, c.WaitingMax = g.StepTokensMax, g.SeqsMax, g.WaitingMax
 	c.PromptMax, c.TokensMax = g.PromptMax, g.TokensMax
 	c.TTFT, c.Timeout, c.Static = g.TTFTSLO, g.Timeout, g.Static
 	c.AdmitHeadroomBlocks = min(c.AdmitHeadroomBlocks, g.BlocksPerDevice/8)
-	c.Cost = actors.GenCost{Base: g.Cost.Base, PerToken: g.Cost.PerToken, PerKVToken: g.Cost.PerKVToken}
+	c.Cost = gen.Cost{Base: g.Cost.Base, PerToken: g.Cost.PerToken, PerKVToken: g.Cost.PerKVToken}
 	c.DefaultTenant = f.DefaultTenant.Config("")
 	for _, t := range f.Tenants {
 		c.Tenants = append(c.Tenants, t.Limits.Config(t.Name))
@@ -127,9 +127,9 @@ func (f *File) GenConfig() actors.GenConfig {
 }
 
 // GenOutputLen is the emulated generator's output length distribution.
-func (f *File) GenOutputLen() actors.Lognormal {
+func (f *File) GenOutputLen() gen.Lognormal {
 	l := f.Generation.OutputLen
-	return actors.Lognormal{Median: l.Median, Sigma: l.Sigma, Max: l.Max}
+	return gen.Lognormal{Median: l.Median, Sigma: l.Sigma, Max: l.Max}
 }
 
 func (v *validator) generation() {

@@ -18,7 +18,7 @@ import (
 )
 
 // TestLiveFigures runs the simulator's reference generation workload
-// (sim/gen.DefaultConfig: 2 devices of DefaultGenConfig, prompts of median
+// (sim/gen.DefaultConfig: 2 devices of gen.DefaultConfig, prompts of median
 // 256 tokens, outputs of median 64, max_tokens 1024, two tenants) live,
 // through Generate, for BATCHD_GEN_LIVE_DURATION (default 60s) of Poisson
 // arrivals at each rate of BATCHD_GEN_LIVE_RATES (req/s), with static

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/engine"
 )
 
 // Node is the actor address node of the generation runtime's actors.
 const Node = "gen"
 
-// replyAddr is where every request's Tokens and GenEnd go: one listener,
+// replyAddr is where every request's Tokens and gen.End go: one listener,
 // which hands each to its request's stream by ID.
 var replyAddr = actors.Address{Node: Node, ID: 1}
 
@@ -28,15 +29,15 @@ type Config struct {
 	Models []string
 	// Gen is every model's scheduler configuration (Gen.Model is set per
 	// model). Gen.Cost is also the emulated devices' true step time.
-	Gen actors.GenConfig
+	Gen gen.Config
 	// OutLen is the emulated generator's output length distribution.
-	OutLen actors.Lognormal
+	OutLen gen.Lognormal
 	// NewStep, when set, makes each device's generation backend (called
 	// once per device of each model, by model name and device index):
 	// its tokens are the backend's, and a step takes the backend's own
 	// compute time, with no wait for the cost model (which the scheduler
 	// still predicts with). Nil: the emulated generator
-	// (actors.EmulatedGen), each step taking Gen.Cost's time.
+	// (gen.Emulated), each step taking Gen.Cost's time.
 	NewStep func(model string, device int) (Step, error)
 	// InFlightMax bounds the requests in Generate at once, over all
 	// models; past it a request is refused (503) before it reaches a
@@ -44,12 +45,12 @@ type Config struct {
 	// SeqsMax.
 	InFlightMax int
 	// ReplyGrace is how long past a request's deadline Generate waits for
-	// its GenEnd before it answers 504 itself (a scheduler restarted by
+	// its gen.End before it answers 504 itself (a scheduler restarted by
 	// its supervision under it). Default 5 s.
 	ReplyGrace time.Duration
 	// Scale is the autoscaling recommendation's policy (Stats.
-	// DevicesRecommended, /metrics). Zero: actors.DefaultGenScaleConfig.
-	Scale actors.GenScaleConfig
+	// DevicesRecommended, /metrics). Zero: gen.DefaultScaleConfig.
+	Scale gen.ScaleConfig
 	// NewRuntime makes the actor runtime. Nil: engine.LinkedRuntime.
 	NewRuntime engine.NewRuntime
 	// Seed seeds the runtime's actors' random streams.
@@ -86,7 +87,7 @@ func (c Config) Validate() error {
 // its device's worker goroutine, and forgets every sequence on Reset (a
 // new scheduler incarnation knows nothing of what the old one held).
 type Step interface {
-	actors.Step
+	gen.Step
 	Reset()
 }
 
@@ -117,7 +118,7 @@ type Service struct {
 type model struct {
 	name string
 	addr actors.Address
-	cfg  actors.GenConfig
+	cfg  gen.Config
 	devs []*device
 	// incs counts the scheduler's incarnations; a step carries its
 	// incarnation, and the worker resets its device's state at a new one.
@@ -126,7 +127,7 @@ type model struct {
 	inFlight, running, waiting, blocksUsed atomic.Int64
 	preemptions, crashes, tokens, steps    atomic.Int64
 	// The autoscaling signal, published at most every pressureEvery.
-	pressure atomic.Pointer[actors.GenPressure]
+	pressure atomic.Pointer[gen.Pressure]
 	// The workers' step timing: steps run, the time past each emulated
 	// step's due end at which its sleep returned (Go timers under load),
 	// and the time from a step's result sent to the worker's next step
@@ -147,8 +148,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ReplyGrace == 0 {
 		cfg.ReplyGrace = 5 * time.Second
 	}
-	if cfg.Scale == (actors.GenScaleConfig{}) {
-		cfg.Scale = actors.DefaultGenScaleConfig()
+	if cfg.Scale == (gen.ScaleConfig{}) {
+		cfg.Scale = gen.DefaultScaleConfig()
 	}
 	if cfg.InFlightMax == 0 {
 		cfg.InFlightMax = len(cfg.Models) * (cfg.Gen.WaitingMax + cfg.Gen.Devices*cfg.Gen.SeqsMax)
@@ -180,7 +181,7 @@ func New(cfg Config) (*Service, error) {
 		for d := range m.cfg.Devices {
 			dv := &device{index: d, m: m, rt: rt, cost: m.cfg.Cost, wake: make(chan struct{}, 1), emulated: cfg.NewStep == nil}
 			if dv.emulated {
-				dv.gen = actors.NewEmulatedGen(cfg.OutLen, m.cfg.BlockTokens)
+				dv.gen = gen.NewEmulated(cfg.OutLen, m.cfg.BlockTokens)
 			} else if dv.gen, err = cfg.NewStep(name, d); err != nil {
 				return fail(fmt.Errorf("generate: %s device %d: %w", name, d, err))
 			}
@@ -230,7 +231,7 @@ type Stats struct {
 	// Pressure is the autoscaling signal (KV use, the queued requests'
 	// TTFT slack), as of at most pressureEvery ago; DevicesRecommended
 	// the devices Config.Scale recommends under it, of Devices.
-	Pressure                    actors.GenPressure
+	Pressure                    gen.Pressure
 	Devices, DevicesRecommended int
 	// StepLateMean is the mean time past its predicted end at which an
 	// emulated step's wait returned; HandoverMean the mean time from a
@@ -261,14 +262,14 @@ func (s *Service) Stats(name string) Stats {
 	if n := m.handovers.Load(); n > 0 {
 		st.HandoverMean = time.Duration(m.handoverNs.Load() / n)
 	}
-	st.DevicesRecommended = actors.GenRecommend(st.Pressure, st.Devices, s.cfg.Scale)
+	st.DevicesRecommended = gen.Recommend(st.Pressure, st.Devices, s.cfg.Scale)
 	return st
 }
 
 // newActor makes a fresh scheduler: the first, or one per restart by the
 // runtime's supervision.
 func (m *model) newActor() actors.Actor {
-	g, err := actors.NewGenScheduler(m.cfg)
+	g, err := gen.NewScheduler(m.cfg)
 	if err != nil {
 		panic(fmt.Sprintf("generate: %s: %v", m.name, err)) // validated in New
 	}
@@ -279,7 +280,7 @@ func (m *model) newActor() actors.Actor {
 // StepContext and publishes its gauges.
 type schedActor struct {
 	m   *model
-	g   *actors.GenScheduler
+	g   *gen.Scheduler
 	inc uint64
 	// pressureAt is when it last published its pressure (-1: never).
 	pressureAt time.Duration
@@ -289,7 +290,7 @@ type schedActor struct {
 // incarnation that started it.
 type stepResult struct {
 	inc  uint64
-	done actors.StepDone
+	done gen.StepDone
 }
 
 func (a *schedActor) Receive(ctx actors.Context, msg actors.Message) {
@@ -336,7 +337,7 @@ type stepCtx struct {
 	a *schedActor
 }
 
-func (c stepCtx) ExecStep(job actors.StepJob) {
+func (c stepCtx) ExecStep(job gen.StepJob) {
 	devs := c.a.m.devs
 	if job.Device < 0 || job.Device >= len(devs) {
 		panic(fmt.Sprintf("generate: step %d on device %d of %d", job.ID, job.Device, len(devs)))
@@ -351,7 +352,7 @@ type device struct {
 	index int
 	m     *model
 	rt    engine.Runtime
-	cost  actors.GenCost
+	cost  gen.Cost
 	wake  chan struct{} // capacity 1
 
 	mu   sync.Mutex
@@ -368,12 +369,12 @@ type device struct {
 
 type pendingStep struct {
 	inc uint64
-	job actors.StepJob
+	job gen.StepJob
 	at  time.Time // handed over
 }
 
 // exec hands job to the worker; it does not block.
-func (d *device) exec(inc uint64, job actors.StepJob) {
+func (d *device) exec(inc uint64, job gen.StepJob) {
 	d.mu.Lock()
 	d.next = &pendingStep{inc: inc, job: job, at: time.Now()}
 	d.mu.Unlock()

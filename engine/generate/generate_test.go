@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/engine/openai"
 )
 
@@ -22,17 +23,17 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testOutLen: outputs of median 12 tokens, at most 40.
-var testOutLen = actors.Lognormal{Median: 12, Sigma: 0.8, Max: 40}
+var testOutLen = gen.Lognormal{Median: 12, Sigma: 0.8, Max: 40}
 
 // testConfig is a small, fast group: 2 devices of 64 blocks of 4 tokens,
 // steps of 1 ms plus 10 µs a token.
 func testConfig() Config {
-	g := actors.DefaultGenConfig("", "v1", 2)
+	g := gen.DefaultConfig("", "v1", 2)
 	g.BlockTokens, g.BlocksPerDevice, g.AdmitHeadroomBlocks = 4, 64, 2
 	g.StepTokensMax, g.SeqsMax = 64, 8
 	g.WaitingMax, g.PromptMax, g.TokensMax = 64, 200, 100
 	g.TTFT, g.Timeout = 5*time.Second, 20*time.Second
-	g.Cost = actors.GenCost{Base: time.Millisecond, PerToken: 10 * time.Microsecond}
+	g.Cost = gen.Cost{Base: time.Millisecond, PerToken: 10 * time.Microsecond}
 	return Config{Models: []string{"tiny", "small"}, Gen: g, OutLen: testOutLen}
 }
 
@@ -81,7 +82,7 @@ func waitIdle(t *testing.T, s *Service, model string, bound time.Duration) {
 }
 
 // TestGenerateIsEmulatedOutput: 40 concurrent requests over two models
-// stream exactly EmulatedGenOutput's text for their prompt, model and
+// stream exactly gen.EmulatedOutput's text for their prompt, model and
 // version, with finish "length" where max_tokens cut the output and
 // "stop" where the model ended it; afterwards every KV block is free.
 func TestGenerateIsEmulatedOutput(t *testing.T) {
@@ -100,7 +101,7 @@ func TestGenerateIsEmulatedOutput(t *testing.T) {
 				t.Errorf("request %d: %v", i, err)
 				return
 			}
-			want := actors.EmulatedGenOutput(model, "v1", prompt, testOutLen, maxTokens)
+			want := gen.EmulatedOutput(model, "v1", prompt, testOutLen, maxTokens)
 			if text != want {
 				t.Errorf("request %d: text %q, want %q", i, text, want)
 			}
@@ -133,7 +134,7 @@ func TestGenerateIsEmulatedOutput(t *testing.T) {
 // blocks: its state goes back to nothing in flight.
 func TestCancelFreesBlocks(t *testing.T) {
 	cfg := testConfig()
-	cfg.OutLen = actors.Lognormal{Median: 1000, Max: 1000} // it never ends on its own
+	cfg.OutLen = gen.Lognormal{Median: 1000, Max: 1000} // it never ends on its own
 	// 100 tokens take 2 s: the request would not end on its own within
 	// the 1 s the test waits for its blocks.
 	cfg.Gen.Cost.Base = 20 * time.Millisecond
@@ -170,7 +171,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 // TestRefusals: what a request the schedulers refuse is answered with.
 func TestRefusals(t *testing.T) {
 	cfg := testConfig()
-	cfg.OutLen = actors.Lognormal{Median: 1000, Max: 1000}
+	cfg.OutLen = gen.Lognormal{Median: 1000, Max: 1000}
 	cfg.Gen.Cost.Base = 5 * time.Millisecond
 	cfg.Gen.Tenants = []actors.TenantConfig{{Name: "one", InflightMax: 1}}
 	cfg.InFlightMax = 4
@@ -247,13 +248,13 @@ func TestTokensOnceInOrder(t *testing.T) {
 	st := &stream{max: 10, wake: make(chan struct{}, 1)}
 	s.streams[7] = st
 	for _, m := range []actors.Message{
-		actors.Token{ID: 7, Index: 0, Byte: 'a'},
-		actors.Token{ID: 7, Index: 0, Byte: 'x'}, // repeat
-		actors.Token{ID: 7, Index: 2, Byte: 'y'}, // gap
-		actors.Token{ID: 7, Index: 1, Byte: 'b'},
-		actors.Token{ID: 8, Index: 2, Byte: 'z'}, // another request's, gone
-		actors.GenEnd{ID: 7, Outcome: actors.Completed, Tokens: 2},
-		actors.Token{ID: 7, Index: 2, Byte: 'c'}, // after the end
+		gen.Token{ID: 7, Index: 0, Byte: 'a'},
+		gen.Token{ID: 7, Index: 0, Byte: 'x'}, // repeat
+		gen.Token{ID: 7, Index: 2, Byte: 'y'}, // gap
+		gen.Token{ID: 7, Index: 1, Byte: 'b'},
+		gen.Token{ID: 8, Index: 2, Byte: 'z'}, // another request's, gone
+		gen.End{ID: 7, Outcome: actors.Completed, Tokens: 2},
+		gen.Token{ID: 7, Index: 2, Byte: 'c'}, // after the end
 	} {
 		s.deliver(m)
 	}
@@ -271,8 +272,8 @@ type recordStep struct {
 	log  *[]string
 }
 
-func (r recordStep) Step(job actors.StepJob) actors.StepDone {
-	out := make([]actors.StepOut, len(job.Slots))
+func (r recordStep) Step(job gen.StepJob) gen.StepDone {
+	out := make([]gen.StepOut, len(job.Slots))
 	for i, sl := range job.Slots {
 		r.mu.Lock()
 		*r.log = append(*r.log, fmt.Sprintf("%s t=%v s=%d", r.name, sl.Temperature, sl.Seed))
@@ -282,7 +283,7 @@ func (r recordStep) Step(job actors.StepJob) actors.StepDone {
 			out[i].Token = byte('0' + sl.Seed%10)
 		}
 	}
-	return actors.StepDone{ID: job.ID, Out: out}
+	return gen.StepDone{ID: job.ID, Out: out}
 }
 
 func (recordStep) Reset() {}
@@ -331,7 +332,7 @@ func TestNewStepCarriesSampling(t *testing.T) {
 // device can admit them) and the KV use above zero, so one device more is
 // recommended, on /metrics too; once all is done, the KV use is 0, no
 // slack is exported, and one device fewer is recommended. Deliberate
-// break: GenRecommend ignoring the slack (`p.Queued > 0 && p.SlackP10 <
+// break: gen.Recommend ignoring the slack (`p.Queued > 0 && p.SlackP10 <
 // c.SlackUp` removed) recommends 2 under the queue.
 func TestAutoscaleSignal(t *testing.T) {
 	cfg := testConfig()
@@ -340,7 +341,7 @@ func TestAutoscaleSignal(t *testing.T) {
 	// Each request holds its device for 20 steps of 30 ms: the queue of
 	// four lasts 600 ms, six times the signal's period.
 	cfg.Gen.Cost.Base = 30 * time.Millisecond
-	cfg.OutLen = actors.Lognormal{Median: 20, Max: 20}
+	cfg.OutLen = gen.Lognormal{Median: 20, Max: 20}
 	s := newService(t, cfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s.Collectors()...)
@@ -370,7 +371,7 @@ func TestAutoscaleSignal(t *testing.T) {
 	for st = s.Stats("tiny"); st.InFlight > 0 && time.Now().Before(deadline); st = s.Stats("tiny") {
 		runtime.Gosched()
 	}
-	if st.Pressure != (actors.GenPressure{}) || st.DevicesRecommended != 1 {
+	if st.Pressure != (gen.Pressure{}) || st.DevicesRecommended != 1 {
 		t.Fatalf("idle: %+v, want no pressure and 1 device recommended", st)
 	}
 	if text := gather(t, reg); strings.Contains(text, "batchd_gen_ttft_slack_seconds") || !strings.Contains(text, `batchd_gen_devices_recommended{model="tiny"} 1`) {

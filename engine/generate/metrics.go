@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/engine/openai"
 )
 
@@ -106,8 +107,8 @@ func (m *metrics) cancelled(model string, sent int) {
 	m.genTokens.WithLabelValues(model).Add(float64(sent))
 }
 
-// ended counts a request that ended by its scheduler's GenEnd.
-func (m *metrics) ended(md *model, req openai.Request, e actors.GenEnd) {
+// ended counts a request that ended by its scheduler's gen.End.
+func (m *metrics) ended(md *model, req openai.Request, e gen.End) {
 	reason := e.Reason.String()
 	if e.Reason == actors.ReasonNone {
 		reason = "none"

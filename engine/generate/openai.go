@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/engine/openai"
 )
 
@@ -18,18 +19,18 @@ type stream struct {
 	max  int // MaxTokens: the most tokens kept
 	mu   sync.Mutex
 	out  []byte
-	end  *actors.GenEnd
+	end  *gen.End
 	wake chan struct{} // capacity 1: something came
 }
 
-// deliver is the reply endpoint: it hands each Token and GenEnd to its
+// deliver is the reply endpoint: it hands each Token and gen.End to its
 // stream. It runs on the scheduler's goroutine and does not block.
 func (s *Service) deliver(msg actors.Message) {
 	var id uint64
 	switch m := msg.(type) {
-	case actors.Token:
+	case gen.Token:
 		id = m.ID
-	case actors.GenEnd:
+	case gen.End:
 		id = m.ID
 	default:
 		return
@@ -42,12 +43,12 @@ func (s *Service) deliver(msg actors.Message) {
 	}
 	st.mu.Lock()
 	switch m := msg.(type) {
-	case actors.Token:
+	case gen.Token:
 		// The next index only, each once: a repeat or a gap is dropped.
 		if m.Index == len(st.out) && len(st.out) < st.max && st.end == nil {
 			st.out = append(st.out, m.Byte)
 		}
-	case actors.GenEnd:
+	case gen.End:
 		if st.end == nil {
 			st.end = &m
 		}
@@ -61,7 +62,7 @@ func (s *Service) deliver(msg actors.Message) {
 
 // Generate implements openai.Generator: it submits req to its model's
 // scheduler, emits each token's text in index order as it comes, and
-// turns the GenEnd into a Result or an *openai.Error. When ctx ends (the
+// turns the gen.End into a Result or an *openai.Error. When ctx ends (the
 // client went away) or emit fails, it cancels the request, so the
 // scheduler frees its KV blocks at once and the device forgets it at its
 // next step.
@@ -91,15 +92,15 @@ func (s *Service) Generate(ctx context.Context, req openai.Request, emit func(te
 		s.mu.Unlock()
 	}()
 	arrival := s.rt.Now()
-	s.rt.Send(m.addr, actors.GenSubmit{Req: actors.GenRequest{
+	s.rt.Send(m.addr, gen.Submit{Req: gen.Request{
 		ID: id, Tenant: req.Tenant, Model: req.Model, Prompt: req.Prompt, MaxTokens: req.MaxTokens,
 		Temperature: req.Temperature, Seed: req.Seed, Arrival: arrival, ReplyTo: replyAddr,
 	}})
 	// The scheduler answers by the request's deadline; past it and the
-	// grace, its GenEnd is lost (a scheduler restarted under it).
+	// grace, its gen.End is lost (a scheduler restarted under it).
 	bound := time.NewTimer(m.cfg.Timeout + s.cfg.ReplyGrace)
 	defer bound.Stop()
-	cancel := func() { s.rt.Send(m.addr, actors.GenCancel{ID: id}) }
+	cancel := func() { s.rt.Send(m.addr, gen.Cancel{ID: id}) }
 	sent := 0
 	for {
 		select {
@@ -110,7 +111,7 @@ func (s *Service) Generate(ctx context.Context, req openai.Request, emit func(te
 			return openai.Result{}, ctx.Err()
 		case <-bound.C:
 			cancel()
-			s.met.ended(m, req, actors.GenEnd{Outcome: actors.Expired, Reason: actors.ReasonDeadline})
+			s.met.ended(m, req, gen.End{Outcome: actors.Expired, Reason: actors.ReasonDeadline})
 			return openai.Result{}, &openai.Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "timeout",
 				Message: "no end of the generation came by its deadline"}
 		}
@@ -150,7 +151,7 @@ func overloaded(msg string, retry time.Duration) *openai.Error {
 
 // endError is how a request that did not complete is answered, by the
 // reason its scheduler gave.
-func endError(e *actors.GenEnd) error {
+func endError(e *gen.End) error {
 	msg := e.Err
 	if msg == "" {
 		msg = e.Outcome.String() + ": " + e.Reason.String()

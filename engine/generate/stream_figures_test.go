@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/engine/openai"
 )
 
@@ -25,8 +25,8 @@ import (
 // step end: no preemption or crash in the run that uses it). It also
 // learns each sequence's prompt from its prefill chunks.
 type stampStep struct {
-	emu  *actors.EmulatedGen
-	cost actors.GenCost
+	emu  *gen.Emulated
+	cost gen.Cost
 	mu   *sync.Mutex
 	ends map[uint64][]time.Time
 	seqs map[string]uint64
@@ -34,7 +34,7 @@ type stampStep struct {
 	prompt map[uint64]string
 }
 
-func (s stampStep) Step(job actors.StepJob) actors.StepDone {
+func (s stampStep) Step(job gen.StepJob) gen.StepDone {
 	t0 := time.Now()
 	done := s.emu.Step(job)
 	time.Sleep(time.Until(t0.Add(s.cost.StepCost(job))))
@@ -80,16 +80,16 @@ func TestStreamLatencyFigures(t *testing.T) {
 		t.Skip("set BATCHD_GEN_STREAM_CLIENTS (e.g. 256) to time the step-end-to-client gap")
 	}
 	const tokens = 128
-	g := actors.DefaultGenConfig("", "v1", 1)
+	g := gen.DefaultConfig("", "v1", 1)
 	g.SeqsMax, g.StepTokensMax = n, max(512, n)
 	g.BlocksPerDevice = n*(tokens+32)/g.BlockTokens + 64
 	g.WaitingMax = 2 * n
-	out := actors.Lognormal{Median: tokens, Max: tokens}
+	out := gen.Lognormal{Median: tokens, Max: tokens}
 	var mu sync.Mutex
 	st := stampStep{cost: g.Cost, mu: &mu, ends: map[uint64][]time.Time{}, seqs: map[string]uint64{}, prompt: map[uint64]string{}}
 	cfg := Config{Models: []string{"llm"}, Gen: g, OutLen: out, InFlightMax: 2 * n,
 		NewStep: func(string, int) (Step, error) {
-			st.emu = actors.NewEmulatedGen(out, g.BlockTokens)
+			st.emu = gen.NewEmulated(out, g.BlockTokens)
 			return st, nil
 		}}
 	s := newService(t, cfg)

@@ -8,7 +8,7 @@
 // `batchd serve` is flag parsing, ApplyGC, and Run (New, Serve, and
 // Shutdown once a signal ends its ctx); everything between is here.
 //
-// Imported by: cmd/batchd (serve; and tests). It imports actors, engine,
+// Imported by: cmd/batchd (serve; and tests). It imports actors, actors/gen, engine,
 // engine/autoscale, engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
 // engine/record, engine/upstream (the upstream and fanout backends),
 // engine/generate and engine/openai (generation over the

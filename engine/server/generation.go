@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine/config"
 	"github.com/batchd/batchd/engine/generate"
@@ -60,7 +60,7 @@ func newBytenetGen(string, int) (generate.Step, error) {
 	return bytenetGen{g}, nil
 }
 
-func (b bytenetGen) Step(job actors.StepJob) actors.StepDone {
+func (b bytenetGen) Step(job gen.StepJob) gen.StepDone {
 	job.Model, job.Version = cudabridge.ModelName, cudabridge.ModelVersion
 	return b.g.Step(job)
 }

@@ -14,5 +14,5 @@
 // (those marked long: only with -scenarios.long).
 //
 // Imported by: cmd/batchd (the sim-gen subcommand). It imports sim/gen and
-// actors.
+// actors/gen.
 package gen

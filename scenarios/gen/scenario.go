@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	simgen "github.com/batchd/batchd/sim/gen"
 )
 
@@ -67,7 +67,7 @@ type Scenario struct {
 	file string
 }
 
-// KV is the devices' KV cache. Defaults: actors.DefaultGenConfig's.
+// KV is the devices' KV cache. Defaults: gen.DefaultConfig's.
 type KV struct {
 	BlockTokens     int `yaml:"block_tokens"`
 	BlocksPerDevice int `yaml:"blocks_per_device"`
@@ -76,7 +76,7 @@ type KV struct {
 }
 
 // Step is a device step: its token budget, its sequences, its cost.
-// Defaults: actors.DefaultGenConfig's.
+// Defaults: gen.DefaultConfig's.
 type Step struct {
 	TokensMax int  `yaml:"tokens_max"`
 	SeqsMax   int  `yaml:"seqs_max"`
@@ -174,7 +174,7 @@ func Parse(file string, data []byte) (*Scenario, error) {
 }
 
 func defaults() *Scenario {
-	g := actors.DefaultGenConfig("llm", "v1", 2)
+	g := gen.DefaultConfig("llm", "v1", 2)
 	ref := simgen.DefaultConfig(1, 1)
 	return &Scenario{
 		Seed: 1, Duration: ref.Duration, Devices: g.Devices,
@@ -219,10 +219,10 @@ func (s *Scenario) Config(seed uint64, rate float64) (simgen.Config, error) {
 	g := &cfg.Gen
 	g.Devices, g.Static = s.Devices, s.Static
 	g.BlockTokens, g.BlocksPerDevice, g.AdmitHeadroomBlocks, g.PreemptMax = s.KV.BlockTokens, s.KV.BlocksPerDevice, s.KV.HeadroomBlocks, s.KV.PreemptMax
-	g.StepTokensMax, g.SeqsMax, g.Cost = s.Step.TokensMax, s.Step.SeqsMax, actors.GenCost(s.Step.Cost)
+	g.StepTokensMax, g.SeqsMax, g.Cost = s.Step.TokensMax, s.Step.SeqsMax, gen.Cost(s.Step.Cost)
 	g.TTFT, g.Timeout = s.SLO.TTFT, s.SLO.Timeout
 	g.PromptMax, g.TokensMax = max(g.PromptMax, s.Prompt.Max), max(g.TokensMax, s.MaxTokens)
-	cfg.PromptLen, cfg.OutLen, cfg.MaxTokens = actors.Lognormal(s.Prompt), actors.Lognormal(s.Output), s.MaxTokens
+	cfg.PromptLen, cfg.OutLen, cfg.MaxTokens = gen.Lognormal(s.Prompt), gen.Lognormal(s.Output), s.MaxTokens
 	cfg.Duration = s.Duration
 	cfg.CrashP, cfg.HangP, cfg.FaultsUntil = s.Faults.CrashP, s.Faults.HangP, s.Duration
 	cfg.CancelFrac, cfg.CancelWithin = s.Faults.CancelFrac, s.Faults.CancelWithin

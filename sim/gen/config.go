@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // Config is one simulated generation run.
@@ -13,17 +13,17 @@ type Config struct {
 	// drawn from streams named after it.
 	Seed uint64
 	// Gen configures the scheduler (and through Gen.Devices the devices).
-	Gen actors.GenConfig
+	Gen gen.Config
 	// Cost is the devices' true step cost; zero means Gen.Cost (the
 	// scheduler predicts exactly).
-	Cost actors.GenCost
+	Cost gen.Cost
 	// Tenants offer the traffic.
 	Tenants []Tenant
 	// PromptLen is the prompt length distribution.
-	PromptLen actors.Lognormal
+	PromptLen gen.Lognormal
 	// OutLen is the emulated generator's output length distribution: a
 	// stream ends where the model ends it, or at MaxTokens.
-	OutLen    actors.Lognormal
+	OutLen    gen.Lognormal
 	MaxTokens int
 	// Duration is how long arrivals go on; the run then drains.
 	Duration time.Duration
@@ -49,20 +49,20 @@ type Tenant struct {
 }
 
 // DefaultConfig is the reference generation workload: two devices of
-// DefaultGenConfig, two equal tenants, prompts of median 256 tokens and
+// gen.DefaultConfig, two equal tenants, prompts of median 256 tokens and
 // outputs of median 64 (both lognormal with sigma 1, so a tenth of the
 // outputs pass 230 tokens), max_tokens 1024, a minute of arrivals at rate
 // req/s in all, no faults.
 func DefaultConfig(seed uint64, rate float64) Config {
 	return Config{
 		Seed: seed,
-		Gen:  actors.DefaultGenConfig("llm", "v1", 2),
+		Gen:  gen.DefaultConfig("llm", "v1", 2),
 		Tenants: []Tenant{
 			{Name: "a", Weight: 1, Rate: rate / 2},
 			{Name: "b", Weight: 1, Rate: rate / 2},
 		},
-		PromptLen:   actors.Lognormal{Median: 256, Sigma: 1, Max: 4096},
-		OutLen:      actors.Lognormal{Median: 64, Sigma: 1, Max: 1024},
+		PromptLen:   gen.Lognormal{Median: 256, Sigma: 1, Max: 4096},
+		OutLen:      gen.Lognormal{Median: 64, Sigma: 1, Max: 1024},
 		MaxTokens:   1024,
 		Duration:    time.Minute,
 		RequestsMax: 1 << 20,

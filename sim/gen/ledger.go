@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // ledger keeps one record per request and checks every stream from the
@@ -21,12 +22,12 @@ type ledger struct {
 }
 
 type record struct {
-	req actors.GenRequest
+	req gen.Request
 	// want is the emulated generator's whole output for the prompt.
 	want string
 	// got counts the tokens received; at their arrival times.
 	got []time.Duration
-	end *actors.GenEnd
+	end *gen.End
 	// admissions counts the slots that started the sequence afresh, and
 	// crashes the device failures that hit it while a device held it: the
 	// preemptions the devices saw are admissions - 1 - crashes.
@@ -57,8 +58,8 @@ func (l *ledger) violate(kind string, at time.Duration, format string, args ...a
 	}
 }
 
-func (l *ledger) offer(req actors.GenRequest) {
-	l.recs[req.ID] = &record{req: req, want: actors.EmulatedGenOutput(req.Model, l.r.cfg.Gen.Version, req.Prompt, l.r.cfg.OutLen, req.MaxTokens)}
+func (l *ledger) offer(req gen.Request) {
+	l.recs[req.ID] = &record{req: req, want: gen.EmulatedOutput(req.Model, l.r.cfg.Gen.Version, req.Prompt, l.r.cfg.OutLen, req.MaxTokens)}
 	l.order = append(l.order, req.ID)
 }
 
@@ -74,14 +75,14 @@ func (l *ledger) crashed(id uint64) {
 	}
 }
 
-// Deliver checks every Token and GenEnd that reaches the client.
+// Deliver checks every Token and gen.End that reaches the client.
 func (l *ledger) Deliver(at time.Duration, _, to actors.Address, msg actors.Message) {
 	if to != clientAddr {
 		return
 	}
 	l.lastAt = at
 	switch m := msg.(type) {
-	case actors.Token:
+	case gen.Token:
 		rec := l.recs[m.ID]
 		switch {
 		case rec == nil:
@@ -95,7 +96,7 @@ func (l *ledger) Deliver(at time.Duration, _, to actors.Address, msg actors.Mess
 		default:
 			rec.got = append(rec.got, at)
 		}
-	case actors.GenEnd:
+	case gen.End:
 		rec := l.recs[m.ID]
 		if rec == nil {
 			l.violate(KindStream, at, "end for unknown request %d", m.ID)

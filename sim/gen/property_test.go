@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"pgregory.net/rapid"
 )
 
@@ -32,13 +32,13 @@ type drawOpts struct {
 }
 
 func drawConfig(t *rapid.T, o drawOpts) Config {
-	g := actors.DefaultGenConfig("llm", "v1", rapid.IntRange(1, 3).Draw(t, "devices"))
+	g := gen.DefaultConfig("llm", "v1", rapid.IntRange(1, 3).Draw(t, "devices"))
 	g.BlockTokens = rapid.SampledFrom([]int{1, 4, 16}).Draw(t, "blockTokens")
 	g.SeqsMax = rapid.IntRange(1, 12).Draw(t, "seqsMax")
 	g.StepTokensMax = g.SeqsMax + rapid.IntRange(0, 96).Draw(t, "budgetExtra")
 	g.PreemptMax = rapid.IntRange(0, 3).Draw(t, "preemptMax")
 	g.AttemptMax = rapid.IntRange(1, 4).Draw(t, "attemptMax")
-	g.Cost = actors.GenCost{
+	g.Cost = gen.Cost{
 		Base:       time.Duration(rapid.IntRange(1000, 8000).Draw(t, "baseUs")) * time.Microsecond,
 		PerToken:   time.Duration(rapid.IntRange(5, 80).Draw(t, "perTokenUs")) * time.Microsecond,
 		PerKVToken: time.Duration(rapid.IntRange(0, 1000).Draw(t, "perKVns")),
@@ -46,7 +46,7 @@ func drawConfig(t *rapid.T, o drawOpts) Config {
 	promptMed := float64(rapid.IntRange(2, 48).Draw(t, "promptMedian"))
 	outMed := float64(rapid.IntRange(1, 32).Draw(t, "outMedian"))
 	maxTokens := rapid.IntRange(1, 96).Draw(t, "maxTokens")
-	prompt := actors.Lognormal{Median: promptMed, Sigma: 0.8, Max: int(promptMed * 6)}
+	prompt := gen.Lognormal{Median: promptMed, Sigma: 0.8, Max: int(promptMed * 6)}
 	g.PromptMax = prompt.Max
 	// The cache holds at least one longest sequence (the preemption
 	// bound's reservation needs it), and in a tight draw a few at most.
@@ -72,7 +72,7 @@ func drawConfig(t *rapid.T, o drawOpts) Config {
 	// invariant but the TTFT SLO holds there too.
 	g.Static = rapid.IntRange(0, 4).Draw(t, "static") == 0
 
-	out := actors.Lognormal{Median: outMed, Sigma: 1, Max: 4 * maxTokens}
+	out := gen.Lognormal{Median: outMed, Sigma: 1, Max: 4 * maxTokens}
 	cfg := Config{
 		Seed:        rapid.Uint64().Draw(t, "seed"),
 		Gen:         g,
@@ -124,7 +124,7 @@ func drawConfig(t *rapid.T, o drawOpts) Config {
 	return cfg
 }
 
-func lognormalMean(l actors.Lognormal) float64 {
+func lognormalMean(l gen.Lognormal) float64 {
 	return min(l.Median*math.Exp(l.Sigma*l.Sigma/2), float64(l.Max))
 }
 
@@ -144,7 +144,7 @@ func runProperty(t *rapid.T, cfg Config, kinds ...string) *Report {
 
 // TestPropertyKVCapacity: no device ever holds more KV blocks than its
 // capacity, as the scheduler counts them and as the device really fills
-// them; the scheduler's books agree (GenScheduler.Check). Deliberate
+// them; the scheduler's books agree (gen.Scheduler.Check). Deliberate
 // break: a decode that needs a block takes it even when none is free
 // (`if s.dev == d && want > 0` without `want <= dv.free`).
 func TestPropertyKVCapacity(t *testing.T) {

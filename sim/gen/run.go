@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/sim"
 )
 
@@ -39,10 +40,10 @@ func Run(cfg Config) (*Report, error) {
 type run struct {
 	cfg  Config
 	w    *sim.World
-	g    *actors.GenScheduler
+	g    *gen.Scheduler
 	h    *host
 	l    *ledger
-	cost actors.GenCost
+	cost gen.Cost
 }
 
 func newRun(cfg Config) (*run, error) {
@@ -54,13 +55,13 @@ func newRun(cfg Config) (*run, error) {
 			cfg.Gen.Tenants = append(cfg.Gen.Tenants, actors.TenantConfig{Name: t.Name, Weight: t.Weight})
 		}
 	}
-	g, err := actors.NewGenScheduler(cfg.Gen)
+	g, err := gen.NewScheduler(cfg.Gen)
 	if err != nil {
 		return nil, err
 	}
 	w := sim.NewWorld(sim.DefaultWorldConfig(cfg.Seed))
 	r := &run{cfg: cfg, w: w, g: g, cost: cfg.Cost}
-	if r.cost == (actors.GenCost{}) {
+	if r.cost == (gen.Cost{}) {
 		r.cost = cfg.Gen.Cost
 	}
 	r.l = newLedger(r)
@@ -74,7 +75,7 @@ func newRun(cfg Config) (*run, error) {
 // Arrival is one request of a run's workload: its arrival time (the
 // request's Arrival), and when its client cancels it (0: never).
 type Arrival struct {
-	Req      actors.GenRequest
+	Req      gen.Request
 	CancelAt time.Duration
 }
 
@@ -106,7 +107,7 @@ func Arrivals(cfg Config) []Arrival {
 			for i := range p {
 				p[i] = 'a' + byte(prompts.IntN(26))
 			}
-			all = append(all, Arrival{Req: actors.GenRequest{
+			all = append(all, Arrival{Req: gen.Request{
 				ID: id<<8 | uint64(ti), Tenant: t.Name, Model: cfg.Gen.Model, Priority: t.Priority,
 				Prompt: string(p), MaxTokens: cfg.MaxTokens, Arrival: at,
 			}})
@@ -131,9 +132,9 @@ func (r *run) arrivals() {
 	for _, a := range Arrivals(r.cfg) {
 		a.Req.ReplyTo = clientAddr
 		r.l.offer(a.Req)
-		r.w.Inject(a.Req.Arrival, schedAddr, actors.GenSubmit{Req: a.Req})
+		r.w.Inject(a.Req.Arrival, schedAddr, gen.Submit{Req: a.Req})
 		if a.CancelAt > 0 {
-			r.w.Inject(a.CancelAt, schedAddr, actors.GenCancel{ID: a.Req.ID})
+			r.w.Inject(a.CancelAt, schedAddr, gen.Cancel{ID: a.Req.ID})
 		}
 	}
 }
@@ -155,7 +156,7 @@ type host struct {
 }
 
 type simDevice struct {
-	emu *actors.EmulatedGen
+	emu *gen.Emulated
 	// step in flight (0: none); hung: the device hangs until the
 	// scheduler restarts it.
 	step uint64
@@ -169,7 +170,7 @@ type simDevice struct {
 func newHost(r *run) *host {
 	h := &host{r: r, faults: r.w.Stream("gen/faults")}
 	for range r.cfg.Gen.Devices {
-		h.devs = append(h.devs, &simDevice{emu: actors.NewEmulatedGen(r.cfg.OutLen, r.cfg.Gen.BlockTokens), held: map[uint64]bool{}})
+		h.devs = append(h.devs, &simDevice{emu: gen.NewEmulated(r.cfg.OutLen, r.cfg.Gen.BlockTokens), held: map[uint64]bool{}})
 	}
 	return h
 }
@@ -181,7 +182,7 @@ type stepCtx struct {
 	h *host
 }
 
-func (c stepCtx) ExecStep(job actors.StepJob) { c.h.exec(c.Context, job) }
+func (c stepCtx) ExecStep(job gen.StepJob) { c.h.exec(c.Context, job) }
 
 func (h *host) Receive(ctx actors.Context, msg actors.Message) {
 	if m, ok := msg.(doneMsg); ok {
@@ -210,7 +211,7 @@ func (h *host) Receive(ctx actors.Context, msg actors.Message) {
 
 // exec runs job on its device: a fault draw, then the emulated step, whose
 // StepDone comes back to the scheduler after the step's cost.
-func (h *host) exec(ctx actors.Context, job actors.StepJob) {
+func (h *host) exec(ctx actors.Context, job gen.StepJob) {
 	cfg := h.r.cfg
 	now := ctx.Now()
 	dv := h.devs[job.Device]
@@ -246,7 +247,7 @@ func (h *host) exec(ctx actors.Context, job actors.StepJob) {
 		case x < cfg.CrashP:
 			h.lose(dv)
 			h.crashes++
-			ctx.After(cost/2, doneMsg{dev: job.Device, res: actors.StepDone{ID: job.ID, Fault: true}})
+			ctx.After(cost/2, doneMsg{dev: job.Device, res: gen.StepDone{ID: job.ID, Fault: true}})
 			return
 		case x < cfg.CrashP+cfg.HangP:
 			h.lose(dv)
@@ -278,7 +279,7 @@ func (h *host) exec(ctx actors.Context, job actors.StepJob) {
 // device's step and hands the StepDone to the scheduler.
 type doneMsg struct {
 	dev int
-	res actors.StepDone
+	res gen.StepDone
 }
 
 // lose is a crash or hang of dv: its memory is gone, and every sequence it

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/gen"
 )
 
 // LongTailOutLen is the output length distribution of the throughput
 // target's long-tail workload: lognormal of median 64 and sigma 1.18, so
 // its p99 is about 1,000 tokens (64·e^(2.326·1.18) = 997), cut at 1,024.
-var LongTailOutLen = actors.Lognormal{Median: 64, Sigma: 1.18, Max: 1024}
+var LongTailOutLen = gen.Lognormal{Median: 64, Sigma: 1.18, Max: 1024}
 
 // LongTailConfig is the reference workload (DefaultConfig) with the
 // long-tail outputs (LongTailOutLen).

@@ -1,4 +1,4 @@
-package actors
+package gen
 
 import (
 	"cmp"
@@ -6,9 +6,11 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/batchd/batchd/actors"
 )
 
-// GenScheduler serves one generation model version on a group of devices
+// Scheduler serves one generation model version on a group of devices
 // by continuous batching: each device runs one step at a time, and each
 // step decodes one token for every sequence running there, plus prefill
 // chunks of admitted sequences within the per-step token budget (chunked
@@ -60,10 +62,10 @@ import (
 // under it, a stream ends Failed (attempts). The device restarts after a
 // backoff.
 //
-// The scheduler is driven through a StepContext (GenScheduler.Receive);
+// The scheduler is driven through a StepContext (Scheduler.Receive);
 // a runtime hosts it with an adapter that runs its steps.
-type GenScheduler struct {
-	cfg  GenConfig
+type Scheduler struct {
+	cfg  Config
 	devs []genDevice
 	// seqs holds every request in flight, by ID (lookups only).
 	seqs map[uint64]*genSeq
@@ -71,9 +73,8 @@ type GenScheduler struct {
 	waiting []*genSeq
 	// queued counts the new requests among waiting (WaitingMax bounds it;
 	// sequences back from a preemption or a crash always find a place).
-	queued      int
-	tenants     map[string]*tenantState
-	tenantOrder []*tenantState
+	queued  int
+	tenants *actors.TenantTable
 	// vtime is the weighted service of the last tenant admitted from a
 	// backlog: newcomers start there.
 	vtime    float64
@@ -82,11 +83,11 @@ type GenScheduler struct {
 	timerGen uint64
 	// next is the device kick tries first (rotates, so admissions spread).
 	next  int
-	stats GenStats
+	stats Stats
 }
 
-// GenStats are a GenScheduler's counters.
-type GenStats struct {
+// Stats are a Scheduler's counters.
+type Stats struct {
 	Steps, Preemptions, Crashes, Tokens, Prefilled int64
 }
 
@@ -102,7 +103,7 @@ type genDevice struct {
 	slots    []*genSeq
 	fed      []int
 	sample   []bool
-	watchdog TimerID
+	watchdog actors.TimerID
 	failures int
 	gen      uint64
 	// drop lists sequences the device may forget, for the next step.
@@ -110,8 +111,8 @@ type genDevice struct {
 }
 
 type genSeq struct {
-	req    GenRequest
-	tenant *tenantState
+	req    Request
+	tenant *actors.Tenant
 	// sent are the tokens sent to the client: the prefix to recompute.
 	sent    []byte
 	firstAt time.Duration
@@ -129,7 +130,7 @@ type genSeq struct {
 	preemptStep uint64
 	attempts    int
 	fresh       bool // a new request, counted by queued
-	timer       TimerID
+	timer       actors.TimerID
 	timerGen    uint64
 	latestStart time.Duration
 }
@@ -162,12 +163,13 @@ type genRestart struct {
 	gen uint64
 }
 
-// NewGenScheduler returns a scheduler whose devices are all up and empty.
-func NewGenScheduler(cfg GenConfig) (*GenScheduler, error) {
+// NewScheduler returns a scheduler whose devices are all up and empty.
+func NewScheduler(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &GenScheduler{cfg: cfg, devs: make([]genDevice, cfg.Devices), seqs: map[uint64]*genSeq{}, tenants: map[string]*tenantState{}}
+	g := &Scheduler{cfg: cfg, devs: make([]genDevice, cfg.Devices), seqs: map[uint64]*genSeq{},
+		tenants: actors.NewTenantTable(cfg.TenantsMax, cfg.DefaultTenant, cfg.Tenants)}
 	for d := range g.devs {
 		g.devs[d] = genDevice{up: true, free: cfg.BlocksPerDevice}
 	}
@@ -175,13 +177,13 @@ func NewGenScheduler(cfg GenConfig) (*GenScheduler, error) {
 }
 
 // Receive handles one message.
-func (g *GenScheduler) Receive(ctx StepContext, msg Message) {
+func (g *Scheduler) Receive(ctx StepContext, msg actors.Message) {
 	switch m := msg.(type) {
-	case GenSubmit:
+	case Submit:
 		g.submit(ctx, m.Req)
-	case GenCancel:
+	case Cancel:
 		if s := g.seqs[m.ID]; s != nil {
-			g.end(ctx, s, Cancelled, ReasonCancelled, "cancelled by the client")
+			g.end(ctx, s, actors.Cancelled, actors.ReasonCancelled, "cancelled by the client")
 		}
 	case StepDone:
 		g.stepDone(ctx, m)
@@ -204,15 +206,15 @@ func (g *GenScheduler) Receive(ctx StepContext, msg Message) {
 }
 
 // Stats returns the scheduler's counters.
-func (g *GenScheduler) Stats() GenStats { return g.stats }
+func (g *Scheduler) Stats() Stats { return g.stats }
 
 // BlocksUsed is the KV blocks held on device d.
-func (g *GenScheduler) BlocksUsed(d int) int { return g.cfg.BlocksPerDevice - g.devs[d].free }
+func (g *Scheduler) BlocksUsed(d int) int { return g.cfg.BlocksPerDevice - g.devs[d].free }
 
 // Blocks is the KV blocks the request id holds on the devices' tables
 // (0 if it is on none): for checkers, so it reads the tables, not the
 // index of requests in flight.
-func (g *GenScheduler) Blocks(id uint64) int {
+func (g *Scheduler) Blocks(id uint64) int {
 	n := 0
 	for d := range g.devs {
 		for _, s := range g.devs[d].running {
@@ -225,14 +227,14 @@ func (g *GenScheduler) Blocks(id uint64) int {
 }
 
 // InFlight is the number of requests queued or running.
-func (g *GenScheduler) InFlight() int { return len(g.seqs) }
+func (g *Scheduler) InFlight() int { return len(g.seqs) }
 
 // Waiting is the number of sequences queued for admission (new, or back
 // from a preemption or a crash).
-func (g *GenScheduler) Waiting() int { return len(g.waiting) }
+func (g *Scheduler) Waiting() int { return len(g.waiting) }
 
 // Running is the number of sequences admitted to a device.
-func (g *GenScheduler) Running() int {
+func (g *Scheduler) Running() int {
 	n := 0
 	for d := range g.devs {
 		n += len(g.devs[d].running)
@@ -240,16 +242,16 @@ func (g *GenScheduler) Running() int {
 	return n
 }
 
-func (g *GenScheduler) blocksFor(tokens int) int {
+func (g *Scheduler) blocksFor(tokens int) int {
 	return (tokens + g.cfg.BlockTokens - 1) / g.cfg.BlockTokens
 }
 
-func (g *GenScheduler) reject(ctx StepContext, r GenRequest, o Outcome, why Reason, err string, retry time.Duration) {
-	ctx.Send(r.ReplyTo, GenEnd{ID: r.ID, Outcome: o, Reason: why, Err: err, RetryAfter: retry,
+func (g *Scheduler) reject(ctx StepContext, r Request, o actors.Outcome, why actors.Reason, err string, retry time.Duration) {
+	ctx.Send(r.ReplyTo, End{ID: r.ID, Outcome: o, Reason: why, Err: err, RetryAfter: retry,
 		Version: g.cfg.Version, Arrival: r.Arrival, Done: ctx.Now(), Attempts: 0})
 }
 
-func (g *GenScheduler) submit(ctx StepContext, r GenRequest) {
+func (g *Scheduler) submit(ctx StepContext, r Request) {
 	now := ctx.Now()
 	if r.Version == "" {
 		r.Version = g.cfg.Version
@@ -258,28 +260,28 @@ func (g *GenScheduler) submit(ctx StepContext, r GenRequest) {
 	case r.ReplyTo.IsZero():
 		return // nobody to answer
 	case g.seqs[r.ID] != nil:
-		g.reject(ctx, r, Rejected, ReasonInvalid, "duplicate request id", 0)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonInvalid, "duplicate request id", 0)
 		return
 	case r.Model != g.cfg.Model || r.Version != g.cfg.Version:
-		g.reject(ctx, r, Rejected, ReasonUnknownModel, fmt.Sprintf("this scheduler serves %s@%s", g.cfg.Model, g.cfg.Version), 0)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonUnknownModel, fmt.Sprintf("this scheduler serves %s@%s", g.cfg.Model, g.cfg.Version), 0)
 		return
 	case len(r.Prompt) < 1 || len(r.Prompt) > g.cfg.PromptMax || r.MaxTokens < 1 || r.MaxTokens > g.cfg.TokensMax:
-		g.reject(ctx, r, Rejected, ReasonInvalid, fmt.Sprintf("prompt of %d tokens, max_tokens %d: want 1..%d and 1..%d", len(r.Prompt), r.MaxTokens, g.cfg.PromptMax, g.cfg.TokensMax), 0)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonInvalid, fmt.Sprintf("prompt of %d tokens, max_tokens %d: want 1..%d and 1..%d", len(r.Prompt), r.MaxTokens, g.cfg.PromptMax, g.cfg.TokensMax), 0)
 		return
 	case !(r.Temperature >= 0) || math.IsInf(r.Temperature, 1):
 		// A backend fails a whole step on it, as a device fault.
-		g.reject(ctx, r, Rejected, ReasonInvalid, fmt.Sprintf("temperature %v: want a finite number >= 0", r.Temperature), 0)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonInvalid, fmt.Sprintf("temperature %v: want a finite number >= 0", r.Temperature), 0)
 		return
 	case g.blocksFor(len(r.Prompt)+r.MaxTokens) > g.cfg.BlocksPerDevice:
 		// The preemption bound reserves a sequence's whole length on one
 		// device, so a sequence that could not fit one is refused.
-		g.reject(ctx, r, Rejected, ReasonInvalid, "prompt plus max_tokens does not fit a device's KV cache", 0)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonInvalid, "prompt plus max_tokens does not fit a device's KV cache", 0)
 		return
 	case g.queued >= g.cfg.WaitingMax:
-		g.reject(ctx, r, Rejected, ReasonQueueFull, "generation queue full", g.cfg.TTFT)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonQueueFull, "generation queue full", g.cfg.TTFT)
 		return
 	}
-	r.Priority = min(max(r.Priority, PriorityLow), PriorityHigh)
+	r.Priority = min(max(r.Priority, actors.PriorityLow), actors.PriorityHigh)
 	if r.TTFTDeadline == 0 {
 		r.TTFTDeadline = r.Arrival + g.cfg.TTFT
 	}
@@ -288,22 +290,22 @@ func (g *GenScheduler) submit(ctx StepContext, r GenRequest) {
 	}
 	t := g.tenant(r.Tenant, now)
 	if t == nil {
-		g.reject(ctx, r, Rejected, ReasonQueueFull, "too many tenants in flight", g.cfg.TTFT)
+		g.reject(ctx, r, actors.Rejected, actors.ReasonQueueFull, "too many tenants in flight", g.cfg.TTFT)
 		return
 	}
-	if ok, wait := t.take(now); !ok {
-		g.reject(ctx, r, Rejected, ReasonRateLimited, "tenant over its request rate", wait)
+	if ok, wait := t.Take(now); !ok {
+		g.reject(ctx, r, actors.Rejected, actors.ReasonRateLimited, "tenant over its request rate", wait)
 		return
 	}
-	if t.cfg.InflightMax > 0 && t.held >= t.cfg.InflightMax {
-		g.reject(ctx, r, Rejected, ReasonQuota, "tenant over its requests in flight", g.cfg.TTFT)
+	if most := t.Config().InflightMax; most > 0 && t.Held() >= most {
+		g.reject(ctx, r, actors.Rejected, actors.ReasonQuota, "tenant over its requests in flight", g.cfg.TTFT)
 		return
 	}
-	if t.held == 0 {
+	if t.Held() == 0 {
 		// Back from idle: level with the tenants being served.
-		t.served = max(t.served, g.vtime)
+		t.Level(g.vtime)
 	}
-	t.held++
+	t.Hold()
 	s := &genSeq{req: r, tenant: t, dev: -1, attempts: 1, fresh: true}
 	s.latestStart = r.TTFTDeadline - g.prefillTime(len(r.Prompt))
 	g.seqs[r.ID] = s
@@ -314,7 +316,7 @@ func (g *GenScheduler) submit(ctx StepContext, r GenRequest) {
 
 // prefillTime is a lower bound on the time to prefill n tokens and sample
 // the first: a budget's worth a step, alone on a device.
-func (g *GenScheduler) prefillTime(n int) time.Duration {
+func (g *Scheduler) prefillTime(n int) time.Duration {
 	var d time.Duration
 	for kv := 0; kv < n; {
 		c := min(n-kv, g.cfg.StepTokensMax)
@@ -327,16 +329,16 @@ func (g *GenScheduler) prefillTime(n int) time.Duration {
 // checkDeadline ends s if its deadline is past, or if it is queued with
 // no token sent and its first token can no longer come by its TTFT
 // deadline; otherwise it arms s's timer for the next time that may be so.
-func (g *GenScheduler) checkDeadline(ctx StepContext, s *genSeq) {
+func (g *Scheduler) checkDeadline(ctx StepContext, s *genSeq) {
 	now := ctx.Now()
 	if now >= s.req.Deadline {
-		g.end(ctx, s, Expired, ReasonDeadline, "deadline passed before the output was complete")
+		g.end(ctx, s, actors.Expired, actors.ReasonDeadline, "deadline passed before the output was complete")
 		return
 	}
 	at := s.req.Deadline
 	if len(s.sent) == 0 {
 		if s.dev < 0 && now > s.latestStart {
-			g.end(ctx, s, Expired, ReasonDeadline, "the first token can no longer come by the TTFT deadline")
+			g.end(ctx, s, actors.Expired, actors.ReasonDeadline, "the first token can no longer come by the TTFT deadline")
 			return
 		}
 		if now <= s.latestStart {
@@ -353,28 +355,28 @@ func (g *GenScheduler) checkDeadline(ctx StepContext, s *genSeq) {
 
 // tenant returns the named tenant's state, created on first sight within
 // TenantsMax (releasing an idle one at the bound); nil if all are busy.
-func (g *GenScheduler) tenant(name string, now time.Duration) *tenantState {
-	return lookupTenant(g.tenants, &g.tenantOrder, name, now, g.cfg.TenantsMax, g.cfg.DefaultTenant, g.cfg.Tenants, g.vtime)
+func (g *Scheduler) tenant(name string, now time.Duration) *actors.Tenant {
+	return g.tenants.Lookup(name, now, g.vtime)
 }
 
 // level is s's effective priority: its own, one higher per PriorityAging
 // since it arrived, up to PriorityHigh.
-func (g *GenScheduler) level(s *genSeq, now time.Duration) int8 {
+func (g *Scheduler) level(s *genSeq, now time.Duration) int8 {
 	p := s.req.Priority
-	if p >= PriorityHigh {
+	if p >= actors.PriorityHigh {
 		return p
 	}
 	up := (now - s.req.Arrival) / g.cfg.PriorityAging
-	return int8(min(int64(p)+int64(up), int64(PriorityHigh)))
+	return int8(min(int64(p)+int64(up), int64(actors.PriorityHigh)))
 }
 
 // before reports whether queued sequence a is admitted before b.
-func (g *GenScheduler) before(a, b *genSeq, now time.Duration) bool {
+func (g *Scheduler) before(a, b *genSeq, now time.Duration) bool {
 	if la, lb := g.level(a, now), g.level(b, now); la != lb {
 		return la > lb
 	}
-	if a.tenant.served != b.tenant.served {
-		return a.tenant.served < b.tenant.served
+	if a.tenant.Served() != b.tenant.Served() {
+		return a.tenant.Served() < b.tenant.Served()
 	}
 	if a.req.TTFTDeadline != b.req.TTFTDeadline {
 		return a.req.TTFTDeadline < b.req.TTFTDeadline
@@ -385,7 +387,7 @@ func (g *GenScheduler) before(a, b *genSeq, now time.Duration) bool {
 // prefillOrder orders a device's running sequences for their blocks and
 // the prefill budget: the higher effective priority, then the earlier
 // TTFT deadline, then the older admitted.
-func (g *GenScheduler) prefillOrder(a, b *genSeq, now time.Duration) int {
+func (g *Scheduler) prefillOrder(a, b *genSeq, now time.Duration) int {
 	if la, lb := g.level(a, now), g.level(b, now); la != lb {
 		return cmp.Compare(lb, la)
 	}
@@ -402,7 +404,7 @@ const lateSkipsMax = 8
 // budgetAhead is the step's tokens that go before queued sequence s if it
 // were admitted: the decodes' (tokens), then the remaining prefill of
 // those of prefills before it in prefillOrder.
-func (g *GenScheduler) budgetAhead(s *genSeq, prefills []*genSeq, tokens int, now time.Duration) int {
+func (g *Scheduler) budgetAhead(s *genSeq, prefills []*genSeq, tokens int, now time.Duration) int {
 	for _, o := range prefills {
 		if g.prefillOrder(o, s, now) < 0 {
 			tokens += o.remaining()
@@ -414,7 +416,7 @@ func (g *GenScheduler) budgetAhead(s *genSeq, prefills []*genSeq, tokens int, no
 // lateIfAdmitted reports whether admitting queued sequence s to device d
 // now would make a first token late: s's own, or that of a sequence
 // prefilling there that s would go ahead of (prefillOrder).
-func (g *GenScheduler) lateIfAdmitted(d int, s *genSeq, now time.Duration) bool {
+func (g *Scheduler) lateIfAdmitted(d int, s *genSeq, now time.Duration) bool {
 	if g.firstTokenAt(d, s, s, now) > s.req.TTFTDeadline {
 		return true
 	}
@@ -432,7 +434,7 @@ func (g *GenScheduler) lateIfAdmitted(d int, s *genSeq, now time.Duration) bool 
 // of it in prefillOrder, a step's budget at a time less one token for
 // each sequence decoding there, each step costing the cost model's time
 // for what it feeds and the KV the device would hold at the end.
-func (g *GenScheduler) firstTokenAt(d int, t, s *genSeq, now time.Duration) time.Duration {
+func (g *Scheduler) firstTokenAt(d int, t, s *genSeq, now time.Duration) time.Duration {
 	// pending is the prefill to feed up to t's first token, all the
 	// prefill on the device (the steps feed what is behind t too).
 	pending, all, decodes, kv := 0, 0, 0, 0
@@ -463,8 +465,8 @@ func (g *GenScheduler) firstTokenAt(d int, t, s *genSeq, now time.Duration) time
 
 // end gives s its terminal state: it frees s's blocks at once (its device
 // runs no step of s meanwhile: a step in flight forgets it), and sends
-// its GenEnd.
-func (g *GenScheduler) end(ctx StepContext, s *genSeq, o Outcome, why Reason, err string) {
+// its End.
+func (g *Scheduler) end(ctx StepContext, s *genSeq, o actors.Outcome, why actors.Reason, err string) {
 	if s.dev >= 0 {
 		g.release(s)
 	} else {
@@ -474,15 +476,15 @@ func (g *GenScheduler) end(ctx StepContext, s *genSeq, o Outcome, why Reason, er
 		ctx.Cancel(s.timer)
 	}
 	delete(g.seqs, s.req.ID)
-	s.tenant.held--
-	ctx.Send(s.req.ReplyTo, GenEnd{ID: s.req.ID, Outcome: o, Reason: why, Err: err, Version: g.cfg.Version,
+	s.tenant.Unhold()
+	ctx.Send(s.req.ReplyTo, End{ID: s.req.ID, Outcome: o, Reason: why, Err: err, Version: g.cfg.Version,
 		Tokens: len(s.sent), Arrival: s.req.Arrival, FirstToken: s.firstAt, Done: ctx.Now(),
 		Preemptions: s.preempts, Attempts: s.attempts})
 }
 
 // release takes s off its device: frees its blocks, and tells the device
 // to forget it.
-func (g *GenScheduler) release(s *genSeq) {
+func (g *Scheduler) release(s *genSeq) {
 	dv := &g.devs[s.dev]
 	dv.free += s.blocks
 	s.blocks, s.kv = 0, 0
@@ -494,7 +496,7 @@ func (g *GenScheduler) release(s *genSeq) {
 	s.dev = -1
 }
 
-func (g *GenScheduler) unqueue(s *genSeq) {
+func (g *Scheduler) unqueue(s *genSeq) {
 	g.waiting = slices.DeleteFunc(g.waiting, func(o *genSeq) bool { return o == s })
 	if s.fresh {
 		s.fresh = false
@@ -504,12 +506,12 @@ func (g *GenScheduler) unqueue(s *genSeq) {
 
 // requeue puts s, taken off its device, back in the queue to be
 // recomputed from its prompt and the tokens it sent.
-func (g *GenScheduler) requeue(ctx StepContext, s *genSeq) {
+func (g *Scheduler) requeue(ctx StepContext, s *genSeq) {
 	g.waiting = append(g.waiting, s)
 	g.checkDeadline(ctx, s)
 }
 
-func (g *GenScheduler) preempt(ctx StepContext, s *genSeq) {
+func (g *Scheduler) preempt(ctx StepContext, s *genSeq) {
 	g.release(s)
 	s.preempts++
 	s.preemptStep = g.stepSeq + 1
@@ -519,7 +521,7 @@ func (g *GenScheduler) preempt(ctx StepContext, s *genSeq) {
 
 // victim is the sequence of device d to preempt: not reserved, lowest
 // effective priority, then newest admitted. nil if none may be.
-func (g *GenScheduler) victim(d int, now time.Duration) *genSeq {
+func (g *Scheduler) victim(d int, now time.Duration) *genSeq {
 	var v *genSeq
 	for _, s := range g.devs[d].running {
 		if s.reserved {
@@ -542,7 +544,7 @@ func (g *GenScheduler) victim(d int, now time.Duration) *genSeq {
 
 // kick starts a step on every idle device with work, from a rotating
 // first device so that admissions spread over the group.
-func (g *GenScheduler) kick(ctx StepContext) {
+func (g *Scheduler) kick(ctx StepContext) {
 	n := len(g.devs)
 	for i := range n {
 		d := (g.next + i) % n
@@ -554,7 +556,7 @@ func (g *GenScheduler) kick(ctx StepContext) {
 }
 
 // schedule builds and starts device d's next step.
-func (g *GenScheduler) schedule(ctx StepContext, d int) {
+func (g *Scheduler) schedule(ctx StepContext, d int) {
 	now := ctx.Now()
 	dv := &g.devs[d]
 	order := slices.Clone(dv.running)
@@ -597,8 +599,7 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 			Temperature: s.req.Temperature, Seed: s.req.Seed})
 		seqs, fed, sample = append(seqs, s), append(fed, n), append(sample, smp)
 		tokens += n
-		w := float64(n) / s.tenant.weight
-		s.tenant.served += w
+		s.tenant.Charge(float64(n))
 	}
 	for _, s := range order {
 		if s.dev == d && s.remaining() == 1 && g.blocksFor(s.kv+1) <= s.blocks {
@@ -653,7 +654,7 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 			break
 		}
 		g.unqueue(s)
-		g.vtime = max(g.vtime, s.tenant.served)
+		g.vtime = max(g.vtime, s.tenant.Served())
 		dv.free -= need
 		s.dev, s.blocks, s.kv = d, need, 0
 		g.admitSeq++
@@ -681,7 +682,7 @@ func (g *GenScheduler) schedule(ctx StepContext, d int) {
 	dv.watchdog = ctx.After(time.Duration(float64(predicted)*g.cfg.WatchdogMultiple)+g.cfg.WatchdogSlack, genWatchdog{dev: d, step: job.ID})
 }
 
-func (g *GenScheduler) stepDone(ctx StepContext, m StepDone) {
+func (g *Scheduler) stepDone(ctx StepContext, m StepDone) {
 	d := slices.IndexFunc(g.devs, func(dv genDevice) bool { return dv.step == m.ID && dv.up })
 	if d < 0 || m.ID == 0 {
 		return // a step abandoned at its watchdog
@@ -720,7 +721,7 @@ func (g *GenScheduler) stepDone(ctx StepContext, m StepDone) {
 		}
 		ctx.Send(s.req.ReplyTo, Token{ID: s.req.ID, Index: idx, Byte: out.Token})
 		if out.End || len(s.sent) >= s.req.MaxTokens {
-			g.end(ctx, s, Completed, ReasonNone, "")
+			g.end(ctx, s, actors.Completed, actors.ReasonNone, "")
 		} else if idx == 0 {
 			g.checkDeadline(ctx, s) // from now on only the total deadline counts
 		}
@@ -730,7 +731,7 @@ func (g *GenScheduler) stepDone(ctx StepContext, m StepDone) {
 // fail handles a device that faulted or hung: its KV cache is lost, its
 // sequences go back to the queue (or fail, out of attempts), and it
 // restarts after a backoff.
-func (g *GenScheduler) fail(ctx StepContext, d int, why string) {
+func (g *Scheduler) fail(ctx StepContext, d int, why string) {
 	dv := &g.devs[d]
 	if dv.watchdog != 0 {
 		ctx.Cancel(dv.watchdog)
@@ -748,7 +749,7 @@ func (g *GenScheduler) fail(ctx StepContext, d int, why string) {
 		s.dev, s.blocks, s.kv = -1, 0, 0
 		if s.attempts >= g.cfg.AttemptMax {
 			g.waiting = append(g.waiting, s) // end unqueues it
-			g.end(ctx, s, Failed, ReasonAttempts, fmt.Sprintf("device failures used up the %d attempts (last: %s)", g.cfg.AttemptMax, why))
+			g.end(ctx, s, actors.Failed, actors.ReasonAttempts, fmt.Sprintf("device failures used up the %d attempts (last: %s)", g.cfg.AttemptMax, why))
 			continue
 		}
 		s.attempts++
@@ -761,7 +762,7 @@ func (g *GenScheduler) fail(ctx StepContext, d int, why string) {
 // sequence holds fewer blocks than its KV needs, the bounds hold, and
 // every sequence is either queued or on exactly one device. For the
 // simulator and tests, after every message.
-func (g *GenScheduler) Check() error {
+func (g *Scheduler) Check() error {
 	seen := 0
 	for d := range g.devs {
 		dv := &g.devs[d]

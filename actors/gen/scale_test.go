@@ -1,4 +1,4 @@
-package actors
+package gen
 
 import (
 	"strings"
@@ -19,11 +19,11 @@ func TestGenPressureSlack(t *testing.T) {
 		late     bool
 	}{{time.Second, false}, {15 * time.Millisecond, true}} {
 		h := newGenHarness(t, smallGenConfig(), genOut)
-		h.send(GenSubmit{Req: genReq(1, strings.Repeat("p", 40), 10)}) // admitted: 10 blocks of 64
+		h.send(Submit{Req: genReq(1, strings.Repeat("p", 40), 10)}) // admitted: 10 blocks of 64
 		for id := uint64(2); id < 22; id++ {
 			r := genReq(id, strings.Repeat("q", 8), 10)
 			r.TTFTDeadline = c.deadline
-			h.send(GenSubmit{Req: r})
+			h.send(Submit{Req: r})
 		}
 		p := h.g.Pressure(h.c.now)
 		if p.KVUsed != 10.0/64 || p.Queued != 20 {
@@ -34,37 +34,37 @@ func TestGenPressureSlack(t *testing.T) {
 		if d := p.SlackMin - last; d < -time.Microsecond || d > time.Microsecond || p.SlackP10 <= p.SlackMin {
 			t.Fatalf("deadline %v: slack min %v p10 %v, want min %v (the last, behind the whole queue) and p10 above it", c.deadline, p.SlackMin, p.SlackP10, last)
 		}
-		rec := GenRecommend(p, 1, DefaultGenScaleConfig())
+		rec := Recommend(p, 1, DefaultScaleConfig())
 		if want := map[bool]int{false: 1, true: 2}[c.late]; rec != want {
 			t.Fatalf("deadline %v: pressure %+v recommends %d devices, want %d", c.deadline, p, rec, want)
 		}
 	}
 }
 
-// GenRecommend: one more device under KV or slack pressure, one fewer
+// Recommend: one more device under KV or slack pressure, one fewer
 // when low and the rest would hold the KV, within the bounds. Deliberate
 // break: scale-down without the low-KV bound (`p.KVUsed <= c.KVDown`
 // removed) recommends 2 devices for KV 0.4 on 3.
 func TestGenRecommend(t *testing.T) {
-	c := DefaultGenScaleConfig()
+	c := DefaultScaleConfig()
 	c.DevicesMax = 4
 	for _, r := range []struct {
-		p             GenPressure
+		p             Pressure
 		devices, want int
 	}{
-		{GenPressure{KVUsed: 0.95}, 2, 3},
-		{GenPressure{KVUsed: 0.5, Queued: 10, SlackP10: -time.Millisecond}, 2, 3},
-		{GenPressure{KVUsed: 0.5, Queued: 10, SlackP10: 200 * time.Millisecond}, 2, 2},
-		{GenPressure{KVUsed: 0.95}, 4, 4},
-		{GenPressure{KVUsed: 0.1}, 2, 1},
-		{GenPressure{KVUsed: 0.1}, 1, 1},
-		{GenPressure{KVUsed: 0.3, Queued: 1, SlackP10: time.Second}, 2, 2},
-		{GenPressure{KVUsed: 0.5}, 2, 2},
-		{GenPressure{KVUsed: 0.3}, 3, 2},
-		{GenPressure{KVUsed: 0.4}, 3, 3},
-		{GenPressure{KVUsed: 0.28}, 2, 1},
+		{Pressure{KVUsed: 0.95}, 2, 3},
+		{Pressure{KVUsed: 0.5, Queued: 10, SlackP10: -time.Millisecond}, 2, 3},
+		{Pressure{KVUsed: 0.5, Queued: 10, SlackP10: 200 * time.Millisecond}, 2, 2},
+		{Pressure{KVUsed: 0.95}, 4, 4},
+		{Pressure{KVUsed: 0.1}, 2, 1},
+		{Pressure{KVUsed: 0.1}, 1, 1},
+		{Pressure{KVUsed: 0.3, Queued: 1, SlackP10: time.Second}, 2, 2},
+		{Pressure{KVUsed: 0.5}, 2, 2},
+		{Pressure{KVUsed: 0.3}, 3, 2},
+		{Pressure{KVUsed: 0.4}, 3, 3},
+		{Pressure{KVUsed: 0.28}, 2, 1},
 	} {
-		if got := GenRecommend(r.p, r.devices, c); got != r.want {
+		if got := Recommend(r.p, r.devices, c); got != r.want {
 			t.Errorf("%+v on %d devices: %d, want %d", r.p, r.devices, got, r.want)
 		}
 	}

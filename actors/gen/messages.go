@@ -1,11 +1,15 @@
-package actors
+package gen
 
-import "time"
+import (
+	"time"
 
-// GenRequest is one generation request as a front door hands it to a
-// GenScheduler.
-type GenRequest struct {
-	// ID is unique among the requests a GenScheduler has in flight; it
+	"github.com/batchd/batchd/actors"
+)
+
+// Request is one generation request as a front door hands it to a
+// Scheduler.
+type Request struct {
+	// ID is unique among the requests a Scheduler has in flight; it
 	// names the sequence in steps and tokens.
 	ID     uint64
 	Tenant string
@@ -31,21 +35,21 @@ type GenRequest struct {
 	// Arrival is when the front door received the request.
 	Arrival time.Duration
 	// TTFTDeadline is the absolute time by which the first token is
-	// useful; zero means Arrival plus GenConfig.TTFT.
+	// useful; zero means Arrival plus Config.TTFT.
 	TTFTDeadline time.Duration
 	// Deadline is the absolute time by which the whole output is useful;
-	// zero means Arrival plus GenConfig.Timeout.
+	// zero means Arrival plus Config.Timeout.
 	Deadline time.Duration
-	// ReplyTo is where the Tokens and the one GenEnd go.
-	ReplyTo Address
+	// ReplyTo is where the Tokens and the one End go.
+	ReplyTo actors.Address
 }
 
-// GenSubmit asks a GenScheduler to admit and serve a generation request.
-type GenSubmit struct{ Req GenRequest }
+// Submit asks a Scheduler to admit and serve a generation request.
+type Submit struct{ Req Request }
 
-// GenCancel withdraws a generation request, queued or running: its
+// Cancel withdraws a generation request, queued or running: its
 // sequence frees its KV blocks and its stream ends Cancelled.
-type GenCancel struct{ ID uint64 }
+type Cancel struct{ ID uint64 }
 
 // Token is one generated token, sent to the request's ReplyTo as soon as
 // the step that made it is done. Index counts from 0 within the request's
@@ -59,13 +63,13 @@ type Token struct {
 	Byte  byte
 }
 
-// GenEnd is the one terminal message of a generation request, sent to its
+// End is the one terminal message of a generation request, sent to its
 // ReplyTo after its last Token.
-type GenEnd struct {
+type End struct {
 	ID      uint64
-	Outcome Outcome
+	Outcome actors.Outcome
 	// Reason and Err say why, for any outcome other than Completed.
-	Reason Reason
+	Reason actors.Reason
 	Err    string
 	// RetryAfter is the hint for Rejected replies.
 	RetryAfter time.Duration

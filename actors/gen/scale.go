@@ -1,4 +1,4 @@
-package actors
+package gen
 
 import (
 	"cmp"
@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// GenPressure is a generation group's autoscaling signal: how full its
+// Pressure is a generation group's autoscaling signal: how full its
 // KV caches are, and how close its queued requests' first tokens come to
 // their TTFT deadlines.
-type GenPressure struct {
+type Pressure struct {
 	// KVUsed is the share of the group's KV blocks held, 0 to 1.
 	KVUsed float64
 	// Queued is the new requests queued (their first token still to
@@ -31,8 +31,8 @@ type GenPressure struct {
 // prefill (prefillTime); with no device able to admit, at its deadline,
 // then its prefill (negative slack). O(n log n) in
 // the queue: a live host calls it at a bounded rate, not per message.
-func (g *GenScheduler) Pressure(now time.Duration) GenPressure {
-	var p GenPressure
+func (g *Scheduler) Pressure(now time.Duration) Pressure {
+	var p Pressure
 	held, total := 0, g.cfg.BlocksPerDevice*len(g.devs)
 	rate, pending := 0.0, 0 // prefill tokens a second; tokens to prefill on the devices
 	for d := range g.devs {
@@ -83,8 +83,8 @@ func (g *GenScheduler) Pressure(now time.Duration) GenPressure {
 	return p
 }
 
-// GenScaleConfig is the generation autoscaling recommendation's policy.
-type GenScaleConfig struct {
+// ScaleConfig is the generation autoscaling recommendation's policy.
+type ScaleConfig struct {
 	// DevicesMin and DevicesMax bound the recommendation.
 	DevicesMin, DevicesMax int
 	// KVUp: a KV use at or above it is pressure (preemptions come next).
@@ -97,17 +97,17 @@ type GenScaleConfig struct {
 	KVDown float64
 }
 
-// DefaultGenScaleConfig: pressure at 90% KV or a tenth of the queue
+// DefaultScaleConfig: pressure at 90% KV or a tenth of the queue
 // predicted late, low at 30% KV with nothing queued, 1 to 16 devices.
-func DefaultGenScaleConfig() GenScaleConfig {
-	return GenScaleConfig{DevicesMin: 1, DevicesMax: 16, KVUp: 0.9, KVDown: 0.3}
+func DefaultScaleConfig() ScaleConfig {
+	return ScaleConfig{DevicesMin: 1, DevicesMax: 16, KVUp: 0.9, KVDown: 0.3}
 }
 
-// GenRecommend is the devices a group of devices under p should have:
+// Recommend is the devices a group of devices under p should have:
 // one more under pressure, one fewer when low, else as many, within the
 // bounds. It is a reading, not a decision with memory: a consumer (a
 // HorizontalPodAutoscaler's stabilization window) adds the hysteresis.
-func GenRecommend(p GenPressure, devices int, c GenScaleConfig) int {
+func Recommend(p Pressure, devices int, c ScaleConfig) int {
 	n := devices
 	switch {
 	case p.KVUsed >= c.KVUp || p.Queued > 0 && p.SlackP10 < c.SlackUp:

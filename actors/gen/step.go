@@ -1,10 +1,12 @@
-package actors
+package gen
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/batchd/batchd/actors"
 )
 
 // StepJob is one step of a generation model on one device: a slot per
@@ -47,7 +49,7 @@ type StepSlot struct {
 	// Sample asks for the token that follows Input: set when Input ends
 	// the known context (the last prefill chunk, or a decode).
 	Sample bool
-	// Temperature and Seed are the sequence's sampling (GenRequest's):
+	// Temperature and Seed are the sequence's sampling (Request's):
 	// the same in every slot of the sequence.
 	Temperature float64
 	Seed        int64
@@ -74,14 +76,14 @@ type StepDone struct {
 	Fault bool
 }
 
-// StepContext is the Context of a runtime that hosts a GenScheduler: it
+// StepContext is the Context of a runtime that hosts a Scheduler: it
 // also runs generation steps. ExecStep hands a step to the runtime, which
 // runs it off the actor on the device it names and later delivers a
 // StepDone with the same ID to the actor itself (a hung step may never
 // complete). It is apart from Context.Exec, whose jobs are the fixed-cost
 // batchstring batches, so that the runtimes of the batcher need no change.
 type StepContext interface {
-	Context
+	actors.Context
 	ExecStep(job StepJob)
 }
 
@@ -94,24 +96,24 @@ type Step interface {
 	Step(job StepJob) StepDone
 }
 
-// GenCost is the cost model of a generation step: Base + PerToken·(tokens
+// Cost is the cost model of a generation step: Base + PerToken·(tokens
 // fed in the step) + PerKVToken·(KV tokens the step's sequences hold,
 // which attention reads). It is what the scheduler predicts a step with
 // and what the emulated generator takes.
-type GenCost struct {
+type Cost struct {
 	Base       time.Duration
 	PerToken   time.Duration
 	PerKVToken time.Duration
 }
 
 // Of is the time of a step that feeds tokens and reads kv KV tokens.
-func (c GenCost) Of(tokens, kv int) time.Duration {
+func (c Cost) Of(tokens, kv int) time.Duration {
 	return c.Base + time.Duration(tokens)*c.PerToken + time.Duration(kv)*c.PerKVToken
 }
 
 // StepCost is the cost of job under c: its tokens fed, and its sequences'
 // KV after the step.
-func (c GenCost) StepCost(job StepJob) time.Duration {
+func (c Cost) StepCost(job StepJob) time.Duration {
 	tokens, kv := 0, 0
 	for _, s := range job.Slots {
 		tokens += len(s.Input)
@@ -148,7 +150,7 @@ func (l Lognormal) Validate() error {
 // a checkable function of prompt, position, model and version, and a
 // sequence recomputed from its prompt and the tokens already sent goes on
 // exactly where it stopped.
-func genSeed(model, version string) uint64 { return InputHash(model + "@" + version) }
+func genSeed(model, version string) uint64 { return actors.InputHash(model + "@" + version) }
 
 func genFold(h uint64, b byte) uint64 {
 	h = (h ^ uint64(b)) * 1099511628211
@@ -167,10 +169,10 @@ func genOutLen(hp uint64, dist Lognormal) int {
 	return dist.Draw(rand.New(rand.NewPCG(hp, 0x67656e6c656e)))
 }
 
-// EmulatedGenOutput is the whole output the emulated generator gives a
+// EmulatedOutput is the whole output the emulated generator gives a
 // prompt on model version, cut at maxTokens: what a checker compares a
 // stream with.
-func EmulatedGenOutput(model, version, prompt string, outLen Lognormal, maxTokens int) string {
+func EmulatedOutput(model, version, prompt string, outLen Lognormal, maxTokens int) string {
 	h := genSeed(model, version)
 	for i := 0; i < len(prompt); i++ {
 		h = genFold(h, prompt[i])
@@ -185,13 +187,13 @@ func EmulatedGenOutput(model, version, prompt string, outLen Lognormal, maxToken
 	return string(out)
 }
 
-// EmulatedGen is the emulated generation backend of one device: a Step
-// whose tokens are EmulatedGenOutput's and whose output lengths are drawn
-// from OutLen (its cost is the runtime's, GenCost.StepCost). It keeps, per sequence, the hash of
+// Emulated is the emulated generation backend of one device: a Step
+// whose tokens are EmulatedOutput's and whose output lengths are drawn
+// from OutLen (its cost is the runtime's, Cost.StepCost). It keeps, per sequence, the hash of
 // the context it holds (its stand-in for the KV cache), so a slot that
 // does not resume where the sequence stopped is an error, as a real
 // device's garbage output would be.
-type EmulatedGen struct {
+type Emulated struct {
 	OutLen Lognormal
 	// BlockTokens is the KV block size Blocks counts in.
 	BlockTokens int
@@ -206,25 +208,25 @@ type emuSeq struct {
 	n int
 }
 
-// NewEmulatedGen returns an emulated generator with no sequences.
-func NewEmulatedGen(outLen Lognormal, blockTokens int) *EmulatedGen {
-	return &EmulatedGen{OutLen: outLen, BlockTokens: max(blockTokens, 1), seqs: map[uint64]*emuSeq{}}
+// NewEmulated returns an emulated generator with no sequences.
+func NewEmulated(outLen Lognormal, blockTokens int) *Emulated {
+	return &Emulated{OutLen: outLen, BlockTokens: max(blockTokens, 1), seqs: map[uint64]*emuSeq{}}
 }
 
 // Reset drops every sequence, as a device that crashed loses its memory.
-func (e *EmulatedGen) Reset() {
+func (e *Emulated) Reset() {
 	clear(e.seqs)
 	e.blocks = 0
 }
 
 // Held is the number of sequences whose state the device keeps.
-func (e *EmulatedGen) Held() int { return len(e.seqs) }
+func (e *Emulated) Held() int { return len(e.seqs) }
 
 // Blocks is the KV blocks of BlockTokens tokens that the sequences the
 // device keeps fill: the memory it really uses.
-func (e *EmulatedGen) Blocks() int { return e.blocks }
+func (e *Emulated) Blocks() int { return e.blocks }
 
-func (e *EmulatedGen) drop(id uint64) {
+func (e *Emulated) drop(id uint64) {
 	if s := e.seqs[id]; s != nil {
 		e.blocks -= (s.pos + e.BlockTokens - 1) / e.BlockTokens
 		delete(e.seqs, id)
@@ -232,7 +234,7 @@ func (e *EmulatedGen) drop(id uint64) {
 }
 
 // Step runs job.
-func (e *EmulatedGen) Step(job StepJob) StepDone {
+func (e *Emulated) Step(job StepJob) StepDone {
 	for _, id := range job.Free {
 		e.drop(id)
 	}

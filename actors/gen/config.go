@@ -1,13 +1,15 @@
-package actors
+package gen
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/batchd/batchd/actors"
 )
 
-// GenConfig configures a GenScheduler: one generation model version on a
+// Config configures a Scheduler: one generation model version on a
 // group of devices.
-type GenConfig struct {
+type Config struct {
 	// Model and Version are the model version the scheduler serves.
 	Model, Version string
 	// Devices is the number of devices in the group; each has its own KV
@@ -52,7 +54,7 @@ type GenConfig struct {
 	PriorityAging time.Duration
 	// Cost predicts a step's time (for the TTFT feasibility check and the
 	// watchdog).
-	Cost GenCost
+	Cost Cost
 	// WatchdogMultiple: a step still running at this multiple of its
 	// predicted time (plus WatchdogSlack) counts as a hung device.
 	WatchdogMultiple float64
@@ -67,20 +69,20 @@ type GenConfig struct {
 	Static bool
 	// Tenants lists tenants with their own weight and limits; any other
 	// tenant gets DefaultTenant. TenantsMax bounds the tenants tracked.
-	Tenants       []TenantConfig
-	DefaultTenant TenantConfig
+	Tenants       []actors.TenantConfig
+	DefaultTenant actors.TenantConfig
 	TenantsMax    int
 }
 
-// DefaultGenConfig returns a configuration for a 7B-class model on one or
+// DefaultConfig returns a configuration for a 7B-class model on one or
 // more 80 GB devices, in the ranges vLLM uses by default: 16-token blocks,
 // 2048 of them (32k KV tokens) per device, a 512-token step budget (the
 // chunked-prefill default of its scheduler), 64 sequences. The cost model
 // is 8 ms a step, 40 µs a token fed (a full prefill step costs about 28
 // ms), 0.5 µs a KV token read (64 sequences of 500 tokens, 16 ms). TTFT 1 s
 // and 60 s for the whole output are interactive chat targets.
-func DefaultGenConfig(model, version string, devices int) GenConfig {
-	return GenConfig{
+func DefaultConfig(model, version string, devices int) Config {
+	return Config{
 		Model:               model,
 		Version:             version,
 		Devices:             devices,
@@ -97,7 +99,7 @@ func DefaultGenConfig(model, version string, devices int) GenConfig {
 		TTFT:                time.Second,
 		Timeout:             60 * time.Second,
 		PriorityAging:       time.Second,
-		Cost:                GenCost{Base: 8 * time.Millisecond, PerToken: 40 * time.Microsecond, PerKVToken: 500 * time.Nanosecond},
+		Cost:                Cost{Base: 8 * time.Millisecond, PerToken: 40 * time.Microsecond, PerKVToken: 500 * time.Nanosecond},
 		WatchdogMultiple:    5,
 		WatchdogSlack:       50 * time.Millisecond,
 		RestartBackoff:      500 * time.Millisecond,
@@ -106,7 +108,7 @@ func DefaultGenConfig(model, version string, devices int) GenConfig {
 }
 
 // Validate reports the first field that makes the configuration unusable.
-func (c GenConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Model == "":
 		return fmt.Errorf("gen config: no model")

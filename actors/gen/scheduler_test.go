@@ -1,52 +1,102 @@
-package actors
+package gen
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/actors"
 )
 
-// genFake is a hand-driven StepContext: the fake Context, plus the steps
-// the scheduler started, which the test runs.
+// genFake is a hand-driven StepContext: the test sets the clock, reads
+// what the scheduler sent, fires its timers (advance) and runs the steps
+// it started.
 type genFake struct {
-	*fakeCtx
-	steps []StepJob
+	now    time.Duration
+	sent   []actors.Message
+	timers []genTimer // in the order set
+	lastID actors.TimerID
+	steps  []StepJob
+	rng    *rand.Rand
 }
 
-func (c *genFake) ExecStep(j StepJob) { c.steps = append(c.steps, j) }
+type genTimer struct {
+	id  actors.TimerID
+	at  time.Duration
+	msg actors.Message
+}
+
+func newGenFake() *genFake { return &genFake{rng: rand.New(rand.NewPCG(1, 2))} }
+
+func (c *genFake) Self() actors.Address                      { return actors.Address{ID: 1} }
+func (c *genFake) Now() time.Duration                        { return c.now }
+func (c *genFake) Send(_ actors.Address, msg actors.Message) { c.sent = append(c.sent, msg) }
+func (c *genFake) Rand() *rand.Rand                          { return c.rng }
+func (c *genFake) Exec(actors.Job)                           { panic("the generation scheduler runs steps, not jobs") }
+func (c *genFake) ExecStep(j StepJob)                        { c.steps = append(c.steps, j) }
+func (c *genFake) After(d time.Duration, msg actors.Message) actors.TimerID {
+	c.lastID++
+	c.timers = append(c.timers, genTimer{c.lastID, c.now + d, msg})
+	return c.lastID
+}
+func (c *genFake) Cancel(id actors.TimerID) {
+	c.timers = slices.DeleteFunc(c.timers, func(t genTimer) bool { return t.id == id })
+}
+
+// advance moves the clock to t, delivering the timers due by then to a,
+// earliest first (the first set among those due at once).
+func (c *genFake) advance(a actors.Actor, t time.Duration) {
+	for {
+		i := -1
+		for j, tm := range c.timers {
+			if tm.at <= t && (i < 0 || tm.at < c.timers[i].at) {
+				i = j
+			}
+		}
+		if i < 0 {
+			c.now = t
+			return
+		}
+		tm := c.timers[i]
+		c.timers = slices.Delete(c.timers, i, i+1)
+		c.now = tm.at
+		a.Receive(c, tm.msg)
+	}
+}
 
 // genHarness runs a scheduler's steps on emulated generators, one per
 // device, advancing the clock by each step's cost.
 type genHarness struct {
 	t   *testing.T
-	g   *GenScheduler
+	g   *Scheduler
 	c   *genFake
-	emu []*EmulatedGen
-	cfg GenConfig
+	emu []*Emulated
+	cfg Config
 	out Lognormal
 	// preempted lists the requests (IDs 1 to 8) that lost their blocks
 	// without ending, in order.
 	preempted []uint64
 }
 
-var genClient = Address{ID: 9}
+var genClient = actors.Address{ID: 9}
 
-func newGenHarness(t *testing.T, cfg GenConfig, out Lognormal) *genHarness {
+func newGenHarness(t *testing.T, cfg Config, out Lognormal) *genHarness {
 	t.Helper()
-	g, err := NewGenScheduler(cfg)
+	g, err := NewScheduler(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &genHarness{t: t, g: g, c: &genFake{fakeCtx: newFakeCtx(Address{ID: 1})}, cfg: cfg, out: out}
+	h := &genHarness{t: t, g: g, c: newGenFake(), cfg: cfg, out: out}
 	for range cfg.Devices {
-		h.emu = append(h.emu, NewEmulatedGen(out, cfg.BlockTokens))
+		h.emu = append(h.emu, NewEmulated(out, cfg.BlockTokens))
 	}
 	return h
 }
 
-func (h *genHarness) send(msg Message) {
+func (h *genHarness) send(msg actors.Message) {
 	held := map[uint64]int{}
 	for id := uint64(1); id <= 8; id++ {
 		held[id] = h.g.Blocks(id)
@@ -87,7 +137,7 @@ func (h *genHarness) step(fault bool) StepJob {
 // genActor lets fakeCtx.advance deliver timers to the scheduler.
 type genActor struct{ h *genHarness }
 
-func (a genActor) Receive(_ Context, msg Message) { a.h.send(msg) }
+func (a genActor) Receive(_ actors.Context, msg actors.Message) { a.h.send(msg) }
 
 // drain runs steps (advancing past restart timers) until none is left.
 func (h *genHarness) drain() {
@@ -105,11 +155,11 @@ func (h *genHarness) drain() {
 }
 
 // stream collects the tokens and the end sent to the client for id.
-func (h *genHarness) stream(id uint64) (string, *GenEnd) {
+func (h *genHarness) stream(id uint64) (string, *End) {
 	var b strings.Builder
-	var end *GenEnd
-	for _, s := range h.c.sent {
-		switch m := s.msg.(type) {
+	var end *End
+	for _, msg := range h.c.sent {
+		switch m := msg.(type) {
 		case Token:
 			if m.ID == id {
 				if m.Index != b.Len() {
@@ -117,7 +167,7 @@ func (h *genHarness) stream(id uint64) (string, *GenEnd) {
 				}
 				b.WriteByte(m.Byte)
 			}
-		case GenEnd:
+		case End:
 			if m.ID == id {
 				if end != nil {
 					h.t.Fatalf("request %d: two ends", id)
@@ -129,17 +179,17 @@ func (h *genHarness) stream(id uint64) (string, *GenEnd) {
 	return b.String(), end
 }
 
-func smallGenConfig() GenConfig {
-	cfg := DefaultGenConfig("m", "v1", 1)
+func smallGenConfig() Config {
+	cfg := DefaultConfig("m", "v1", 1)
 	cfg.BlockTokens, cfg.BlocksPerDevice = 4, 64
 	cfg.StepTokensMax, cfg.SeqsMax = 8, 4
 	cfg.AdmitHeadroomBlocks = 0
-	cfg.Cost = GenCost{Base: time.Millisecond, PerToken: 10 * time.Microsecond}
+	cfg.Cost = Cost{Base: time.Millisecond, PerToken: 10 * time.Microsecond}
 	return cfg
 }
 
-func genReq(id uint64, prompt string, maxTokens int) GenRequest {
-	return GenRequest{ID: id, Tenant: "t", Model: "m", Prompt: prompt, MaxTokens: maxTokens, ReplyTo: genClient}
+func genReq(id uint64, prompt string, maxTokens int) Request {
+	return Request{ID: id, Tenant: "t", Model: "m", Prompt: prompt, MaxTokens: maxTokens, ReplyTo: genClient}
 }
 
 var genOut = Lognormal{Median: 12, Sigma: 0, Max: 100}
@@ -150,7 +200,7 @@ var genOut = Lognormal{Median: 12, Sigma: 0, Max: 100}
 func TestGenChunkedPrefill(t *testing.T) {
 	h := newGenHarness(t, smallGenConfig(), genOut)
 	prompt := "abcdefghijklmnopqrst"
-	h.send(GenSubmit{Req: genReq(1, prompt, 50)})
+	h.send(Submit{Req: genReq(1, prompt, 50)})
 	var chunks []int
 	for range 3 {
 		j := h.step(false)
@@ -161,7 +211,7 @@ func TestGenChunkedPrefill(t *testing.T) {
 	}
 	h.drain()
 	got, end := h.stream(1)
-	if want := EmulatedGenOutput("m", "v1", prompt, genOut, 50); got != want || end == nil || end.Outcome != Completed {
+	if want := EmulatedOutput("m", "v1", prompt, genOut, 50); got != want || end == nil || end.Outcome != actors.Completed {
 		t.Fatalf("stream %q end %+v, want %q completed", got, end, want)
 	}
 	if h.g.BlocksUsed(0) != 0 || h.g.Blocks(1) != 0 {
@@ -174,9 +224,9 @@ func TestGenChunkedPrefill(t *testing.T) {
 // beside it.
 func TestGenDecodeNotStalledByPrefill(t *testing.T) {
 	h := newGenHarness(t, smallGenConfig(), Lognormal{Median: 100, Max: 100})
-	h.send(GenSubmit{Req: genReq(1, "ab", 100)})
+	h.send(Submit{Req: genReq(1, "ab", 100)})
 	h.step(false) // prefill, first token
-	h.send(GenSubmit{Req: genReq(2, strings.Repeat("x", 60), 100)})
+	h.send(Submit{Req: genReq(2, strings.Repeat("x", 60), 100)})
 	h.step(false) // the decode in flight when request 2 came
 	for range 5 {
 		j := h.step(false)
@@ -194,10 +244,10 @@ func TestGenPreemptionOrder(t *testing.T) {
 	cfg.BlockTokens, cfg.BlocksPerDevice, cfg.StepTokensMax = 1, 13, 16
 	h := newGenHarness(t, cfg, Lognormal{Median: 8, Max: 8})
 	low := genReq(1, "aaaa", 8)
-	low.Priority = PriorityLow
-	h.send(GenSubmit{Req: low})
-	h.send(GenSubmit{Req: genReq(2, "bbbb", 8)})
-	h.send(GenSubmit{Req: genReq(3, "cccc", 8)})
+	low.Priority = actors.PriorityLow
+	h.send(Submit{Req: low})
+	h.send(Submit{Req: genReq(2, "bbbb", 8)})
+	h.send(Submit{Req: genReq(3, "cccc", 8)})
 	h.drain()
 	order := h.preempted
 	if len(order) < 2 || order[0] != 1 || order[1] != 3 {
@@ -206,7 +256,7 @@ func TestGenPreemptionOrder(t *testing.T) {
 	for id := uint64(1); id <= 3; id++ {
 		got, end := h.stream(id)
 		p := strings.Repeat(string(rune('a'+id-1)), 4)
-		if want := EmulatedGenOutput("m", "v1", p, Lognormal{Median: 8, Max: 8}, 8); got != want || end.Outcome != Completed {
+		if want := EmulatedOutput("m", "v1", p, Lognormal{Median: 8, Max: 8}, 8); got != want || end.Outcome != actors.Completed {
 			t.Fatalf("request %d: stream %q end %+v, want %q", id, got, end, want)
 		}
 	}
@@ -221,7 +271,7 @@ func ended(h *genHarness, id uint64) bool {
 // and the tokens it sent, and the stream goes on where it stopped.
 func TestGenCrashResumesStream(t *testing.T) {
 	h := newGenHarness(t, smallGenConfig(), genOut)
-	h.send(GenSubmit{Req: genReq(1, "hello", 50)})
+	h.send(Submit{Req: genReq(1, "hello", 50)})
 	for range 4 {
 		h.step(false)
 	}
@@ -233,7 +283,7 @@ func TestGenCrashResumesStream(t *testing.T) {
 	}
 	h.drain()
 	got, end := h.stream(1)
-	if want := EmulatedGenOutput("m", "v1", "hello", genOut, 50); got != want || end.Outcome != Completed || end.Attempts != 2 {
+	if want := EmulatedOutput("m", "v1", "hello", genOut, 50); got != want || end.Outcome != actors.Completed || end.Attempts != 2 {
 		t.Fatalf("stream %q end %+v, want %q completed on attempt 2", got, end, want)
 	}
 }
@@ -260,12 +310,12 @@ func TestGenAttemptsRunOut(t *testing.T) {
 	cfg := smallGenConfig()
 	cfg.AttemptMax = 2
 	h := newGenHarness(t, cfg, genOut)
-	h.send(GenSubmit{Req: genReq(1, "hello", 50)})
+	h.send(Submit{Req: genReq(1, "hello", 50)})
 	h.step(true)
 	h.untilStep()
 	h.step(true)
 	_, end := h.stream(1)
-	if end == nil || end.Outcome != Failed || end.Reason != ReasonAttempts || h.g.InFlight() != 0 {
+	if end == nil || end.Outcome != actors.Failed || end.Reason != actors.ReasonAttempts || h.g.InFlight() != 0 {
 		t.Fatalf("end %+v, want failed (attempts)", end)
 	}
 }
@@ -276,10 +326,10 @@ func TestGenTTFTFailsEarly(t *testing.T) {
 	cfg := smallGenConfig()
 	cfg.SeqsMax = 1
 	h := newGenHarness(t, cfg, Lognormal{Median: 100, Max: 100})
-	h.send(GenSubmit{Req: genReq(1, "ab", 100)}) // holds the only slot
+	h.send(Submit{Req: genReq(1, "ab", 100)}) // holds the only slot
 	r := genReq(2, strings.Repeat("y", 40), 10)
 	r.TTFTDeadline = 20 * time.Millisecond
-	h.send(GenSubmit{Req: r})
+	h.send(Submit{Req: r})
 	for range 30 {
 		h.step(false)
 		if ended(h, 2) {
@@ -287,7 +337,7 @@ func TestGenTTFTFailsEarly(t *testing.T) {
 		}
 	}
 	_, end := h.stream(2)
-	if end == nil || end.Outcome != Expired || end.Reason != ReasonDeadline || end.Done >= r.TTFTDeadline {
+	if end == nil || end.Outcome != actors.Expired || end.Reason != actors.ReasonDeadline || end.Done >= r.TTFTDeadline {
 		t.Fatalf("end %+v, want expired (deadline) before %v", end, r.TTFTDeadline)
 	}
 }
@@ -296,10 +346,10 @@ func TestGenTTFTFailsEarly(t *testing.T) {
 // flight, and its device is told to drop it with the next step.
 func TestGenCancelFrees(t *testing.T) {
 	h := newGenHarness(t, smallGenConfig(), Lognormal{Median: 100, Max: 100})
-	h.send(GenSubmit{Req: genReq(1, "abcdef", 100)})
-	h.send(GenSubmit{Req: genReq(2, "gh", 100)})
+	h.send(Submit{Req: genReq(1, "abcdef", 100)})
+	h.send(Submit{Req: genReq(2, "gh", 100)})
 	h.step(false)
-	h.send(GenCancel{ID: 1}) // its decode step is in flight
+	h.send(Cancel{ID: 1}) // its decode step is in flight
 	if h.g.Blocks(1) != 0 {
 		t.Fatalf("cancelled request holds %d blocks", h.g.Blocks(1))
 	}
@@ -308,7 +358,7 @@ func TestGenCancelFrees(t *testing.T) {
 	if !equalU64(j.Free, []uint64{1}) && len(h.c.steps) > 0 {
 		t.Fatalf("next step frees %v, want [1]", j.Free)
 	}
-	if _, end := h.stream(1); end == nil || end.Outcome != Cancelled {
+	if _, end := h.stream(1); end == nil || end.Outcome != actors.Cancelled {
 		t.Fatalf("end %+v, want cancelled", end)
 	}
 }
@@ -317,17 +367,17 @@ func TestGenCancelFrees(t *testing.T) {
 // the output gives the rest of the output.
 func TestEmulatedGenRecompute(t *testing.T) {
 	out := Lognormal{Median: 30, Sigma: 1, Max: 200}
-	want := EmulatedGenOutput("m", "v", "prompt", out, 200)
+	want := EmulatedOutput("m", "v", "prompt", out, 200)
 	if len(want) < 3 {
 		t.Fatalf("output %q too short for the test", want)
 	}
-	e := NewEmulatedGen(out, 4)
+	e := NewEmulated(out, 4)
 	k := len(want) / 2
 	res := e.Step(StepJob{Model: "m", Version: "v", Slots: []StepSlot{{Seq: 1, Input: "prompt" + want[:k], PromptLen: 6, Sample: true}}})
 	if res.Out[0].Token != want[k] {
 		t.Fatalf("recomputed token %q, want %q", res.Out[0].Token, want[k])
 	}
-	if other := EmulatedGenOutput("m", "v2", "prompt", out, 200); other == want {
+	if other := EmulatedOutput("m", "v2", "prompt", out, 200); other == want {
 		t.Fatalf("two versions give one output %q", want)
 	}
 }
@@ -363,16 +413,16 @@ func TestGenStaticWaitsForBatch(t *testing.T) {
 	cfg.Static = true
 	out := Lognormal{Median: 6, Max: 6}
 	h := newGenHarness(t, cfg, out)
-	h.send(GenSubmit{Req: genReq(1, "ab", 6)})
+	h.send(Submit{Req: genReq(1, "ab", 6)})
 	h.step(false)
-	h.send(GenSubmit{Req: genReq(2, "cd", 6)})
+	h.send(Submit{Req: genReq(2, "cd", 6)})
 	for len(h.c.steps) > 0 && !ended(h, 1) {
 		if j := h.step(false); len(j.Slots) != 1 || j.Slots[0].Seq != 1 {
 			t.Fatalf("step %+v while request 1 runs: want request 1 alone", j.Slots)
 		}
 	}
 	h.drain()
-	if got, end := h.stream(2); end == nil || end.Outcome != Completed || got != EmulatedGenOutput("m", "v1", "cd", out, 6) {
+	if got, end := h.stream(2); end == nil || end.Outcome != actors.Completed || got != EmulatedOutput("m", "v1", "cd", out, 6) {
 		t.Fatalf("request 2: %q %+v", got, end)
 	}
 }
@@ -384,8 +434,8 @@ func TestGenSlotsCarrySampling(t *testing.T) {
 	h := newGenHarness(t, smallGenConfig(), genOut)
 	a, b := genReq(1, "abcdefghijkl", 10), genReq(2, "xy", 10)
 	a.Temperature, a.Seed = 0.7, -42
-	h.send(GenSubmit{Req: a})
-	h.send(GenSubmit{Req: b})
+	h.send(Submit{Req: a})
+	h.send(Submit{Req: b})
 	slots := 0
 	for range 10_000 {
 		if len(h.c.steps) == 0 {
@@ -406,8 +456,8 @@ func TestGenSlotsCarrySampling(t *testing.T) {
 	for i, temp := range []float64{-1, math.NaN(), math.Inf(1)} {
 		r := genReq(uint64(3+i), "ab", 4)
 		r.Temperature = temp
-		h.send(GenSubmit{Req: r})
-		if _, end := h.stream(r.ID); end == nil || end.Reason != ReasonInvalid {
+		h.send(Submit{Req: r})
+		if _, end := h.stream(r.ID); end == nil || end.Reason != actors.ReasonInvalid {
 			t.Fatalf("temperature %v: end %+v, want rejected invalid", temp, end)
 		}
 	}
@@ -421,10 +471,10 @@ func TestGenPrefillEarliestDeadlineFirst(t *testing.T) {
 	h := newGenHarness(t, smallGenConfig(), genOut)
 	long := genReq(1, strings.Repeat("l", 40), 10)
 	long.TTFTDeadline = time.Second
-	h.send(GenSubmit{Req: long})
+	h.send(Submit{Req: long})
 	soon := genReq(2, strings.Repeat("s", 8), 10)
 	soon.TTFTDeadline = 5 * time.Millisecond
-	h.send(GenSubmit{Req: soon})
+	h.send(Submit{Req: soon})
 	first := h.step(false) // the long prompt's first chunk, alone
 	if len(first.Slots) != 1 || first.Slots[0].Seq != 1 {
 		t.Fatalf("first step %+v: want the long prompt's chunk alone", first.Slots)
@@ -435,10 +485,10 @@ func TestGenPrefillEarliestDeadlineFirst(t *testing.T) {
 	}
 	h.drain()
 	_, end := h.stream(2)
-	if end == nil || end.Outcome != Completed || end.FirstToken > soon.TTFTDeadline {
+	if end == nil || end.Outcome != actors.Completed || end.FirstToken > soon.TTFTDeadline {
 		t.Fatalf("request 2 end %+v, want completed with its first token by %v", end, soon.TTFTDeadline)
 	}
-	if _, end := h.stream(1); end == nil || end.Outcome != Completed {
+	if _, end := h.stream(1); end == nil || end.Outcome != actors.Completed {
 		t.Fatalf("request 1 end %+v, want completed", end)
 	}
 }
@@ -452,7 +502,7 @@ func TestGenAdmitSkipsPredictedLate(t *testing.T) {
 	out := Lognormal{Median: 100, Max: 100}
 	h := newGenHarness(t, smallGenConfig(), out)
 	for id := uint64(1); id <= 3; id++ {
-		h.send(GenSubmit{Req: genReq(id, "ab", 100)})
+		h.send(Submit{Req: genReq(id, "ab", 100)})
 	}
 	h.step(false) // the three prompts, and their first tokens
 	// The decode step in flight costs 1.03 ms; then 8 tokens beside 3
@@ -461,8 +511,8 @@ func TestGenAdmitSkipsPredictedLate(t *testing.T) {
 	t0 := h.c.now
 	late := genReq(4, strings.Repeat("x", 8), 10)
 	late.TTFTDeadline = t0 + 2600*time.Microsecond
-	h.send(GenSubmit{Req: late})
-	h.send(GenSubmit{Req: genReq(5, "yy", 10)})
+	h.send(Submit{Req: late})
+	h.send(Submit{Req: genReq(5, "yy", 10)})
 	j := h.step(false)
 	if len(j.Slots) != 3 {
 		t.Fatalf("step in flight %+v: want the three decodes", j.Slots)
@@ -477,10 +527,10 @@ func TestGenAdmitSkipsPredictedLate(t *testing.T) {
 		t.Fatalf("next step %+v: want request 5 admitted in request 4's place", next.Slots)
 	}
 	h.drain()
-	if got, end := h.stream(4); got != "" || end == nil || end.Outcome != Expired || end.Done > late.TTFTDeadline {
+	if got, end := h.stream(4); got != "" || end == nil || end.Outcome != actors.Expired || end.Done > late.TTFTDeadline {
 		t.Fatalf("request 4: stream %q end %+v, want expired with no token before %v", got, end, late.TTFTDeadline)
 	}
-	if _, end := h.stream(5); end == nil || end.Outcome != Completed {
+	if _, end := h.stream(5); end == nil || end.Outcome != actors.Completed {
 		t.Fatalf("request 5 end %+v, want completed", end)
 	}
 }
