@@ -235,6 +235,12 @@ func (p *process) stop(grace time.Duration) {
 	case <-p.exited:
 	case <-time.After(grace):
 	}
+	// What it wrote to stderr before it died is logged before stop
+	// returns (bounded: a child that kept the pipe open holds it).
+	select {
+	case <-p.pumped:
+	case <-time.After(grace):
+	}
 }
 
 // alive reports whether the process has not exited.
