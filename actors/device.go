@@ -142,8 +142,8 @@ type claimTimeout struct{ gen uint64 }
 type deviceCluster struct {
 	view *member.View
 	// shunned are nodes a message to which came back Undeliverable; the
-	// device serves no accumulator there until the view next changes
-	// about them.
+	// device serves no accumulator there until they come back alive at a
+	// higher incarnation, or the data plane reaches them again (PeerUp).
 	shunned     map[string]uint64
 	accumulator uint64
 	// perModel, in a split, are the models that have an accumulator of
@@ -333,6 +333,11 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		if m.gen == d.offerGen && d.phase == deviceClaiming {
 			d.phase = deviceIdle // the claim or its batch was lost
 			d.ready(ctx)
+		}
+	case PeerUp:
+		if c := d.cluster; c != nil && shuns(c.shunned, m.Node) {
+			delete(c.shunned, m.Node)
+			d.route(ctx)
 		}
 	case Undeliverable:
 		if c := d.cluster; c != nil && c.isAccumulator(m.To.ID) && !shuns(c.shunned, m.To.Node) {

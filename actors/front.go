@@ -51,8 +51,9 @@ type Front struct {
 	owners        map[string]placement
 	ownersVersion uint64
 	// shunned are members a message to which came back Undeliverable
-	// (their process is down), with the incarnation they had: no model is
-	// placed on them until they come back alive at a higher one.
+	// (their process is down, or the link), with the incarnation they
+	// had: no model is placed on them until they come back alive at a
+	// higher one, or the data plane reaches them again (PeerUp).
 	// ownersStale says owners must be rebuilt.
 	shunned     map[string]uint64
 	ownersStale bool
@@ -231,6 +232,12 @@ func (f *Front) Receive(ctx Context, msg Message) {
 		f.reply(ctx, m)
 	case member.Update:
 		f.membership(ctx, m)
+	case PeerUp:
+		if shuns(f.shunned, m.Node) {
+			delete(f.shunned, m.Node)
+			f.ownersStale = true
+			f.replace(ctx)
+		}
 	case Undeliverable:
 		if _, ok := m.Msg.(Submit); ok && !shuns(f.shunned, m.To.Node) && !f.cfg.Local {
 			u, _ := f.view.Get(m.To.Node)

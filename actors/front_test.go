@@ -395,3 +395,32 @@ func TestFrontReleasesAHeldRefusal(t *testing.T) {
 		t.Fatalf("expiry: waiter got %+v, want the held refusal", rs)
 	}
 }
+
+// TestFrontTakesBackAReachablePeer: a Submit to the owner that comes back
+// Undeliverable makes the front route around it (the request goes to
+// another node); once the data plane reaches it again (PeerUp) the model
+// goes back to it, at the same incarnation, and so does a new request.
+func TestFrontTakesBackAReachablePeer(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	first := submits(ctx.take())[0]
+	owner := first.to.Node
+	f.Receive(ctx, Undeliverable{To: first.to, Msg: first.msg})
+	s := submits(ctx.take())
+	if len(s) != 1 || s[0].to.Node == owner {
+		t.Fatalf("after an undeliverable submit sent %+v, want one to another node than %s", s, owner)
+	}
+	f.Receive(ctx, PeerUp{Node: owner})
+	s = submits(ctx.take())
+	if len(s) != 1 || s[0].to.Node != owner {
+		t.Fatalf("after the peer was up again sent %+v, want the waiting request back at %s", s, owner)
+	}
+	f.Receive(ctx, Submit{Req: Request{ID: 2, Model: "m", ReplyTo: waiter}})
+	if s := submits(ctx.take()); len(s) != 1 || s[0].to.Node != owner {
+		t.Fatalf("a new request went to %+v, want %s", s, owner)
+	}
+	f.Receive(ctx, PeerUp{Node: owner}) // not shunned: nothing moves
+	if s := submits(ctx.take()); len(s) != 0 {
+		t.Fatalf("a PeerUp for a node not avoided resubmitted %+v", s)
+	}
+}

@@ -356,5 +356,12 @@ type Undeliverable struct {
 	Msg Message
 }
 
+// PeerUp tells a front or a device of a cluster node that the node's data
+// plane reaches Node again (a stream to it is up): one that routed around
+// Node since a message to it came back Undeliverable takes it back,
+// without waiting for it to return at a higher incarnation. Membership
+// still decides whether Node is live.
+type PeerUp struct{ Node string }
+
 // Start is the first message a runtime delivers to every actor it spawns.
 type Start struct{}

@@ -83,3 +83,34 @@ func TestDeviceClaimsTheMostUrgentOffer(t *testing.T) {
 		t.Fatalf("the claimed batch did not run: %d jobs", len(c.jobs))
 	}
 }
+
+// TestDeviceTakesBackAReachablePeer: a device serving every live node's
+// accumulator stops announcing itself to one whose message came back
+// Undeliverable, and announces itself to it again once the data plane
+// reaches it (PeerUp), at the same incarnation.
+func TestDeviceTakesBackAReachablePeer(t *testing.T) {
+	d, err := NewClusterDevice(DefaultDeviceConfig(), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newFakeCtx(Address{Node: "a", ID: 100})
+	d.Receive(c, Start{})
+	d.cfg.Models = nil // every live node's accumulator
+	for _, n := range []string{"a", "b"} {
+		d.Receive(c, member.Update{Node: n, Inc: 1, Kind: member.Alive})
+	}
+	c.take()
+	bb := Address{Node: "b", ID: 1}
+	d.Receive(c, Undeliverable{To: bb, Msg: DeviceReady{}})
+	c.take()
+	d.Receive(c, PeerUp{Node: "b"})
+	toB := false
+	for _, s := range c.take() {
+		if _, ok := s.msg.(DeviceReady); ok && s.to == bb {
+			toB = true
+		}
+	}
+	if !toB {
+		t.Fatal("after PeerUp the device did not announce itself to b again")
+	}
+}

@@ -97,6 +97,24 @@ func (e *Engine) PeerDown(node string) {
 	}
 }
 
+// PeerUp tells the node that its data plane has a stream to node again
+// (cluster/transport's Config.OnUp): the fronts and devices that routed
+// around node since a message to it came back undeliverable (or since
+// PeerDown) take it back, without waiting for it to return at a higher
+// incarnation. It does not block.
+func (e *Engine) PeerUp(node string) {
+	if e.cfg.Cluster == nil || e.isClosed() || node == e.node {
+		return
+	}
+	up := actors.PeerUp{Node: node}
+	for _, f := range e.fronts {
+		e.rt.Send(f, up)
+	}
+	for _, d := range e.devices {
+		e.rt.Send(d, up)
+	}
+}
+
 // Deliver takes a message from another node (or an actors.Undeliverable
 // the data plane returns) for the actor at to on this node: the data
 // plane's Deliver (cluster/transport.Deliver has its signature). It does

@@ -74,6 +74,12 @@ type Config struct {
 	// what they placed there). It must not block; it runs on the peer's
 	// writer goroutine.
 	OnDown func(node string)
+	// OnUp, when set, is called with a peer's name each time the node
+	// reaches it both ways again: its stream to the peer and the peer's
+	// stream into it are both up (handshakes done), so a message sent
+	// there can be answered, and the actors may stop routing around it.
+	// It must not block; it runs on a stream's goroutine.
+	OnUp func(node string)
 }
 
 // Deliver takes a message for a local actor: one that came from a peer,
@@ -314,6 +320,33 @@ func (p *peer) enqueue(it item) bool {
 	}
 }
 
+// upBothWays calls OnUp for node when this node's stream to it is up and
+// one of its streams into this node is: called as either comes up, it
+// fires once the second does.
+func (t *Transport) upBothWays(node string) {
+	if t.cfg.OnUp == nil || t.isCut(node) {
+		return
+	}
+	t.mu.Lock()
+	p, in := t.peers[node], false
+	for s := range t.inbound {
+		if s.peer == node {
+			in = true
+			break
+		}
+	}
+	t.mu.Unlock()
+	if p == nil || !in {
+		return
+	}
+	p.mu.Lock()
+	out := !p.down
+	p.mu.Unlock()
+	if out {
+		t.cfg.OnUp(node)
+	}
+}
+
 func (p *peer) setDown(down bool) {
 	p.mu.Lock()
 	p.down = down
@@ -427,6 +460,7 @@ func (t *Transport) connect(ctx context.Context, p *peer) bool {
 	if t.isCut(p.node) {
 		return true // cut while connecting: the stream breaks at once
 	}
+	t.upBothWays(p.node)
 	// The server sends nothing after the handshake: a Recv that returns
 	// means the stream is gone (the peer died, or closed it).
 	go func() {
@@ -579,6 +613,7 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 	if t.isCut(r.peer) {
 		return errPartitioned
 	}
+	t.upBothWays(r.peer)
 	read := make(chan error, 1)
 	go func() { read <- t.readFrames(stream, r.peer, r.session) }()
 	select {

@@ -423,6 +423,21 @@ func TestCutAndHeal(t *testing.T) {
 		default:
 		}
 	}
+	var upsMu sync.Mutex
+	ups := 0 // b's streams to a that came up (OnUp)
+	cb.OnUp = func(node string) {
+		if node != "a" {
+			t.Errorf("b reported %q up, want a", node)
+		}
+		upsMu.Lock()
+		ups++
+		upsMu.Unlock()
+	}
+	upsNow := func() int {
+		upsMu.Lock()
+		defer upsMu.Unlock()
+		return ups
+	}
 	a, ina := start(t, ca)
 	b, inb := start(t, cb)
 	a.SetPeer("b", b.Addr())
@@ -433,6 +448,9 @@ func TestCutAndHeal(t *testing.T) {
 	inb.wait(t, "a's message", func(g []got) bool { return len(g) == 1 })
 	ina.wait(t, "b's message", func(g []got) bool { return len(g) == 1 })
 
+	if upsNow() < 1 {
+		t.Fatal("b's stream to a carried a message, and OnUp was not called")
+	}
 	a.Cut(true)
 	select {
 	case n := <-downs:
@@ -466,6 +484,7 @@ func TestCutAndHeal(t *testing.T) {
 		}
 	}
 
+	upsCut := upsNow()
 	a.Cut(false)
 	healed := id
 	for end := time.Now().Add(20 * time.Second); ; id++ {
@@ -478,6 +497,9 @@ func TestCutAndHeal(t *testing.T) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if upsNow() <= upsCut {
+		t.Fatal("b's stream to a is up again after the heal, and OnUp was not called")
 	}
 }
 

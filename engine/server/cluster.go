@@ -175,7 +175,12 @@ func openDataPlane(f *config.File) (*dataPlane, error) {
 			e.PeerDown(node)
 		}
 	}
-	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key, OnDown: onDown},
+	onUp := func(node string) {
+		if e := dp.eng.Load(); e != nil {
+			e.PeerUp(node)
+		}
+	}
+	dp.tr, err = transport.New(transport.Config{Node: f.Cluster.Node, Listen: f.Cluster.DataAddr, Key: key, OnDown: onDown, OnUp: onUp},
 		func(from, to actors.Address, msg actors.Message) {
 			if e := dp.eng.Load(); e != nil {
 				e.Deliver(from, to, msg)
