@@ -302,35 +302,16 @@ func (d *Device) build(ctx context.Context, st *gpuState) error {
 	if st.module, err = drv.ModuleLoadData(modelPTX); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		fn   *cuFunction
-	}{{kernelNameEmbedPool, &st.fn.embedPool}, {kernelNameDense, &st.fn.dense}, {kernelNameStep, &st.fn.step}} {
-		if *f.fn, err = drv.ModuleGetFunction(st.module, f.name); err != nil {
-			return err
-		}
+	if err := lookupKernels(drv, st.module, []kernelRef{{kernelNameEmbedPool, &st.fn.embedPool}, {kernelNameDense, &st.fn.dense}, {kernelNameStep, &st.fn.step}}); err != nil {
+		return err
 	}
 	if st.stream, err = drv.StreamCreate(); err != nil {
 		return err
 	}
 	lim := d.cfg.Limits
 	b := lim.BatchMax
-	devAlloc := func(p *cuDevPtr, bytes int) {
-		if err != nil {
-			return
-		}
-		if *p, err = drv.MemAlloc(bytes); err == nil {
-			st.devAllocs = append(st.devAllocs, *p)
-		}
-	}
-	hostAlloc := func(p *[]byte, bytes int) {
-		if err != nil {
-			return
-		}
-		if *p, err = drv.MemAllocHost(bytes); err == nil {
-			st.hostAllocs = append(st.hostAllocs, *p)
-		}
-	}
+	a := &allocator{drv: drv, st: st}
+	devAlloc, hostAlloc := a.dev, a.host
 	st.weights = make([]cuDevPtr, wCount)
 	for i, wb := range d.weightBytes {
 		devAlloc(&st.weights[i], len(wb))
@@ -350,8 +331,8 @@ func (d *Device) build(ctx context.Context, st *gpuState) error {
 	hostAlloc(&st.hcont, b*ContLen)
 	var staging []byte
 	hostAlloc(&staging, weightBytesTotal(d.weightBytes))
-	if err != nil {
-		return err
+	if a.err != nil {
+		return a.err
 	}
 	// The weights go up once, through page-locked staging memory, which
 	// is freed with the rest at teardown.
@@ -365,6 +346,50 @@ func (d *Device) build(ctx context.Context, st *gpuState) error {
 		}
 	}
 	return d.wait(ctx, st.stream)
+}
+
+// kernelRef names a kernel of the module and where its handle goes.
+type kernelRef struct {
+	name string
+	fn   *cuFunction
+}
+
+// lookupKernels looks each kernel of refs up in module.
+func lookupKernels(drv driver, module cuModule, refs []kernelRef) error {
+	for _, r := range refs {
+		var err error
+		if *r.fn, err = drv.ModuleGetFunction(module, r.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allocator allocates device and page-locked host buffers for st, each
+// recorded in st so that teardown frees it; after the first failure it
+// allocates nothing more and err says why.
+type allocator struct {
+	drv driver
+	st  *gpuState
+	err error
+}
+
+func (a *allocator) dev(p *cuDevPtr, bytes int) {
+	if a.err != nil {
+		return
+	}
+	if *p, a.err = a.drv.MemAlloc(bytes); a.err == nil {
+		a.st.devAllocs = append(a.st.devAllocs, *p)
+	}
+}
+
+func (a *allocator) host(p *[]byte, bytes int) {
+	if a.err != nil {
+		return
+	}
+	if *p, a.err = a.drv.MemAllocHost(bytes); a.err == nil {
+		a.st.hostAllocs = append(a.st.hostAllocs, *p)
+	}
 }
 
 func weightBytesTotal(ws [][]byte) int {

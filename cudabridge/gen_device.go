@@ -152,31 +152,12 @@ func (d *Device) ready(ctx context.Context) error {
 func (d *Device) buildGen(st *gpuState, lim GenLimits) error {
 	drv := d.drv
 	b := &genBufs{lim: lim}
-	var err error
-	for _, f := range []struct {
-		name string
-		fn   *cuFunction
-	}{{kernelNameGenPool, &b.fn.pool}, {kernelNameGenMean, &b.fn.mean}, {kernelNameGenFeed, &b.fn.feed}, {kernelNameGenScatter, &b.fn.scatter}, {kernelNameGenGather, &b.fn.gather}} {
-		if *f.fn, err = drv.ModuleGetFunction(st.module, f.name); err != nil {
-			return err
-		}
+	if err := lookupKernels(drv, st.module, []kernelRef{{kernelNameGenPool, &b.fn.pool}, {kernelNameGenMean, &b.fn.mean},
+		{kernelNameGenFeed, &b.fn.feed}, {kernelNameGenScatter, &b.fn.scatter}, {kernelNameGenGather, &b.fn.gather}}); err != nil {
+		return err
 	}
-	devAlloc := func(p *cuDevPtr, bytes int) {
-		if err != nil {
-			return
-		}
-		if *p, err = drv.MemAlloc(bytes); err == nil {
-			st.devAllocs = append(st.devAllocs, *p)
-		}
-	}
-	hostAlloc := func(p *[]byte, bytes int) {
-		if err != nil {
-			return
-		}
-		if *p, err = drv.MemAllocHost(bytes); err == nil {
-			st.hostAllocs = append(st.hostAllocs, *p)
-		}
-	}
+	a := &allocator{drv: drv, st: st}
+	devAlloc, hostAlloc := a.dev, a.host
 	n, tok := lim.SeqsMax, lim.StepTokensMax
 	devAlloc(&b.pool, n*Embed*4)
 	devAlloc(&b.s, n*Hidden*4)
@@ -193,8 +174,8 @@ func (d *Device) buildGen(st *gpuState, lim GenLimits) error {
 	hostAlloc(&b.hx, tok)
 	hostAlloc(&b.hints, (7*n+2*tok)*4)
 	hostAlloc(&b.ho, n*Vocab*4)
-	if err != nil {
-		return err
+	if a.err != nil {
+		return a.err
 	}
 	// The state tables start as zeros, like Gen's fresh states (a row is
 	// always written before it is read; this only makes a stray read
