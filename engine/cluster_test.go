@@ -97,13 +97,7 @@ func TestClusterLocalOwner(t *testing.T) {
 // for a model b owns run on b's batcher, their answers come back to a;
 // when b dies, a owns the model and answers every request.
 func TestClusterTwoNodes(t *testing.T) {
-	model := ""
-	for i := 0; model == ""; i++ {
-		m := fmt.Sprintf("m%d", i)
-		if o, _ := member.Owner(m, []string{"a", "b"}); o == "b" {
-			model = m
-		}
-	}
+	model := ownedBy("b", "a", "b")
 	r := &loopRemote{nodes: map[string]*engine.Engine{}}
 	ca, cb := clusterConfig("a", r), clusterConfig("b", r)
 	ca.Device.Models, cb.Device.Models = []string{model}, []string{model}
@@ -158,13 +152,7 @@ func TestClusterTwoNodes(t *testing.T) {
 // batcher's notice to the fronts: the queued requests are answered
 // Expired at their deadline plus grace.
 func TestClusterBatcherRestart(t *testing.T) {
-	model := ""
-	for i := 0; model == ""; i++ {
-		m := fmt.Sprintf("m%d", i)
-		if o, _ := member.Owner(m, []string{"a", "b"}); o == "b" {
-			model = m
-		}
-	}
+	model := ownedBy("b", "a", "b")
 	r := &loopRemote{nodes: map[string]*engine.Engine{}}
 	config := func(node string) engine.Config {
 		c := clusterConfig(node, r)
