@@ -203,13 +203,7 @@ func inferModel(t *testing.T, s *Server, model, input string) (int, string, stri
 // a's batcher runs nothing.
 func TestClusterDataPlane(t *testing.T) {
 	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
-	withData := func(f *config.File) *config.File {
-		f.Cluster.DataAddr = "127.0.0.1:0"
-		if err := f.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	withData := func(f *config.File) *config.File { return withDataPlane(t, f) }
 	a := newServer(t, withData(twoModels(t, clusterFile(t, "a"), "echo")))
 	defer a.Shutdown(context.Background())
 	b := newServer(t, withData(twoModels(t, clusterFile(t, "b", a.ClusterAddr()), "echo", "big")))
@@ -290,13 +284,7 @@ func post(s *Server, model, input string) (int, string, error) {
 // draining owner, and the model ends up owned by the node that stays.
 func TestClusterHandover(t *testing.T) {
 	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
-	withData := func(f *config.File) *config.File {
-		f.Cluster.DataAddr = "127.0.0.1:0"
-		if err := f.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	withData := func(f *config.File) *config.File { return withDataPlane(t, f) }
 	a := newServer(t, withData(clusterFile(t, "a")))
 	defer a.Shutdown(context.Background())
 	b := newServer(t, withData(clusterFile(t, "b", a.ClusterAddr())))
@@ -387,4 +375,14 @@ func TestRejoinEvery(t *testing.T) {
 			t.Errorf("rejoinEvery(%q) = %v, want %v", c.join, got, c.want)
 		}
 	}
+}
+
+// withDataPlane turns f's data plane on, on a free loopback port.
+func withDataPlane(t *testing.T, f *config.File) *config.File {
+	t.Helper()
+	f.Cluster.DataAddr = "127.0.0.1:0"
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
