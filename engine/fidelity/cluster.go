@@ -237,14 +237,16 @@ type clusterNode struct {
 }
 
 // freeLoopbackPort is a TCP port (and the same UDP port, with udp) free on
-// loopback now.
+// loopback now. It is picked below the kernel's ephemeral range (from
+// 32768 on Linux): a port the kernel hands out for ":0" can be taken by
+// another process's outgoing connection before the node binds it.
 func freeLoopbackPort(udp bool) (int, error) {
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 50 {
+		p := 20000 + mrand.IntN(12000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
-			return 0, err
+			continue
 		}
-		p := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
 		if !udp {
 			return p, nil
@@ -254,7 +256,7 @@ func freeLoopbackPort(udp bool) (int, error) {
 			return p, nil
 		}
 	}
-	return 0, errors.New("no free loopback port")
+	return 0, errors.New("no free loopback port below 32000")
 }
 
 // runLiveCluster starts cfg.Nodes `batchd serve` nodes on loopback (a
