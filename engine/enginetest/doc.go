@@ -6,10 +6,12 @@
 // register actor.proto); a future runtime plugs in the same way. It also
 // holds Door, which makes an engine.FrontDoor of a fake engine for the
 // tests of the front door's consumers (engine/httpapi, engine/jobs,
-// engine/record), and NodeModules, which installs the npm packages of the
-// unmodified clients the protocol tests run. It imports actors,
+// engine/record), NodeModules, which installs the npm packages of the
+// unmodified clients the protocol tests run, and ClosedAddr, a loopback
+// address nobody listens on. It imports actors,
 // actors/actorstest and engine.
 //
 // Imported by: nothing (only the tests of engine, engine/httpapi,
-// engine/jobs, engine/record, engine/grpcapi and engine/openai).
+// engine/jobs, engine/record, engine/grpcapi, engine/openai,
+// engine/loadgen, engine/upstream and engine/server).
 package enginetest

@@ -16,6 +16,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/enginetest"
 )
 
 // frontFile is a node whose devices are slots on the upstream at url.
@@ -210,12 +211,7 @@ func TestServeUpstreamFaults(t *testing.T) {
 // TestServeUpstreamNotReady: an upstream nobody listens on stops the
 // start, saying where and what was seen.
 func TestServeUpstreamNotReady(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := enginetest.ClosedAddr(t)
 	f := frontFile(t, "http://"+addr, "")
 	f.Devices.Upstream.ReadyTimeout = 200_000_000 // 200ms
 	s, err := New(context.Background(), f, Options{})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/enginetest"
 )
 
 // singleStandIn is a single-input API written for the tests: it answers
@@ -233,12 +233,7 @@ func TestFanoutFaults(t *testing.T) {
 		t.Errorf("the batch's ctx ended: %v, want a device fault", err)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := enginetest.ClosedAddr(t)
 	c = fanoutConfig("http://" + addr + "/p")
 	c.Attempts = 3
 	f3, _ := NewFanout(c)

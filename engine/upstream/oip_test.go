@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/enginetest"
 )
 
 func oipConfig(url string) OIPConfig {
@@ -158,16 +158,11 @@ func TestOIPFailures(t *testing.T) {
 // TestOIPReady: an upstream nobody listens on is reported as such within
 // ReadyTimeout; one that answers 503 for a while, then 200, is waited for.
 func TestOIPReady(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := enginetest.ClosedAddr(t)
 	c := oipConfig("http://" + addr)
 	c.ReadyTimeout = 300 * time.Millisecond
 	u, _ := newSlot(t, c)
-	err = u.Ready(context.Background())
+	err := u.Ready(context.Background())
 	if err == nil || !hasAll(err.Error(), "http://"+addr, "not ready within 300ms", "connection refused") {
 		t.Errorf("Ready with nobody listening: %v", err)
 	}
