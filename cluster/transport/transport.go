@@ -459,8 +459,12 @@ func (t *Transport) Apply(u member.Update, addr string) error {
 // node, and never blocks. A message to an unknown node, to a peer that is
 // unreachable (its last connection attempt failed or its stream broke),
 // past its peer's queue bound, or that the schema cannot carry, comes back
-// at once as Undeliverable{To: to, Msg: msg} to from. A message to this
-// node is handed to Deliver directly (the runtime should keep those).
+// at once as Undeliverable{To: to, Msg: msg} to from; but a message, not a
+// Submit, for a node with a stream into this node up (alive, while no
+// stream from here is up yet) is held for up to Config.Hold instead, and
+// one for a node membership holds dead while its streams are up both ways
+// goes out (RemovePeer). A message to this node is handed to Deliver
+// directly (the runtime should keep those).
 //
 // What was written to a stream that then broke may be lost without a
 // word, as the simulator's lossy links lose messages: the actors'
