@@ -93,10 +93,18 @@ type FrontConfig struct {
 	// accumulator, as a batcher with per-model SLOs plans it (one from the
 	// model's SLO when the request has none, any at most Arrival +
 	// TimeoutMax): the front sends the request as given, and expires it at
-	// its deadline capped at Arrival + TimeoutMax (that cap when it has
-	// none), plus Grace. Zero: the front fills a missing deadline in from
-	// SLO.
+	// the deadline its accumulator gives it, plus Grace: its own capped at
+	// Arrival + TimeoutMax, or, when it has none, Arrival + its model's SLO
+	// (ModelSLOs, else SLO) capped the same. So a request without a
+	// deadline whose answer is lost on the way (a job's item) is answered
+	// Expired at its SLO plus Grace, as its accumulator would have
+	// answered it, not at TimeoutMax. Zero: the front fills a missing
+	// deadline in from SLO.
 	TimeoutMax time.Duration
+	// ModelSLOs are the models' own SLOs where they have one (the
+	// batcher's ModelConfig.SLO), for TimeoutMax: a model not named, or
+	// named with one not positive, takes SLO. At most modelSLOsMax.
+	ModelSLOs map[string]time.Duration
 	// InFlightMax bounds the requests the front holds.
 	InFlightMax int
 	// ResubmitMax bounds the resubmissions of one request; past it the
@@ -116,6 +124,9 @@ type FrontConfig struct {
 	// (ReasonUnknownModel). Empty: one accumulator per node at Accumulator.
 	Split []string
 }
+
+// modelSLOsMax bounds FrontConfig.ModelSLOs (a registry's models).
+const modelSLOsMax = 1 << 16
 
 // DefaultFrontConfig returns a front's defaults for node: a grace of one
 // batch time past the deadline, 200,000 requests in flight, 8
@@ -151,6 +162,8 @@ func (c FrontConfig) Validate() error {
 		return fmt.Errorf("front config: ResubmitMax %d: want 0 to 64", c.ResubmitMax)
 	case len(c.Split) > SplitModelsMax:
 		return fmt.Errorf("front config: Split of %d models: at most %d", len(c.Split), SplitModelsMax)
+	case len(c.ModelSLOs) > modelSLOsMax:
+		return fmt.Errorf("front config: ModelSLOs of %d models: at most %d", len(c.ModelSLOs), modelSLOsMax)
 	}
 	return nil
 }
@@ -276,7 +289,14 @@ func (f *Front) submit(ctx Context, req Request) {
 	}
 	deadline := req.Deadline
 	switch {
-	case f.cfg.TimeoutMax > 0 && (deadline == 0 || deadline > req.Arrival+f.cfg.TimeoutMax):
+	case f.cfg.TimeoutMax > 0 && deadline == 0:
+		// The deadline its accumulator will give it (Batcher.admit).
+		slo := f.cfg.SLO
+		if s := f.cfg.ModelSLOs[req.Model]; s > 0 {
+			slo = s
+		}
+		deadline = req.Arrival + min(slo, f.cfg.TimeoutMax)
+	case f.cfg.TimeoutMax > 0 && deadline > req.Arrival+f.cfg.TimeoutMax:
 		deadline = req.Arrival + f.cfg.TimeoutMax
 	case deadline == 0:
 		req.Deadline = req.Arrival + f.cfg.SLO

@@ -148,11 +148,15 @@ func TestFrontResubmitsWhenTheOwnerRestarts(t *testing.T) {
 }
 
 // With TimeoutMax, the front leaves a missing deadline to the accumulator
-// (which takes the model's SLO) and expires at the deadline capped at
-// Arrival + TimeoutMax, plus grace.
+// (it sends the request as given) and expires it where the accumulator
+// answers it, plus grace: at its own deadline capped at Arrival +
+// TimeoutMax, or, without one, at Arrival + its model's SLO (ModelSLOs,
+// else SLO) capped the same; not at TimeoutMax, so a lost reply to a
+// request without a deadline (a job's item) costs its SLO, not a minute.
 func TestFrontTimeoutMaxLeavesTheDeadline(t *testing.T) {
 	cfg := DefaultFrontConfig("a")
 	cfg.TimeoutMax, cfg.Grace = time.Second, 50*time.Millisecond
+	cfg.ModelSLOs = map[string]time.Duration{"mid": 500 * time.Millisecond, "slow": 3 * time.Second}
 	f, err := NewFront(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -162,18 +166,21 @@ func TestFrontTimeoutMaxLeavesTheDeadline(t *testing.T) {
 	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
 	f.Receive(ctx, Submit{Req: Request{ID: 2, Model: "m", Deadline: 5 * time.Second, ReplyTo: waiter}})
 	f.Receive(ctx, Submit{Req: Request{ID: 3, Model: "m", Deadline: 100 * time.Millisecond, ReplyTo: waiter}})
+	f.Receive(ctx, Submit{Req: Request{ID: 4, Model: "mid", ReplyTo: waiter}})
+	f.Receive(ctx, Submit{Req: Request{ID: 5, Model: "slow", ReplyTo: waiter}})
 	s := submits(ctx.take())
-	if len(s) != 3 || s[0].msg.(Submit).Req.Deadline != 0 || s[1].msg.(Submit).Req.Deadline != 5*time.Second {
-		t.Fatalf("submitted %+v: want the deadlines as given (0, 5 s)", s)
+	if len(s) != 5 || s[0].msg.(Submit).Req.Deadline != 0 || s[1].msg.(Submit).Req.Deadline != 5*time.Second || s[3].msg.(Submit).Req.Deadline != 0 {
+		t.Fatalf("submitted %+v: want the deadlines as given (0, 5 s, 100 ms, 0, 0)", s)
 	}
 	at := map[uint64]time.Duration{}
-	for _, now := range []time.Duration{149, 150, 1049, 1050} {
+	for _, now := range []time.Duration{149, 150, 249, 250, 549, 550, 1049, 1050} {
 		ctx.advance(f, now*time.Millisecond)
 		for _, r := range replies(ctx.take()) {
 			at[r.ID] = ctx.now
 		}
 	}
-	want := map[uint64]time.Duration{1: 1050 * time.Millisecond, 2: 1050 * time.Millisecond, 3: 150 * time.Millisecond}
+	want := map[uint64]time.Duration{1: 250 * time.Millisecond, 2: 1050 * time.Millisecond, 3: 150 * time.Millisecond,
+		4: 550 * time.Millisecond, 5: 1050 * time.Millisecond}
 	if fmt.Sprint(at) != fmt.Sprint(want) {
 		t.Fatalf("expired at %v, want %v", at, want)
 	}

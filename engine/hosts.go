@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/member"
@@ -101,6 +102,16 @@ func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 	fc.Accumulator = batcherID
 	fc.SLO = e.cfg.Batcher.SLO
 	fc.TimeoutMax = e.cfg.Batcher.TimeoutMax
+	// A request without a deadline is guarded to its model's SLO (plus
+	// grace), the deadline the batcher gives it, not to TimeoutMax.
+	for _, m := range e.cfg.Batcher.Models {
+		if m.SLO > 0 {
+			if fc.ModelSLOs == nil {
+				fc.ModelSLOs = map[string]time.Duration{}
+			}
+			fc.ModelSLOs[m.Name] = m.SLO
+		}
+	}
 	fc.Grace = e.cfg.ReplyGrace
 	// The door bounds what is in flight; a front never refuses for it.
 	fc.InFlightMax = min(e.cfg.InFlightMax, 1<<24)

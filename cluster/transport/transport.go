@@ -30,6 +30,14 @@ const (
 	BackoffMaximum   = 2 * time.Second
 	DialTimeoutMax   = 2 * time.Second
 	HandshakeDefault = 2 * time.Second
+	// HoldDefault is Config.Hold's default: how long a message waits for
+	// a stream to a node whose own stream into this node is up (see
+	// Send). Membership spreads a node's new life across a small cluster
+	// in well under a second, and a stream being re-established comes up
+	// within its backoff and dial (BackoffMaximum, DialTimeoutMax).
+	HoldDefault = 2 * time.Second
+	// HoldMaximum bounds Config.Hold.
+	HoldMaximum = 10 * time.Second
 	// PeersMax bounds the peers a transport holds (member.DefaultLimit).
 	PeersMax = member.DefaultLimit
 	// QueueMax bounds Config.Queue.
@@ -67,6 +75,14 @@ type Config struct {
 	// HandshakeTimeout bounds how long an inbound stream may take to
 	// prove the key before it is closed (HandshakeDefault).
 	HandshakeTimeout time.Duration
+	// Hold bounds how long Send holds a message for a node that has no
+	// stream from this node up (membership has not yet told its address,
+	// or the stream to it is being re-established) while one of its own
+	// streams into this node is up: it is alive, and the message goes
+	// out once the stream from here is up, or comes back Undeliverable
+	// after Hold (HoldDefault; at most HoldMaximum). At most Queue
+	// messages a node are held; Submits are never held.
+	Hold time.Duration
 	// OnDown, when set, is called with a peer's name when its stream,
 	// once up, broke (the peer died, restarted, or the link was cut):
 	// what was written to it and not yet read may be lost, so the actors
@@ -125,6 +141,10 @@ type Transport struct {
 	// inbound ends each peer's inbound streams (Cut breaks them), by
 	// stream; guarded by mu, bounded by the server's streams.
 	inbound map[*inboundStream]struct{}
+	// held are the messages Send holds for a node whose stream into this
+	// node is up while none from here is (Config.Hold), by node; guarded
+	// by mu, at most PeersMax nodes and Queue messages each.
+	held map[string]*holding
 
 	sent, received, undeliverable, dropped, refused, connects atomic.Uint64
 }
@@ -147,7 +167,19 @@ type peer struct {
 	down bool
 	// breakConn ends the stream now up, if any (Cut).
 	breakConn context.CancelFunc
-	done      chan struct{}
+	// dead: membership declared the node dead (or departed) while its
+	// streams were up both ways (RemovePeer): the peer is kept, and what
+	// is sent goes out, Submits excepted, until the stream breaks (then
+	// it is forgotten) or membership says the node is alive again.
+	dead bool
+	done chan struct{}
+}
+
+// holding is what Send holds for one node (Config.Hold): the messages in
+// the order sent, and the timer that sends them back Undeliverable.
+type holding struct {
+	items []item
+	timer *time.Timer
 }
 
 // New starts a node's transport: it listens on cfg.Listen at once.
@@ -177,6 +209,9 @@ func New(cfg Config, deliver Deliver) (*Transport, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = HandshakeDefault
 	}
+	if cfg.Hold <= 0 || cfg.Hold > HoldMaximum {
+		cfg.Hold = HoldDefault
+	}
 	if cfg.DialTimeout <= 0 || cfg.DialTimeout > DialTimeoutMax {
 		cfg.DialTimeout = DialTimeoutMax
 	}
@@ -188,7 +223,7 @@ func New(cfg Config, deliver Deliver) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}, inbound: map[*inboundStream]struct{}{}}
+	t := &Transport{cfg: cfg, key: dataKey(cfg.Key), deliver: deliver, lis: lis, peers: map[string]*peer{}, inbound: map[*inboundStream]struct{}{}, held: map[string]*holding{}}
 	frameMax := wire.FrameMax + 64<<10 // the frame's own fields
 	t.client = []grpc.DialOption{
 		grpc.WithTransportCredentials(cliCreds),
@@ -237,6 +272,9 @@ func (t *Transport) SetPeer(node, addr string) error {
 	}
 	old := t.peers[node]
 	if old != nil && old.addr == addr {
+		old.mu.Lock()
+		old.dead = false // alive again (a death that was false, refuted)
+		old.mu.Unlock()
 		return nil
 	}
 	if old == nil && len(t.peers) >= PeersMax {
@@ -248,21 +286,160 @@ func (t *Transport) SetPeer(node, addr string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &peer{node: node, addr: addr, q: make(chan item, t.cfg.Queue), cancel: cancel, done: make(chan struct{})}
 	t.peers[node] = p
+	// What was held for the node goes first (the queue has room: it is
+	// new, and at most Queue are held).
+	if h := t.held[node]; h != nil {
+		h.timer.Stop()
+		delete(t.held, node)
+		for _, it := range h.items {
+			p.q <- it
+		}
+	}
 	t.wg.Add(1)
 	go t.run(ctx, p)
 	return nil
 }
 
 // RemovePeer forgets node (membership says it died or left): what was
-// queued for it, and anything sent to it from now on, comes back
-// Undeliverable.
+// queued or held for it, and anything sent to it from now on, comes back
+// Undeliverable. But while the node's streams are up both ways (its
+// stream from here and one of its own into this node: its process lives,
+// and membership's death is false or not yet its own, as when a stale
+// report of its previous life's death kills its new one until it
+// refutes), the peer is kept: what is sent to it goes out, Submits
+// excepted (they come back Undeliverable, so the fronts re-route), until
+// that stream breaks or membership says the node is alive again. A reply
+// to its fronts is not lost for a death that was not one.
 func (t *Transport) RemovePeer(node string) {
 	t.mu.Lock()
 	p := t.peers[node]
-	delete(t.peers, node)
+	keep := false
+	if p != nil && t.inboundFrom(node) {
+		p.mu.Lock()
+		if !p.down && p.breakConn != nil {
+			p.dead, keep = true, true
+		}
+		p.mu.Unlock()
+	}
+	if !keep {
+		delete(t.peers, node)
+	}
+	// Streams into this node up now are of the life declared dead: they
+	// do not make it a node to hold messages for.
+	for in := range t.inbound {
+		if in.peer == node {
+			in.stale = true
+		}
+	}
+	h := t.held[node]
+	delete(t.held, node)
 	t.mu.Unlock()
-	if p != nil {
+	t.release(h)
+	if p != nil && !keep {
 		p.cancel()
+	}
+}
+
+// inboundFrom reports whether a stream from node into this node is up,
+// opened since membership last declared node dead. t.mu must be held.
+func (t *Transport) inboundFrom(node string) bool {
+	for in := range t.inbound {
+		if in.peer == node && !in.stale {
+			return true
+		}
+	}
+	return false
+}
+
+// hold keeps it for its node, if the node has a stream into this node up
+// and none from here (no peer, or its peer is down): it goes into the
+// peer's queue once the peer's stream is up, or comes back Undeliverable
+// after Config.Hold. It reports whether it took it (or queued it: the
+// stream came up meanwhile).
+func (t *Transport) hold(it item) bool {
+	if _, isSubmit := it.msg.(actors.Submit); isSubmit {
+		return false // a Submit must come back at once: the front re-routes
+	}
+	node := it.to.Node
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || !t.inboundFrom(node) {
+		return false
+	}
+	if p := t.peers[node]; p != nil {
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if !down {
+			return p.enqueue(it) // up since Send tried: queue it now
+		}
+	}
+	h := t.held[node]
+	switch {
+	case h == nil && len(t.held) >= PeersMax:
+		return false
+	case h == nil:
+		h = &holding{}
+		h.timer = time.AfterFunc(t.cfg.Hold, func() { t.expireHeld(node, h) })
+		t.held[node] = h
+	case len(h.items) >= t.cfg.Queue:
+		return false
+	}
+	h.items = append(h.items, it)
+	return true
+}
+
+// expireHeld sends back what is still held in h, for node, once its time
+// is up.
+func (t *Transport) expireHeld(node string, h *holding) {
+	t.mu.Lock()
+	if t.held[node] != h {
+		t.mu.Unlock()
+		return // flushed to the peer, or released already
+	}
+	delete(t.held, node)
+	t.mu.Unlock()
+	t.release(h)
+}
+
+// release sends back what h held Undeliverable. No lock may be held.
+func (t *Transport) release(h *holding) {
+	if h == nil {
+		return
+	}
+	h.timer.Stop()
+	for _, it := range h.items {
+		t.bounce(it)
+	}
+}
+
+// flushHeld marks p up and queues what was held for its node before
+// anything sent from now on.
+func (t *Transport) flushHeld(p *peer) {
+	t.mu.Lock()
+	h := t.held[p.node]
+	if t.peers[p.node] != p {
+		h = nil // a peer replaced: the new one took them
+	} else if h != nil {
+		h.timer.Stop()
+		delete(t.held, p.node)
+	}
+	p.mu.Lock()
+	p.down = false
+	var over []item
+	if h != nil {
+		for _, it := range h.items {
+			select {
+			case p.q <- it:
+			default:
+				over = append(over, it)
+			}
+		}
+	}
+	p.mu.Unlock()
+	t.mu.Unlock()
+	for _, it := range over {
+		t.bounce(it)
 	}
 }
 
@@ -282,8 +459,12 @@ func (t *Transport) Apply(u member.Update, addr string) error {
 // node, and never blocks. A message to an unknown node, to a peer that is
 // unreachable (its last connection attempt failed or its stream broke),
 // past its peer's queue bound, or that the schema cannot carry, comes back
-// at once as Undeliverable{To: to, Msg: msg} to from. A message to this
-// node is handed to Deliver directly (the runtime should keep those).
+// at once as Undeliverable{To: to, Msg: msg} to from; but a message, not a
+// Submit, for a node with a stream into this node up (alive, while no
+// stream from here is up yet) is held for up to Config.Hold instead, and
+// one for a node membership holds dead while its streams are up both ways
+// goes out (RemovePeer). A message to this node is handed to Deliver
+// directly (the runtime should keep those).
 //
 // What was written to a stream that then broke may be lost without a
 // word, as the simulator's lossy links lose messages: the actors'
@@ -301,7 +482,8 @@ func (t *Transport) Send(from, to actors.Address, msg actors.Message) {
 	t.mu.Lock()
 	p := t.peers[to.Node]
 	t.mu.Unlock()
-	if p == nil || t.isCut(to.Node) || !p.enqueue(item{from: from, to: to, msg: msg, env: env}) {
+	it := item{from: from, to: to, msg: msg, env: env}
+	if t.isCut(to.Node) || (p == nil || !p.enqueue(it)) && !t.hold(it) {
 		t.bounce(item{from: from, to: to, msg: msg})
 	}
 }
@@ -310,6 +492,9 @@ func (p *peer) enqueue(it item) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.down {
+		return false
+	}
+	if _, isSubmit := it.msg.(actors.Submit); isSubmit && p.dead {
 		return false
 	}
 	select {
@@ -361,6 +546,24 @@ func (t *Transport) bounce(it item) {
 	t.deliver(actors.Address{}, it.from, actors.Undeliverable{To: it.to, Msg: it.msg})
 }
 
+// forgetDead removes p, kept after membership declared its node dead
+// (RemovePeer), once its stream has broken, and reports whether it did.
+func (t *Transport) forgetDead(p *peer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p.mu.Lock()
+	dead := p.dead
+	p.mu.Unlock()
+	if !dead {
+		return false
+	}
+	if t.peers[p.node] == p {
+		delete(t.peers, p.node)
+	}
+	p.cancel()
+	return true
+}
+
 // drain answers everything queued for p Undeliverable. Once p is down or
 // stopped nothing new is queued, so the queue ends empty.
 func (t *Transport) drain(p *peer) {
@@ -387,7 +590,12 @@ func (t *Transport) Close() error {
 		p.cancel()
 	}
 	t.peers = map[string]*peer{}
+	held := t.held
+	t.held = map[string]*holding{}
 	t.mu.Unlock()
+	for _, h := range held {
+		t.release(h)
+	}
 	t.srv.Stop()
 	t.wg.Wait()
 	return nil
@@ -409,6 +617,10 @@ func (t *Transport) run(ctx context.Context, p *peer) {
 		}
 		if connected && t.cfg.OnDown != nil {
 			t.cfg.OnDown(p.node)
+		}
+		if t.forgetDead(p) {
+			t.drain(p) // what came in before it was forgotten
+			return
 		}
 		if connected {
 			backoff = t.cfg.BackoffMin
@@ -450,8 +662,9 @@ func (t *Transport) connect(ctx context.Context, p *peer) bool {
 	}
 	t.connects.Add(1)
 	p.mu.Lock()
-	p.down, p.breakConn = false, cancel
+	p.breakConn = cancel
 	p.mu.Unlock()
+	t.flushHeld(p)
 	defer func() {
 		p.mu.Lock()
 		p.breakConn = nil
@@ -606,9 +819,17 @@ func (s *server) Stream(stream wire.DataPlane_StreamServer) error {
 	t.inbound[in] = struct{}{}
 	t.mu.Unlock()
 	defer func() {
+		// The last of the node's streams in gone: what was held for it
+		// comes back (nothing says it lives any more).
 		t.mu.Lock()
 		delete(t.inbound, in)
+		var h *holding
+		if !t.inboundFrom(r.peer) {
+			h = t.held[r.peer]
+			delete(t.held, r.peer)
+		}
 		t.mu.Unlock()
+		t.release(h)
 	}()
 	if t.isCut(r.peer) {
 		return errPartitioned
@@ -631,6 +852,9 @@ var errPartitioned = status.Error(codes.Unavailable, "transport: partitioned fro
 type inboundStream struct {
 	peer   string
 	cancel context.CancelFunc
+	// stale: membership declared the node dead while this stream was up
+	// (RemovePeer); guarded by Transport.mu.
+	stale bool
 }
 
 // readFrames reads peer's Data frames and delivers their messages until
