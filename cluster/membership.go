@@ -82,6 +82,52 @@ type Config struct {
 	DeadNodeReclaim time.Duration
 	// Log receives memberlist's own log lines; nil discards them.
 	Log io.Writer
+	// NextLife picks the incarnation of the node's next life, after last,
+	// at now, and how long to wait before it may be published (see
+	// Membership: a node the others declared dead takes a new life);
+	// nil: the wall clock in milliseconds, at least last+1, at once. It
+	// must return more than last.
+	NextLife func(now time.Time, last uint64) (inc uint64, wait time.Duration)
+	// wrap, when set (tests), wraps memberlist's network transport.
+	wrap func(memberlist.Transport) memberlist.Transport
+}
+
+// Incarnations of a node with a data plane count IncarnationUnit steps
+// since IncarnationEpoch, in 31 bits (device incarnations carry them:
+// actors.NewClusterDevice): 2^31 quarter seconds run out in January 2042.
+// NextIncarnation makes them grow strictly across restarts and lives.
+const (
+	IncarnationUnit = 250 * time.Millisecond
+	IncarnationMax  = 1<<31 - 1
+)
+
+// IncarnationEpoch is where incarnations count from.
+var IncarnationEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// NextIncarnation is the incarnation a node takes at now after last (0:
+// its first life): the IncarnationUnit steps since IncarnationEpoch, or
+// last+1 if that is not more; and how long to wait before publishing it:
+// until now has passed the end of its step. A node that waits so holds
+// an incarnation only once the clock has left it behind, so a later
+// start, even within the same step, reads a higher one (on one clock that
+// does not step back). The wait is at most one step, or more while lives
+// come faster than one a step (they come once per failure detection).
+// Past IncarnationMax it returns IncarnationMax (the engine refuses it).
+func NextIncarnation(now time.Time, last uint64) (inc uint64, wait time.Duration) {
+	inc = uint64(max(now.Sub(IncarnationEpoch)/IncarnationUnit, 1))
+	if inc <= last {
+		inc = last + 1
+	}
+	if inc > IncarnationMax {
+		return IncarnationMax, 0
+	}
+	end := IncarnationEpoch.Add(time.Duration(inc+1) * IncarnationUnit)
+	return inc, max(end.Sub(now), 0)
+}
+
+// nextMilli is Config.NextLife's default: the clock in milliseconds.
+func nextMilli(now time.Time, last uint64) (uint64, time.Duration) {
+	return max(uint64(now.UnixMilli()), last+1), 0
 }
 
 // DefaultConfig is memberlist's LAN settings for name: a 1 s probe
@@ -207,9 +253,21 @@ func DecodeMeta(b []byte) (Meta, error) {
 }
 
 // Membership is one node's membership in a live cluster.
+//
+// A node the others declared dead (a partition, a paused process) comes
+// back alive in memberlist by refuting its death, at the incarnation
+// they hold dead: their views would keep it dead for the rest of its
+// process. So it takes a new life: a higher incarnation (Config.NextLife),
+// published with its metadata, which the others see alive. memberlist
+// tells the refuting node nothing of it (no delegate hears a refutation;
+// the merge delegate hears joins only), but every other node sees the
+// node come back alive at an incarnation it reported dead: it tells the
+// node so in a user message (a notice, retried for a while), and the
+// node takes its new life when a notice names its current incarnation.
 type Membership struct {
 	ml   *memberlist.Memberlist
-	cfg  Meta
+	name string
+	cfg  Meta   // guarded by mu: its Incarnation is the node's now
 	meta []byte // guarded by mu: memberlist reads it from its goroutines
 	// onUpdate is called, one at a time, with each change memberlist
 	// reports, as the actors' message.
@@ -226,7 +284,46 @@ type Membership struct {
 	stopOnce sync.Once
 	// rejoined closes when the rejoin loop has ended (nil: none runs).
 	rejoined chan struct{}
+
+	// Lives (see Membership). All guarded by mu.
+	nextLife func(time.Time, uint64) (uint64, time.Duration)
+	leaving  bool
+	lives    int
+	deathSeq uint64
+	// dead are the nodes last reported dead, with the incarnation
+	// (bounded by member.DefaultLimit, the oldest death forgotten first).
+	dead map[string]deadAt
+	// tell are the notices to send: nodes alive again at an incarnation
+	// reported dead (bounded as dead).
+	tell map[string]*notice
+	// life takes the incarnation a notice named to the lives loop;
+	// telling wakes the notice loop. Capacity 1 each.
+	life, telling chan uint64
+	// loops closes when the lives and notice loops have ended.
+	loops sync.WaitGroup
 }
+
+type deadAt struct {
+	inc uint64
+	seq uint64 // order of the deaths, to forget the oldest
+}
+
+// notice is a node to tell it was reported dead at inc.
+type notice struct {
+	node  memberlist.Node // name, address and port only
+	inc   uint64
+	tries int
+}
+
+// Notices: a node that comes back alive at an incarnation reported dead
+// is told every noticeEvery, at most noticeTries times (until it comes
+// back at a higher one).
+const (
+	noticeEvery = 500 * time.Millisecond
+	noticeTries = 20
+	// lifeTimeout bounds the wait for a new life's announcement to go out.
+	lifeTimeout = 5 * time.Second
+)
 
 // Start joins (or starts) the cluster. onUpdate receives the node's own
 // Alive first, then every join, update, death and departure, one at a time
@@ -247,7 +344,12 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Membership{cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer, live: map[string]Node{}}
+	m := &Membership{name: cfg.Name, cfg: cfg.Meta, meta: meta, onUpdate: onUpdate, onPeer: cfg.OnPeer, live: map[string]Node{},
+		nextLife: cfg.NextLife, dead: map[string]deadAt{}, tell: map[string]*notice{},
+		life: make(chan uint64, 1), telling: make(chan uint64, 1)}
+	if m.nextLife == nil {
+		m.nextLife = nextMilli
+	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.BindPort
 	if cfg.ProbeInterval > 0 {
@@ -281,9 +383,30 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 	mc.Logger = log.New(out, "memberlist: ", 0)
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
+	if cfg.wrap != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		if mc.BindPort == 0 {
+			mc.BindPort = nt.GetAutoBindPort()
+			mc.AdvertisePort = mc.BindPort
+		}
+		mc.Transport = cfg.wrap(nt)
+	}
 	if m.ml, err = memberlist.Create(mc); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	m.stop = make(chan struct{})
+	m.loops.Add(2)
+	go func() {
+		defer m.loops.Done()
+		m.livesLoop(m.stop)
+	}()
+	go func() {
+		defer m.loops.Done()
+		m.noticeLoop(m.stop)
+	}()
 	var r Resolver = net.DefaultResolver
 	if cfg.Resolver != nil {
 		r = cfg.Resolver
@@ -296,11 +419,11 @@ func Start(cfg Config, onUpdate func(member.Update)) (*Membership, error) {
 			_, err = m.ml.Join(addrs)
 		}
 		if err != nil && cfg.JoinEvery <= 0 {
+			m.halt()
 			m.ml.Shutdown()
 			return nil, fmt.Errorf("cluster: join %v: %w", cfg.Join, err)
 		}
 	}
-	m.stop = make(chan struct{})
 	if len(cfg.Join) > 0 && cfg.JoinEvery > 0 {
 		m.rejoined = make(chan struct{})
 		go func() {
@@ -368,14 +491,15 @@ func (m *Membership) Leave(timeout time.Duration) error {
 // it waits up to timeout for the news to go out. Leave announces too, if
 // Announce was not called; calling it twice is harmless.
 func (m *Membership) Announce(timeout time.Duration) error {
+	m.mu.Lock()
 	leaving := m.cfg
 	leaving.Leaving = true
 	meta, err := EncodeMeta(leaving)
 	if err != nil {
+		m.mu.Unlock()
 		return err
 	}
-	m.mu.Lock()
-	m.meta = meta
+	m.meta, m.leaving = meta, true
 	m.mu.Unlock()
 	if err := m.ml.UpdateNode(timeout); err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
@@ -399,11 +523,174 @@ func joinPort(bind int) int {
 	return 7946
 }
 
-// halt ends the rejoin loop and waits for it.
+// halt ends the rejoin, lives and notice loops and waits for them.
 func (m *Membership) halt() {
 	m.stopOnce.Do(func() { close(m.stop) })
 	if m.rejoined != nil {
 		<-m.rejoined
+	}
+	m.loops.Wait()
+}
+
+// Incarnation is the node's incarnation now: Config.Incarnation, or its
+// last new life's.
+func (m *Membership) Incarnation() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg.Incarnation
+}
+
+// Lives counts the new lives the node took (see Membership).
+func (m *Membership) Lives() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lives
+}
+
+// livesLoop takes a new life for each incarnation a notice names that is
+// still the node's, until stop closes.
+func (m *Membership) livesLoop(stop <-chan struct{}) {
+	for {
+		var inc uint64
+		select {
+		case <-stop:
+			return
+		case inc = <-m.life:
+		}
+		m.mu.Lock()
+		cur, leaving := m.cfg.Incarnation, m.leaving
+		m.mu.Unlock()
+		if inc != cur || leaving {
+			continue
+		}
+		next, wait := m.nextLife(time.Now(), cur)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		m.mu.Lock()
+		meta := m.cfg
+		meta.Incarnation = next
+		b, err := EncodeMeta(meta)
+		if m.leaving || err != nil || next <= cur {
+			m.mu.Unlock()
+			continue
+		}
+		m.cfg, m.meta = meta, b
+		m.lives++
+		m.mu.Unlock()
+		// memberlist tells the node's own event delegate of its new
+		// metadata (NotifyUpdate), as it tells the others.
+		_ = m.ml.UpdateNode(lifeTimeout) // times out only waiting for the broadcast to go out
+	}
+}
+
+// declared takes a notice that the cluster holds the node dead at inc.
+func (m *Membership) declared(inc uint64) {
+	m.mu.Lock()
+	cur, leaving := m.cfg.Incarnation, m.leaving
+	m.mu.Unlock()
+	if inc != cur || leaving {
+		return
+	}
+	select {
+	case m.life <- inc:
+	default: // one is on its way
+	}
+}
+
+// noticeLoop sends the notices due (m.tell), when one is added and every
+// noticeEvery, until stop closes.
+func (m *Membership) noticeLoop(stop <-chan struct{}) {
+	t := time.NewTicker(noticeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-m.telling:
+		case <-t.C:
+		}
+		var due []notice
+		m.mu.Lock()
+		for name, n := range m.tell {
+			if n.tries++; n.tries > noticeTries {
+				delete(m.tell, name)
+				continue
+			}
+			due = append(due, *n)
+		}
+		m.mu.Unlock()
+		for _, n := range due {
+			// A failed send is tried again on the next tick.
+			_ = m.ml.SendReliable(&n.node, encodeNotice(n.node.Name, n.inc))
+		}
+	}
+}
+
+// A notice is a user message: noticeTag, the incarnation as a uvarint,
+// and the node's name.
+const noticeTag = 'D'
+
+func encodeNotice(node string, inc uint64) []byte {
+	return append(binary.AppendUvarint([]byte{noticeTag}, inc), node...)
+}
+
+func decodeNotice(b []byte) (node string, inc uint64, ok bool) {
+	if len(b) < 2 || b[0] != noticeTag {
+		return "", 0, false
+	}
+	inc, n := binary.Uvarint(b[1:])
+	if n <= 0 {
+		return "", 0, false
+	}
+	return string(b[1+n:]), inc, true
+}
+
+// track keeps the deaths of the other nodes and, for one that comes
+// back alive at an incarnation reported dead, the notice to send it.
+// Called with mu held.
+func (m *Membership) track(n *memberlist.Node, inc uint64, kind member.Kind) {
+	if n.Name == m.name {
+		return
+	}
+	switch kind {
+	case member.Dead:
+		delete(m.tell, n.Name)
+		if _, known := m.dead[n.Name]; !known && len(m.dead) >= member.DefaultLimit {
+			oldest, seq := "", uint64(1<<64-1)
+			for name, d := range m.dead {
+				if d.seq < seq {
+					oldest, seq = name, d.seq
+				}
+			}
+			delete(m.dead, oldest)
+			delete(m.tell, oldest)
+		}
+		m.deathSeq++
+		m.dead[n.Name] = deadAt{inc: inc, seq: m.deathSeq}
+	case member.Alive:
+		d, ok := m.dead[n.Name]
+		switch {
+		case !ok:
+		case inc > d.inc:
+			delete(m.dead, n.Name)
+			delete(m.tell, n.Name)
+		default:
+			m.tell[n.Name] = &notice{node: memberlist.Node{Name: n.Name, Addr: slices.Clone(n.Addr), Port: n.Port}, inc: inc}
+			select {
+			case m.telling <- inc:
+			default:
+			}
+		}
+	case member.Left:
+		delete(m.dead, n.Name)
+		delete(m.tell, n.Name)
 	}
 }
 
@@ -419,6 +706,7 @@ func (m *Membership) update(n *memberlist.Node, kind member.Kind) {
 		kind = member.Left
 	}
 	m.mu.Lock()
+	m.track(n, meta.Incarnation, kind)
 	if kind == member.Alive {
 		// Read while memberlist holds its lock for this report.
 		m.live[n.Name] = Node{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), Meta: meta}
@@ -444,7 +732,11 @@ func (d delegate) NodeMeta(limit int) []byte {
 	}
 	return d.m.meta
 }
-func (delegate) NotifyMsg([]byte)                           {}
+func (d delegate) NotifyMsg(b []byte) {
+	if node, inc, ok := decodeNotice(b); ok && node == d.m.name {
+		d.m.declared(inc)
+	}
+}
 func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (delegate) LocalState(join bool) []byte                { return nil }
 func (delegate) MergeRemoteState(buf []byte, join bool)     {}
