@@ -37,17 +37,25 @@ import (
 // self is the node's own membership update: alive at its incarnation,
 // holding its devices' models.
 func (e *Engine) self() member.Update {
-	return member.Update{Node: e.node, Inc: e.cfg.Cluster.Incarnation, Kind: member.Alive, Models: member.JoinModels(e.cfg.Device.Models)}
+	return member.Update{Node: e.node, Inc: e.inc.Load(), Kind: member.Alive, Models: member.JoinModels(e.cfg.Device.Models)}
 }
 
 // Member hands a membership update to the node's actors that keep a view:
 // its fronts, its batcher and its devices (as sim/cluster tells a node).
 // It must be called with the updates of one source in their order
 // (cluster.Membership reports one at a time). It does nothing on an
-// engine outside a cluster or after Close.
+// engine outside a cluster or after Close. The node itself alive at a
+// higher incarnation is a new life (cluster.Membership takes one when
+// the others declared the node dead): the node takes that incarnation
+// (its batcher's notices and restarted devices carry it), and its actors
+// see it as every other node's do, as sim/cluster's do when the SWIM
+// model refutes a death.
 func (e *Engine) Member(u member.Update) {
 	if e.cfg.Cluster == nil || e.isClosed() {
 		return
+	}
+	if u.Node == e.node && u.Kind == member.Alive && u.Inc > e.inc.Load() && u.Inc <= incarnationMax {
+		e.inc.Store(u.Inc)
 	}
 	e.membersMu.Lock()
 	cur, known := e.members[u.Node]

@@ -154,6 +154,9 @@ type ClusterConfig struct {
 	// Incarnation is this life of the node, as membership announces it
 	// (member.Update.Inc for the node itself): it must grow across the
 	// node's restarts, and be below 2^31 (device incarnations carry it).
+	// A node the others declared dead takes a new life within its
+	// process: membership tells the engine of the node itself alive at a
+	// higher incarnation (Engine.Member), which it takes from then on.
 	Incarnation uint64
 	// Remote sends what the actors address to other nodes.
 	Remote Remote
@@ -269,6 +272,9 @@ type Engine struct {
 	devices []actors.Address
 	// announced is the batcher's incarnation the fronts were told of.
 	announced atomic.Uint64
+	// inc is the node's incarnation now (cluster mode): Cluster.Incarnation,
+	// or a new life's (Engine.Member).
+	inc atomic.Uint64
 
 	nextID   atomic.Uint64
 	inFlight atomic.Int64
@@ -389,6 +395,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		lives:        map[string]batcherLife{},
 	}
 	if cfg.Cluster != nil {
+		e.inc.Store(cfg.Cluster.Incarnation)
 		// The node's own view starts with itself, so its devices announce
 		// themselves to its own batcher (what New waits for) until
 		// membership tells of the others.
@@ -467,7 +474,7 @@ func (e *Engine) start(ctx context.Context) error {
 		}
 		newDevice := func() actors.Actor {
 			if cl := cfg.Cluster; cl != nil {
-				d, err := actors.NewClusterDevice(cfg.Device, batcherID, cl.Incarnation)
+				d, err := actors.NewClusterDevice(cfg.Device, batcherID, e.inc.Load())
 				if err != nil {
 					panic("batchd: engine: device config went bad: " + err.Error())
 				}

@@ -1,0 +1,115 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/actors"
+	"github.com/batchd/batchd/actors/member"
+	"github.com/batchd/batchd/engine"
+)
+
+// TestClusterNewLife: a falsely declares b, the model's owner, dead at
+// incarnation 1, and moves the model to itself. b takes a new life at 2
+// (membership tells both engines): a's batcher takes b's device again,
+// and a's requests run on b, the owner again. Then b's batcher restarts
+// (supervision) while it queues requests of both fronts: its notice of a
+// new batcher life carries the node's new incarnation, both fronts
+// resubmit, and every request completes once. Seen to fail without the
+// engine taking the new incarnation: the notice names incarnation 1,
+// which both fronts hold over, and the queued requests expire.
+func TestClusterNewLife(t *testing.T) {
+	model := ownedBy("b", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	config := func(node string) engine.Config {
+		c := clusterConfig(node, r)
+		c.Device.Models = []string{model}
+		c.Batcher.BatchMax = 1
+		c.Batcher.SLO = 6 * time.Second
+		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+		c.Device.Latency = c.Batcher.Latency
+		c.ReplyGrace = time.Second
+		return c
+	}
+	a, b := start(t, config("a")), start(t, config("b"))
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	waitDevices := func(e *engine.Engine, n int, what string) {
+		for end := time.Now().Add(waitMax); stats(t, e).Batcher.Devices < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("gave up waiting: " + what)
+			}
+		}
+	}
+	waitDevices(b, 2, "a's device at b, the owner")
+
+	// The false death: only a hears of it.
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Dead})
+	ctx := context.Background()
+	if rep, err := a.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: "dead"}); err != nil || rep.Outcome != actors.Completed || rep.Device.Node != "a" {
+		t.Fatalf("b dead to a: %v on %v, err %v: want completed on a", rep.Outcome, rep.Device, err)
+	}
+
+	// The new life.
+	b2 := member.Update{Node: "b", Inc: 2, Kind: member.Alive, Models: model}
+	b.Member(b2)
+	a.Member(b2)
+	waitDevices(b, 2, "a's device back at b")
+	before := stats(t, b).Batcher.Batches
+	if rep, err := a.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: "alive"}); err != nil || rep.Outcome != actors.Completed {
+		t.Fatalf("b alive at 2: %v (%s), err %v", rep.Outcome, rep.Err, err)
+	}
+	if after := stats(t, b).Batcher.Batches; after == before {
+		t.Fatal("a's request after b's new life did not run at b's batcher, the owner")
+	}
+
+	// b's batcher restarts within the new life.
+	const n = 6 // per front
+	type answer struct {
+		rep actors.Reply
+		err error
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answers := map[string]*answer{}
+	for _, e := range []struct {
+		name string
+		eng  *engine.Engine
+	}{{"a", a}, {"b", b}} {
+		for i := range n {
+			in := fmt.Sprintf("%s-%d", e.name, i)
+			ans := &answer{}
+			answers[in] = ans
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				rep, err := e.eng.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
+				mu.Lock()
+				ans.rep, ans.err = rep, err
+				mu.Unlock()
+			})
+		}
+	}
+	for end := time.Now().Add(waitMax); stats(t, b).Batcher.Queued < 6; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("gave up waiting for requests queued at b")
+		}
+	}
+	b.Deliver(actors.Address{}, b.Batcher(), poison{})
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for in, ans := range answers {
+		if ans.err != nil || ans.rep.Outcome != actors.Completed || ans.rep.Output != actors.EmulatedOutput(model, ans.rep.Version, in) {
+			t.Errorf("%s: %v %q (%s), err %v: want completed with its own output", in, ans.rep.Outcome, ans.rep.Output, ans.rep.Err, ans.err)
+		}
+	}
+	if sa, sb := stats(t, a), stats(t, b); sa.Unanswered+sb.Unanswered != 0 {
+		t.Errorf("expired %d: want none", sa.Unanswered+sb.Unanswered)
+	}
+}
