@@ -35,7 +35,6 @@ import (
 type clusterNode struct {
 	ml    *cluster.Membership
 	self  string
-	inc   uint64
 	leave time.Duration
 	log   *slog.Logger
 
@@ -44,8 +43,11 @@ type clusterNode struct {
 	// actors (Engine.Member).
 	engine func(member.Update)
 
-	mu     sync.Mutex
-	view   *member.View
+	mu   sync.Mutex
+	view *member.View
+	// inc is the node's incarnation: its start's, then its last new
+	// life's (the node itself alive at a higher one).
+	inc    uint64
 	events [member.Left + 1]int64 // updates applied, by kind
 }
 
@@ -97,6 +99,7 @@ func startCluster(f *config.File, devices int, dp *dataPlane, log *slog.Logger) 
 		// The engine's actors are told what the node's view is told, and
 		// the data plane follows membership to the others' addresses.
 		cfg.Incarnation, n.inc = dp.inc, dp.inc
+		cfg.NextLife = cluster.NextIncarnation
 		cfg.Meta.DataAddr = dp.tr.Addr()
 		cfg.OnPeer = dp.onPeer(log)
 		n.engine = dp.member
@@ -125,10 +128,17 @@ func (n *clusterNode) apply(u member.Update) {
 	if err == nil && ch != member.Ignored {
 		n.events[u.Kind]++
 	}
+	life := u.Node == n.self && u.Kind == member.Alive && u.Inc > n.inc
+	if life {
+		n.inc = u.Inc
+	}
 	n.mu.Unlock()
 	if err != nil {
 		n.log.Warn("cluster: update dropped", "update", u.String(), "err", err)
 		return
+	}
+	if life {
+		n.log.Warn("cluster: the others declared this node dead: it takes a new life", "incarnation", u.Inc)
 	}
 	if ch != member.Ignored {
 		n.log.Info("cluster: member", "node", u.Node, "incarnation", u.Inc, "state", u.Kind.String())
@@ -150,19 +160,20 @@ type dataPlane struct {
 	stopFaults func()
 }
 
-// incarnationEpoch is where the node's incarnation counts seconds from
-// when it runs a data plane: device incarnations carry it in 31 bits
-// (engine.ClusterConfig), which Unix seconds would outgrow in 2038 and
-// milliseconds at once.
-var incarnationEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // openDataPlane listens on f.Cluster.DataAddr with the gossip key.
 func openDataPlane(f *config.File) (*dataPlane, error) {
 	key, err := f.GossipKey()
 	if err != nil {
 		return nil, fmt.Errorf("cluster.secret_key_env: %w", err)
 	}
-	dp := &dataPlane{inc: uint64(max(time.Since(incarnationEpoch)/time.Second, 1)),
+	// With a data plane the node's incarnation is cluster.NextIncarnation's
+	// (device incarnations carry it in 31 bits: engine.ClusterConfig, which
+	// Unix seconds would outgrow in 2038 and milliseconds at once), held
+	// only once the clock has passed it (at most a quarter second), so a
+	// restart reads a higher one.
+	inc, wait := cluster.NextIncarnation(time.Now(), 0)
+	time.Sleep(wait)
+	dp := &dataPlane{inc: inc,
 		forward: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "batchd_cluster_forward_seconds",
 			Help: "Requests this node's front sent to another node's batcher (the model's owner), from the send to the first reply's arrival back at the front: " +
@@ -251,8 +262,9 @@ func (n *clusterNode) status() ClusterStatus {
 	for _, m := range n.ml.Members() {
 		meta[m.Name] = m
 	}
-	st := ClusterStatus{Node: n.self, Incarnation: n.inc, Owners: map[string]string{}}
+	st := ClusterStatus{Node: n.self, Owners: map[string]string{}}
 	n.mu.Lock()
+	st.Incarnation = n.inc
 	all := n.view.Members()
 	for _, name := range n.models {
 		if o, ok := n.view.Owner(name); ok {
