@@ -11,7 +11,12 @@
 // node names each of its lives with a boot incarnation in its metadata
 // (Config.Incarnation, which grows across restarts), and Updates carry it.
 // memberlist does not report suspicion to its event delegate either, so
-// the actors see alive, dead and left from it, never suspect.
+// the actors see alive, dead and left from it, never suspect. A death is
+// final for an incarnation in every view, so a node the others declared
+// dead while it lived (a pause, a partition that healed), which
+// memberlist brings back by refuting its death, takes a new life at a
+// higher incarnation: the others tell it, when they see it alive again
+// at the incarnation they hold dead (see Membership).
 //
 // Imported by: engine/server (a node of a cluster: batchd serve --node
 // --join; its tests, and this package's, run real memberlist nodes on
