@@ -117,6 +117,9 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 	st := clusterStatus(t, victim.s.base)
 	t.Logf("%s stopped; dead to the others after %v; alive to all at incarnation %d (was %d) %v after SIGCONT; the owner's 6 devices healthy %v after",
 		victim.name, dead.Round(time.Millisecond), st.Incarnation, before.Incarnation, back.Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+	if seen := memberIncarnation(t, own, victim.name); st.Incarnation != seen {
+		t.Errorf("%s says its incarnation is %d, the owner holds it at %d", victim.name, st.Incarnation, seen)
+	}
 	time.Sleep(time.Second) // load after the return
 	results := load.end()
 	ok, failed := checkInvariants(t, results)
