@@ -299,7 +299,7 @@ type Membership struct {
 	// life takes the incarnation a notice named to the lives loop;
 	// telling wakes the notice loop. Capacity 1 each.
 	life, telling chan uint64
-	// loops closes when the lives and notice loops have ended.
+	// loops are the lives and notice loops (halt waits for them).
 	loops sync.WaitGroup
 }
 
