@@ -11,25 +11,22 @@ import (
 	"github.com/batchd/batchd/engine/server"
 )
 
-// TestClusterProcessFalseDeath: three real nodes under load; a node that
-// does not own echo is stopped (SIGSTOP) until the others declare it
-// dead, then continued (SIGCONT): a false death, as a long GC pause or a
-// healed partition makes one. memberlist on the node refutes its death,
-// and the node takes a new life: every node, itself included, sees it
-// alive at a higher incarnation within procWait; the owner's batcher
-// takes its devices again (devices healthy back to all six) and runs
-// batches on them (the node receives data-plane messages under load
-// through the other fronts alone); every request through the other
-// fronts across the false death is answered once, 200 with its own
-// output or a clear error, none lost; after the return every front, the
-// node's own included, answers 200. Seen to fail without the new life:
-// the others keep the node dead at its incarnation for good.
-//
-// The stopped node's own front is loaded only after its return: replies
-// to requests it had in flight at the stop are dropped by the owner's
-// data plane once the owner holds it dead (RemovePeer), and wait for the
-// front's guard; the data plane keeping a working stream to a node
-// declared dead is the transport's part, not the new life's.
+// TestClusterProcessFalseDeath: three real nodes under load through every
+// front; a node that does not own echo is stopped (SIGSTOP) until the
+// others declare it dead, then continued (SIGCONT): a false death, as a
+// long GC pause or a healed partition makes one. memberlist on the node
+// refutes its death, and the node takes a new life: every node, itself
+// included, sees it alive at a higher incarnation within procWait; the
+// owner's batcher takes its devices again (devices healthy back to all
+// six) and runs batches on them (the node receives data-plane messages
+// under load through the other fronts alone); every request through
+// every front across the false death, the stopped node's included, is
+// answered once, 200 with its own output or a clear error, none lost;
+// after the return every front answers 200. Seen to fail without the new
+// life: the others keep the node dead at its incarnation for good. (The
+// stopped node's requests in flight at the stop are answered because the
+// data plane keeps a working stream to a node declared dead: without
+// that, their replies were dropped in 3 of 10 runs.)
 func TestClusterProcessFalseDeath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and stops server processes")
@@ -73,7 +70,7 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 	}
 
 	load := newProcLoad()
-	for _, nd := range others {
+	for _, nd := range nodes {
 		load.run(nd.name, nd.s.base, 3, nil)
 	}
 	time.Sleep(time.Second) // load before the stop
@@ -123,7 +120,7 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 	time.Sleep(time.Second) // load after the return
 	results := load.end()
 	ok, failed := checkInvariants(t, results)
-	t.Logf("%d requests through the other fronts across the false death: %d 200, %d errors", len(results), ok, failed)
+	t.Logf("%d requests through every front across the false death: %d 200, %d errors", len(results), ok, failed)
 
 	// The victim's devices take batches again: load through the other
 	// fronts only, and data-plane messages come to the victim (batches
