@@ -60,12 +60,12 @@ type procSettings struct {
 }
 
 // procDefaults are the invariant tests' nodes: fast devices, a long SLO
-// (a request resubmitted after a death still meets it) and a fast failure
-// detector (300 ms probes: 8 minutes at full load on a 2-core box without
-// a false death, RESULTS.md), memberlist's LAN settings under the race
-// detector, whose servers run several times slower: a false death is
-// final for a node's life today (membership's incarnation does not rise
-// when it refutes).
+// (a request resubmitted after a death still meets it) and serve's
+// failure detector (300 ms probes: 10 minutes at full load on a 2-core
+// box without a false death, RESULTS.md), memberlist's LAN settings under
+// the race detector, whose servers run several times slower: a false
+// death heals (the node takes a new life) but moves the model, which the
+// tests' counts do not expect.
 var procDefaults = procSettings{devices: 2, latency: 20 * time.Millisecond, batchMax: 100, slo: procSLO,
 	probe: 300 * time.Millisecond, timeout: 150 * time.Millisecond, suspicion: 3}
 
