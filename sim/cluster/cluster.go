@@ -332,8 +332,17 @@ func (r *run) acts(res *swim.Result) []act {
 		case swim.Leave:
 			// The others move what waits there when they see it leave;
 			// after the hand-over grace it takes nothing new and drains.
+			// A node down at the leave does not leave (as in the SWIM
+			// model), nor does a later life of it.
+			life := -1
+			out = append(out, act{e.At, func() error {
+				if r.up[i] {
+					life = r.life[i]
+				}
+				return nil
+			}})
 			out = append(out, act{e.At + r.cfg.SWIM.LeaveGrace, func() error {
-				if r.up[i] && r.drainUntil[i] == 0 {
+				if r.up[i] && r.life[i] == life && r.drainUntil[i] == 0 {
 					r.serving[i] = false
 					r.drainUntil[i] = r.w.Now() + r.cfg.LeaveDrainMax
 				}
