@@ -153,22 +153,7 @@ func TestClusterTwoNodes(t *testing.T) {
 // Expired at their deadline plus grace.
 func TestClusterBatcherRestart(t *testing.T) {
 	model := ownedBy("b", "a", "b")
-	r := &loopRemote{nodes: map[string]*engine.Engine{}}
-	config := func(node string) engine.Config {
-		c := clusterConfig(node, r)
-		c.Device.Models = []string{model}
-		c.Batcher.BatchMax = 1
-		c.Batcher.SLO = 6 * time.Second
-		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
-		c.Device.Latency = c.Batcher.Latency
-		c.ReplyGrace = time.Second
-		return c
-	}
-	a, b := start(t, config("a")), start(t, config("b"))
-	r.add(a, "a")
-	r.add(b, "b")
-	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
-	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	a, b := slowPair(t, model)
 
 	const n = 6 // per front
 	type answer struct {
@@ -364,4 +349,29 @@ func TestClusterPeerDown(t *testing.T) {
 			t.Errorf("request %d: %v on %v (%s), err %v: want completed on a", i, reps[i].Outcome, reps[i].Device, reps[i].Err, errs[i])
 		}
 	}
+}
+
+// slowPair is nodes a and b, each of one device for model at 100 ms a
+// batch of one, alive to each other at incarnation 1: requests queue at
+// the owner, and a restart or a death finds them there. The SLO is 6 s
+// and the reply grace 1 s.
+func slowPair(t *testing.T, model string) (a, b *engine.Engine) {
+	t.Helper()
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	config := func(node string) engine.Config {
+		c := clusterConfig(node, r)
+		c.Device.Models = []string{model}
+		c.Batcher.BatchMax = 1
+		c.Batcher.SLO = 6 * time.Second
+		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
+		c.Device.Latency = c.Batcher.Latency
+		c.ReplyGrace = time.Second
+		return c
+	}
+	a, b = start(t, config("a")), start(t, config("b"))
+	r.add(a, "a")
+	r.add(b, "b")
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	return a, b
 }

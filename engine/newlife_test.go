@@ -23,22 +23,7 @@ import (
 // which both fronts hold over, and the queued requests expire.
 func TestClusterNewLife(t *testing.T) {
 	model := ownedBy("b", "a", "b")
-	r := &loopRemote{nodes: map[string]*engine.Engine{}}
-	config := func(node string) engine.Config {
-		c := clusterConfig(node, r)
-		c.Device.Models = []string{model}
-		c.Batcher.BatchMax = 1
-		c.Batcher.SLO = 6 * time.Second
-		c.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
-		c.Device.Latency = c.Batcher.Latency
-		c.ReplyGrace = time.Second
-		return c
-	}
-	a, b := start(t, config("a")), start(t, config("b"))
-	r.add(a, "a")
-	r.add(b, "b")
-	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: model})
-	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+	a, b := slowPair(t, model)
 	waitDevices := func(e *engine.Engine, n int, what string) {
 		for end := time.Now().Add(waitMax); stats(t, e).Batcher.Devices < n; time.Sleep(time.Millisecond) {
 			if time.Now().After(end) {

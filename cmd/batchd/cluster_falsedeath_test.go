@@ -130,12 +130,7 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 		return v
 	}
 	r0 := received()
-	after := newProcLoad()
-	for _, nd := range others {
-		after.run(nd.name, nd.s.base, 3, nil)
-	}
-	time.Sleep(time.Second)
-	healed := after.end()
+	healed := loadSecond(others, 3)
 	ok, failed = checkInvariants(t, healed)
 	got := received() - r0
 	t.Logf("%d requests through the other fronts after the return: %d 200, %d errors; %s received %v data-plane messages", len(healed), ok, failed, victim.name, got)
@@ -143,19 +138,9 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 		t.Errorf("after the return: %d 200, %d errors, %v messages to %s: want every request 200, and batches on %s's devices", ok, failed, got, victim.name, victim.name)
 	}
 	// And through every front, its own included.
-	all := newProcLoad()
-	for _, nd := range nodes {
-		all.run(nd.name, nd.s.base, 2, nil)
-	}
-	time.Sleep(time.Second)
-	results = all.end()
+	results = loadSecond(nodes, 2)
 	ok, failed = checkInvariants(t, results)
-	viaVictim := 0
-	for _, r := range results {
-		if r.front == victim.name && r.status == http.StatusOK {
-			viaVictim++
-		}
-	}
+	viaVictim := okVia(results, victim.name)
 	t.Logf("%d requests through every front after the return: %d 200, %d errors, %d 200 through %s's", len(results), ok, failed, viaVictim, victim.name)
 	if failed != 0 || viaVictim == 0 {
 		t.Errorf("after the return: %d errors, %d 200 through %s's front: want none and some", failed, viaVictim, victim.name)

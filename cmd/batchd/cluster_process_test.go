@@ -304,6 +304,28 @@ func (l *procLoad) end() []procResult {
 // it was lost on the way.
 const frontExpiry = "no answer by the deadline"
 
+// loadSecond sends a second of closed-loop load, workers at a time,
+// through each of nodes' fronts, and returns what came back.
+func loadSecond(nodes []*procNode, workers int) []procResult {
+	l := newProcLoad()
+	for _, nd := range nodes {
+		l.run(nd.name, nd.s.base, workers, nil)
+	}
+	time.Sleep(time.Second)
+	return l.end()
+}
+
+// okVia counts the results through the node front's front that were 200.
+func okVia(results []procResult, front string) int {
+	n := 0
+	for _, r := range results {
+		if r.front == front && r.status == http.StatusOK {
+			n++
+		}
+	}
+	return n
+}
+
 // checkInvariants checks what every request of a surviving front must
 // get: one HTTP answer, 200 with its own input's output, or another status
 // with an error message, within its deadline plus the reply grace (and
@@ -414,19 +436,9 @@ func TestClusterProcessKill(t *testing.T) {
 			return m.State == "alive" && m.Incarnation > before.Incarnation
 		})
 	}
-	again := newProcLoad()
-	for _, nd := range append([]*procNode{victim}, survivors...) {
-		again.run(nd.name, nd.s.base, 2, nil)
-	}
-	time.Sleep(time.Second)
-	results = again.end()
+	results = loadSecond(append([]*procNode{victim}, survivors...), 2)
 	ok, failed = checkInvariants(t, results)
-	restarted := 0
-	for _, r := range results {
-		if r.front == victimName && r.status == http.StatusOK {
-			restarted++
-		}
-	}
+	restarted := okVia(results, victimName)
 	t.Logf("%d requests through every front after the return: %d 200, %d errors, %d 200 through the restarted front; incarnation %d → %d",
 		len(results), ok, failed, restarted, before.Incarnation, memberIncarnation(t, survivors[0], victimName))
 	if failed != 0 || restarted == 0 {
@@ -476,12 +488,7 @@ func TestClusterProcessPartition(t *testing.T) {
 	t.Logf("%d requests across the partition: %d 200, %d errors", len(during), ok, failed)
 
 	// Healed: every front answers 200 again.
-	after := newProcLoad()
-	for _, nd := range nodes {
-		after.run(nd.name, nd.s.base, 2, nil)
-	}
-	time.Sleep(time.Second)
-	healed := after.end()
+	healed := loadSecond(nodes, 2)
 	ok, failed = checkInvariants(t, healed)
 	t.Logf("%d requests after the heal: %d 200, %d errors", len(healed), ok, failed)
 	if failed != 0 || ok == 0 {
