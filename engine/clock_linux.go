@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,9 +16,23 @@ import (
 // timerFD is a timer file descriptor (timerfd_create(2)) in non-blocking
 // mode, so that reading it waits in the runtime's network poller, which
 // wakes on the timer's expiry rather than at its next millisecond.
+//
+// Its two calls a wait, timerfd_settime and the read of the expiry, are
+// raw system calls (syscall.RawSyscall): neither can block on a
+// non-blocking timer fd, and a raw call does not tell the runtime it
+// enters a system call, which, after an idle spell, wakes the runtime's
+// monitor thread (sysmon) to poll every 20 µs while the process is busy.
+// A batch's linger firing and its device taking it made no other system
+// call: with the plain calls, each such wake-up cost the monitor a futex
+// wake and its sleeps, on a server idle between batches.
 type timerFD struct {
 	f  *os.File
 	fd int // f's descriptor; f.Fd() would make it blocking
+	rc syscall.RawConn
+	// spec and buf are the calls' arguments, here so that they are not
+	// allocated a wait.
+	spec unix.ItimerSpec
+	buf  [8]byte // the expiry count
 }
 
 // idleTimerFDs keeps timer fds between waits, at most timerFDsMax: one per
@@ -41,7 +57,54 @@ func getTimerFD() *timerFD {
 	if err != nil {
 		return nil // out of descriptors: the caller yields instead
 	}
-	return &timerFD{f: os.NewFile(uintptr(fd), "timerfd"), fd: fd}
+	f := os.NewFile(uintptr(fd), "timerfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	return &timerFD{f: f, fd: fd, rc: rc}
+}
+
+// set arms the timer fd to expire once, d from now, clearing any expiry
+// count not read.
+func (tf *timerFD) set(d time.Duration) error {
+	tf.spec = unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	_, _, e := syscall.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(tf.fd), 0,
+		uintptr(unsafe.Pointer(&tf.spec)), 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// wait waits in the poller until the timer fd's expiry is read, or its
+// read deadline passes (os.ErrDeadlineExceeded). The fd was just set, so
+// it is not read before the poller says it is ready: that read could only
+// fail with EAGAIN. A readiness left by an earlier expiry (see pollUntil)
+// wakes it with nothing to read, and it waits on.
+func (tf *timerFD) wait() error {
+	first := true
+	var rerr error
+	err := tf.rc.Read(func(fd uintptr) bool {
+		if first {
+			first = false
+			return false
+		}
+		_, _, e := syscall.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&tf.buf[0])), uintptr(len(tf.buf)))
+		switch e {
+		case 0:
+			return true
+		case syscall.EAGAIN, syscall.EINTR:
+			return false
+		}
+		rerr = e
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return rerr
 }
 
 func putTimerFD(tf *timerFD) {
@@ -69,8 +132,7 @@ func pollUntil(ctx context.Context, t time.Time) error {
 	if tf == nil {
 		return yieldUntil(ctx, t)
 	}
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-	if err := unix.TimerfdSettime(tf.fd, 0, &spec, nil); err != nil {
+	if err := tf.set(d); err != nil {
 		tf.f.Close()
 		return yieldUntil(ctx, t)
 	}
@@ -79,8 +141,7 @@ func pollUntil(ctx context.Context, t time.Time) error {
 	if ctx.Done() != nil { // the timers' waits are never cancelled: no AfterFunc
 		stop = context.AfterFunc(ctx, func() { _ = tf.f.SetReadDeadline(time.Unix(1, 0)) })
 	}
-	var n [8]byte // the expiry count
-	_, err := tf.f.Read(n[:])
+	err := tf.wait()
 	stopped := stop()
 	switch {
 	case stopped && err == nil:
