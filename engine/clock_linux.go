@@ -29,6 +29,8 @@ type timerFD struct {
 	f  *os.File
 	fd int // f's descriptor; f.Fd() would make it blocking
 	rc syscall.RawConn
+	// deadline: a read deadline is set on f (see deadlines).
+	deadline bool
 	// spec and buf are the calls' arguments, here so that they are not
 	// allocated a wait.
 	spec unix.ItimerSpec
@@ -116,10 +118,10 @@ func putTimerFD(tf *timerFD) {
 }
 
 // pollUntil waits until t (never before), or until ctx is done, reading a
-// timer fd set to t. The read also has t as its deadline, a Go timer: a
-// scheduler that always has goroutines ready to run polls the network
-// only now and then, but checks its timers at every switch. Without a
-// timer fd it is yieldUntil.
+// timer fd set to t. While waits wake late (see deadlines), the read also
+// has t as its deadline, a Go timer: a scheduler that always has
+// goroutines ready to run polls the network only now and then, but checks
+// its timers at every switch. Without a timer fd it is yieldUntil.
 func pollUntil(ctx context.Context, t time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sleep: %w", err)
@@ -136,13 +138,24 @@ func pollUntil(ctx context.Context, t time.Time) error {
 		tf.f.Close()
 		return yieldUntil(ctx, t)
 	}
-	_ = tf.f.SetReadDeadline(t)
+	withDeadline := deadlines.on()
+	switch {
+	case withDeadline:
+		_ = tf.f.SetReadDeadline(t)
+		tf.deadline = true
+	case tf.deadline:
+		_ = tf.f.SetReadDeadline(time.Time{}) // an earlier wait's, past by now
+		tf.deadline = false
+	}
 	stop := noStop
 	if ctx.Done() != nil { // the timers' waits are never cancelled: no AfterFunc
 		stop = context.AfterFunc(ctx, func() { _ = tf.f.SetReadDeadline(time.Unix(1, 0)) })
 	}
 	err := tf.wait()
 	stopped := stop()
+	if stopped && ctx.Err() == nil {
+		deadlines.woke(withDeadline, time.Since(t))
+	}
 	switch {
 	case stopped && err == nil:
 		putTimerFD(tf)
@@ -161,6 +174,58 @@ func pollUntil(ctx context.Context, t time.Time) error {
 	// what a failed read left.
 	tf.f.Close()
 	return yieldUntil(ctx, t)
+}
+
+// deadlines decides whether a timer fd's wait also has a read deadline.
+//
+// A deadline is a Go timer, and on a process idle between batches each
+// runtime timer costs a wake-up of its own: the runtime's monitor thread
+// (sysmon), asleep while no goroutine runs, sleeps only until the next
+// timer. There the timer fd wakes the wait on time without it: a server
+// under 2,000 req/s with a 5 ms backend, pinned to one core, spent about
+// 10% less CPU and 0.3-0.4 fewer context switches a request without the
+// deadline. Where the CPU is saturated, the poller is looked at only now
+// and then and a timer fd's wake-up can come milliseconds late, while
+// timers are checked at every goroutine switch: there the deadline is what
+// keeps waits on time.
+//
+// So waits go without a deadline until one wakes more than lateMax late,
+// and then with one until deadlinesOff waits in a row have woken within
+// lateMax.
+var deadlines lateness
+
+// lateness is the state behind deadlines; its zero value waits without.
+type lateness struct {
+	set atomic.Bool
+	// onTime counts, while deadlines are set, the waits in a row that woke
+	// within lateMax.
+	onTime atomic.Int64
+}
+
+const (
+	// lateMax is how late a wait may wake before deadlines are set: above
+	// the 0.04-0.15 ms a timer fd wakes late on an idle machine.
+	lateMax = 250 * time.Microsecond
+	// deadlinesOff is how many waits in a row must wake within lateMax
+	// before deadlines are dropped again.
+	deadlinesOff = 256
+)
+
+// on reports whether the next wait has a deadline.
+func (l *lateness) on() bool { return l.set.Load() }
+
+// woke records how late a wait woke, and whether it had a deadline.
+func (l *lateness) woke(withDeadline bool, late time.Duration) {
+	switch {
+	case late > lateMax:
+		l.onTime.Store(0)
+		if !withDeadline {
+			l.set.Store(true)
+		}
+	case withDeadline && l.onTime.Add(1) >= deadlinesOff:
+		l.onTime.Store(0)
+		l.set.Store(false)
+	}
 }
 
 // noStop is the stop of a wait that cannot be cancelled.

@@ -81,3 +81,74 @@ func TestPollUntilReusesAnExpiredTimerFD(t *testing.T) {
 		t.Error("the timer fd was not kept after its waits")
 	}
 }
+
+// Waits go without a read deadline until one wakes late; then with one
+// until deadlinesOff waits in a row woke on time; a late one among them
+// starts the count again.
+func TestDeadlinesFollowLateness(t *testing.T) {
+	var l lateness
+	if l.on() {
+		t.Fatal("deadlines on before any wait")
+	}
+	l.woke(false, lateMax)
+	if l.on() {
+		t.Fatal("deadlines on after a wait within lateMax")
+	}
+	l.woke(false, lateMax+time.Microsecond)
+	if !l.on() {
+		t.Fatal("deadlines still off after a late wait")
+	}
+	for range deadlinesOff - 1 {
+		l.woke(true, 0)
+	}
+	l.woke(true, 2*lateMax) // late: the count starts again
+	for range deadlinesOff - 1 {
+		l.woke(true, 0)
+	}
+	if !l.on() {
+		t.Fatal("deadlines off before deadlinesOff waits in a row woke on time")
+	}
+	l.woke(true, 0)
+	if l.on() {
+		t.Fatalf("deadlines still on after %d waits in a row woke on time", deadlinesOff)
+	}
+}
+
+// A wait whose timer fd was left with a read deadline by an earlier wait
+// (one under deadlines) and is taken by a wait without one must still
+// wait its whole time: the old deadline, past by then, is cleared.
+func TestPollUntilClearsAnOldDeadline(t *testing.T) {
+	for drained := false; !drained; {
+		select {
+		case tf := <-idleTimerFDs:
+			tf.f.Close()
+		default:
+			drained = true
+		}
+	}
+	defer deadlines.set.Store(false)
+	deadlines.set.Store(true)
+	if err := pollUntil(context.Background(), time.Now().Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	deadlines.set.Store(false)
+	due := time.Now().Add(3 * time.Millisecond)
+	if err := pollUntil(context.Background(), due); err != nil {
+		t.Fatal(err)
+	}
+	if early := due.Sub(time.Now()); early > 0 {
+		t.Fatalf("pollUntil returned %v early on a timer fd with an old deadline", early)
+	}
+	select {
+	case tf := <-idleTimerFDs:
+		defer putTimerFD(tf)
+		if err := tf.set(time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := tf.wait(); err != nil {
+			t.Fatalf("a wait on the timer fd after one without a deadline: %v, want its expiry", err)
+		}
+	default:
+		t.Fatal("the timer fd was not kept after its waits")
+	}
+}
