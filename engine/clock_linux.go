@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -189,23 +190,30 @@ func pollUntil(ctx context.Context, t time.Time) error {
 // timers are checked at every goroutine switch: there the deadline is what
 // keeps waits on time.
 //
-// So waits go without a deadline until one wakes more than lateMax late,
-// and then with one until deadlinesOff waits in a row have woken within
-// lateMax.
+// So waits go without a deadline until latesOn of the last 32 woke more
+// than lateMax late (one alone is as often the machine's other work
+// taking the CPU, which no deadline helps), and then with one until
+// deadlinesOff waits in a row have woken within lateMax.
 var deadlines lateness
 
 // lateness is the state behind deadlines; its zero value waits without.
 type lateness struct {
 	set atomic.Bool
+	// recent has a bit for each of the last 32 waits without a deadline,
+	// the newest lowest: set when it woke late.
+	recent atomic.Uint32
 	// onTime counts, while deadlines are set, the waits in a row that woke
 	// within lateMax.
 	onTime atomic.Int64
 }
 
 const (
-	// lateMax is how late a wait may wake before deadlines are set: above
-	// the 0.04-0.15 ms a timer fd wakes late on an idle machine.
+	// lateMax is how late a wait may wake and be on time: above the
+	// 0.04-0.15 ms a timer fd wakes late on an idle machine.
 	lateMax = 250 * time.Microsecond
+	// latesOn is how many of the last 32 waits without a deadline must
+	// have woken late for deadlines to be set.
+	latesOn = 3
 	// deadlinesOff is how many waits in a row must wake within lateMax
 	// before deadlines are dropped again.
 	deadlinesOff = 256
@@ -216,13 +224,29 @@ func (l *lateness) on() bool { return l.set.Load() }
 
 // woke records how late a wait woke, and whether it had a deadline.
 func (l *lateness) woke(withDeadline bool, late time.Duration) {
+	isLate := late > lateMax
 	switch {
-	case late > lateMax:
-		l.onTime.Store(0)
-		if !withDeadline {
-			l.set.Store(true)
+	case !withDeadline:
+		var bit uint32
+		if isLate {
+			bit = 1
 		}
-	case withDeadline && l.onTime.Add(1) >= deadlinesOff:
+		for {
+			old := l.recent.Load()
+			next := old<<1 | bit
+			if !l.recent.CompareAndSwap(old, next) {
+				continue
+			}
+			if bits.OnesCount32(next) >= latesOn {
+				l.recent.Store(0)
+				l.onTime.Store(0)
+				l.set.Store(true)
+			}
+			return
+		}
+	case isLate:
+		l.onTime.Store(0)
+	case l.onTime.Add(1) >= deadlinesOff:
 		l.onTime.Store(0)
 		l.set.Store(false)
 	}

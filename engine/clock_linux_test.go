@@ -82,21 +82,41 @@ func TestPollUntilReusesAnExpiredTimerFD(t *testing.T) {
 	}
 }
 
-// Waits go without a read deadline until one wakes late; then with one
-// until deadlinesOff waits in a row woke on time; a late one among them
-// starts the count again.
+// Waits go without a read deadline until latesOn of the last 32 woke
+// late; then with one until deadlinesOff waits in a row woke on time; a
+// late one among them starts the count again.
 func TestDeadlinesFollowLateness(t *testing.T) {
 	var l lateness
 	if l.on() {
 		t.Fatal("deadlines on before any wait")
 	}
-	l.woke(false, lateMax)
-	if l.on() {
-		t.Fatal("deadlines on after a wait within lateMax")
+	for range 100 {
+		l.woke(false, lateMax)
 	}
-	l.woke(false, lateMax+time.Microsecond)
+	if l.on() {
+		t.Fatal("deadlines on after waits within lateMax")
+	}
+	for range latesOn - 1 {
+		l.woke(false, lateMax+time.Microsecond)
+		for range 31 - latesOn {
+			l.woke(false, 0)
+		}
+	}
+	if l.on() {
+		t.Fatalf("deadlines on after %d late waits in 32", latesOn-1)
+	}
+	for range 32 - latesOn {
+		l.woke(false, 0) // the late ones are out of the last 32
+	}
+	for range latesOn - 1 {
+		l.woke(false, 2*lateMax)
+	}
+	if l.on() {
+		t.Fatalf("deadlines on after %d late waits in 32", latesOn-1)
+	}
+	l.woke(false, 2*lateMax)
 	if !l.on() {
-		t.Fatal("deadlines still off after a late wait")
+		t.Fatalf("deadlines still off after %d late waits in a row", latesOn)
 	}
 	for range deadlinesOff - 1 {
 		l.woke(true, 0)
@@ -111,6 +131,12 @@ func TestDeadlinesFollowLateness(t *testing.T) {
 	l.woke(true, 0)
 	if l.on() {
 		t.Fatalf("deadlines still on after %d waits in a row woke on time", deadlinesOff)
+	}
+	for range latesOn - 1 {
+		l.woke(false, 2*lateMax)
+	}
+	if l.on() {
+		t.Fatal("deadlines on again at once: the late waits before them still counted")
 	}
 }
 
