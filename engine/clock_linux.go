@@ -20,12 +20,10 @@ import (
 //
 // Its two calls a wait, timerfd_settime and the read of the expiry, are
 // raw system calls (syscall.RawSyscall): neither can block on a
-// non-blocking timer fd, and a raw call does not tell the runtime it
-// enters a system call, which, after an idle spell, wakes the runtime's
-// monitor thread (sysmon) to poll every 20 µs while the process is busy.
-// A batch's linger firing and its device taking it made no other system
-// call: with the plain calls, each such wake-up cost the monitor a futex
-// wake and its sleeps, on a server idle between batches.
+// non-blocking timer fd, so the runtime need not be told of them (a call
+// it is told of, after an idle spell, wakes its monitor thread), and the
+// read is made only once the poller says the fd is ready, not first to
+// fail with EAGAIN.
 type timerFD struct {
 	f  *os.File
 	fd int // f's descriptor; f.Fd() would make it blocking
@@ -180,15 +178,15 @@ func pollUntil(ctx context.Context, t time.Time) error {
 // deadlines decides whether a timer fd's wait also has a read deadline.
 //
 // A deadline is a Go timer, and on a process idle between batches each
-// runtime timer costs a wake-up of its own: the runtime's monitor thread
+// runtime timer costs wake-ups of its own: the runtime's monitor thread
 // (sysmon), asleep while no goroutine runs, sleeps only until the next
 // timer. There the timer fd wakes the wait on time without it: a server
-// under 2,000 req/s with a 5 ms backend, pinned to one core, spent about
-// 10% less CPU and 0.3-0.4 fewer context switches a request without the
-// deadline. Where the CPU is saturated, the poller is looked at only now
-// and then and a timer fd's wake-up can come milliseconds late, while
-// timers are checked at every goroutine switch: there the deadline is what
-// keeps waits on time.
+// under 2,000 req/s with a 5 ms backend, pinned to one core, spent 8%
+// less CPU a request with no deadline at all (cpu-per-request.sh, 8
+// rounds). Where the CPU is saturated, the poller is looked at only now
+// and then and a timer fd's wake-up can come late, while timers are
+// checked at every goroutine switch: there the deadline is what keeps
+// waits on time.
 //
 // So waits go without a deadline until latesOn of the last 32 woke more
 // than lateMax late (one alone is as often the machine's other work
@@ -208,9 +206,13 @@ type lateness struct {
 }
 
 const (
-	// lateMax is how late a wait may wake and be on time: above the
-	// 0.04-0.15 ms a timer fd wakes late on an idle machine.
-	lateMax = 250 * time.Microsecond
+	// lateMax is how late a wait may wake and be on time: well above the
+	// 0.04-0.15 ms a timer fd wakes late on an idle machine, and above the
+	// 0.25-0.6 ms (p90) of a saturated one's deadlines. At 250 µs, the
+	// other work on a shared 2-core machine set deadlines for much of a
+	// 2,000 req/s run, and the CPU saved was lost (B/A 1.026 against
+	// 0.953 at 1 ms, cpu-per-request.sh).
+	lateMax = time.Millisecond
 	// latesOn is how many of the last 32 waits without a deadline must
 	// have woken late for deadlines to be set.
 	latesOn = 3
