@@ -21,9 +21,7 @@ import (
 // Its two calls a wait, timerfd_settime and the read of the expiry, are
 // raw system calls (syscall.RawSyscall): neither can block on a
 // non-blocking timer fd, so the runtime need not be told of them (a call
-// it is told of, after an idle spell, wakes its monitor thread), and the
-// read is made only once the poller says the fd is ready, not first to
-// fail with EAGAIN.
+// it is told of, after an idle spell, wakes its monitor thread).
 type timerFD struct {
 	f  *os.File
 	fd int // f's descriptor; f.Fd() would make it blocking
@@ -80,18 +78,14 @@ func (tf *timerFD) set(d time.Duration) error {
 }
 
 // wait waits in the poller until the timer fd's expiry is read, or its
-// read deadline passes (os.ErrDeadlineExceeded). The fd was just set, so
-// it is not read before the poller says it is ready: that read could only
-// fail with EAGAIN. A readiness left by an earlier expiry (see pollUntil)
-// wakes it with nothing to read, and it waits on.
+// read deadline passes (os.ErrDeadlineExceeded). It reads before it waits,
+// though the fd was just set: the poller's readiness is cleared as a wait
+// begins, so an expiry the poller took before then is seen only by that
+// read (a wait that skipped it could hang). A readiness left by an earlier
+// expiry (see pollUntil) wakes it with nothing to read, and it waits on.
 func (tf *timerFD) wait() error {
-	first := true
 	var rerr error
 	err := tf.rc.Read(func(fd uintptr) bool {
-		if first {
-			first = false
-			return false
-		}
 		_, _, e := syscall.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&tf.buf[0])), uintptr(len(tf.buf)))
 		switch e {
 		case 0:

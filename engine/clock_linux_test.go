@@ -178,3 +178,24 @@ func TestPollUntilClearsAnOldDeadline(t *testing.T) {
 		t.Fatal("the timer fd was not kept after its waits")
 	}
 }
+
+// A timer fd that expired, and whose readiness the poller took, before its
+// wait began must still be read by that wait: the poller's readiness is
+// cleared as the wait starts, and no second one comes. (A wait that
+// skipped its first read hung there; this wait has a deadline 2 s out to
+// say so rather than hang.)
+func TestTimerFDWaitAfterItsExpiry(t *testing.T) {
+	tf := getTimerFD()
+	if tf == nil {
+		t.Skip("no timer fd on this machine")
+	}
+	defer tf.f.Close()
+	if err := tf.set(time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // expired; the poller has looked
+	_ = tf.f.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if err := tf.wait(); err != nil {
+		t.Fatalf("a wait begun after the expiry: %v, want the expiry read", err)
+	}
+}
