@@ -118,9 +118,10 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 		t.Errorf("%s says its incarnation is %d, the owner holds it at %d", victim.name, st.Incarnation, seen)
 	}
 	time.Sleep(time.Second) // load after the return
-	results := load.end()
+	results, frozen := frozenPast(load.end(), victim.name, stopped, resumed)
 	ok, failed := checkInvariants(t, results)
-	t.Logf("%d requests through every front across the false death: %d 200, %d errors", len(results), ok, failed)
+	t.Logf("%d requests through every front across the false death: %d 200, %d errors; %d through %s answered by its own guard, their deadline and grace past while it was stopped",
+		len(results), ok, failed, frozen, victim.name)
 
 	// The victim's devices take batches again: load through the other
 	// fronts only, and data-plane messages come to the victim (batches
@@ -145,4 +146,25 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 	if failed != 0 || viaVictim == 0 {
 		t.Errorf("after the return: %d errors, %d 200 through %s's front: want none and some", failed, viaVictim, victim.name)
 	}
+}
+
+// frozenPast takes out of results the requests through front that its own
+// guard answered (frontExpiry) whose deadline and reply grace ended while
+// front's process was stopped (from stopped to resumed), and counts them.
+// A stopped process answers nothing in time; once continued, its front's
+// expiry timer and the replies waiting in its sockets race, and either may
+// answer first: a clear error, not a loss. It happens under the race
+// detector, whose tests keep memberlist's LAN settings: a death is
+// declared 5 to 8 s after the stop, past procSLO plus procReplyGrace.
+func frozenPast(results []procResult, front string, stopped, resumed time.Time) ([]procResult, int) {
+	kept := results[:0:0]
+	n := 0
+	for _, r := range results {
+		if r.front == front && r.start.Before(stopped) && r.start.Add(procSLO+procReplyGrace).Before(resumed) && strings.Contains(r.errMsg, frontExpiry) {
+			n++
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, n
 }
