@@ -90,14 +90,23 @@ func genFaulty(t *rapid.T) Config {
 		cfg.Duration = quiet + sw.SettleBound() + 5*time.Second
 	}
 	cfg.Drain = 5 * time.Second
+	cfg.Split = drawSplit(t)
 	return cfg
 }
+
+// drawSplit draws the node's assembly: one accumulator per model (the
+// split), or one accumulator per node for every model it owns, which is
+// what the live engine runs (engine.ClusterConfig), so that the
+// properties hold for both.
+func drawSplit(t *rapid.T) bool { return rapid.Bool().Draw(t, "split") }
 
 // TestPropertyClusterExactlyOnce: under crashes, restarts, partitions,
 // leaves and loss, every request a live front accepted is answered
 // exactly once if its front lived on and at most once otherwise, with its
 // own output, at its own front; no batch mixes keys; once membership has
-// settled one accumulator batches each model; and everything drains.
+// settled one accumulator batches each model; and everything drains. Each
+// run draws the nodes' assembly (drawSplit): the split, or the live
+// engine's one accumulator per node.
 func TestPropertyClusterExactlyOnce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := genFaulty(t)
@@ -122,7 +131,12 @@ func TestPropertyClusterExactlyOnce(t *testing.T) {
 		// devices' predicted free times and the others' queued demand
 		// (actors.Share) rather than as if the devices were its own.
 		up := survivors(cfg)
-		if cfg.Link.Loss == 0 && cfg.Rate <= 0.5*float64(up*cfg.DevicesPerNode)*1000 && 2*len(cfg.Models) <= up*cfg.DevicesPerNode {
+		// One accumulator per node holds the SLO for one model only: with
+		// several, a node's accumulator and another's share devices
+		// without the split's offers between them (RESULTS.md: 18 of
+		// 299,875 late on 5 nodes of 1 device, 0 with the split).
+		sloHolds := cfg.Split || len(cfg.Models) == 1
+		if sloHolds && cfg.Link.Loss == 0 && cfg.Rate <= 0.5*float64(up*cfg.DevicesPerNode)*1000 && 2*len(cfg.Models) <= up*cfg.DevicesPerNode {
 			from := settledAt(cfg) + 2*time.Second
 			for _, w := range rep.Windows {
 				if time.Duration(w.StartS*float64(time.Second)) >= from && w.Late > 0 {
@@ -140,7 +154,8 @@ func TestPropertyClusterExactlyOnce(t *testing.T) {
 // TestPropertyClusterFairness: tenants of different weights, sending from
 // every node's front into one model at twice the fleet's capacity, each
 // get their weighted share of the completed requests (±10%): the model's
-// one accumulator shares it, whichever fronts the requests came through.
+// one accumulator shares it, whichever fronts the requests came through,
+// in either assembly (drawSplit).
 func TestPropertyClusterFairness(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := DefaultConfig()
@@ -163,6 +178,7 @@ func TestPropertyClusterFairness(t *testing.T) {
 		// spread the rate evenly over the tenants): all are backlogged.
 		cfg.Rate = 1.5 * capacity * float64(n) * heaviest / total
 		cfg.Duration, cfg.Drain = 6*time.Second, 2*time.Second
+		cfg.Split = drawSplit(t)
 		rep, err := Run(cfg)
 		if err != nil {
 			t.Fatal(err)
