@@ -128,7 +128,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gen config: PromptMax %d, TokensMax %d: must be positive", c.PromptMax, c.TokensMax)
 	case c.TTFT <= 0 || c.Timeout < c.TTFT || c.PriorityAging <= 0:
 		return fmt.Errorf("gen config: TTFT %v, Timeout %v, PriorityAging %v: want 0 < TTFT <= Timeout, PriorityAging > 0", c.TTFT, c.Timeout, c.PriorityAging)
-	case c.Cost.Base < 0 || c.Cost.PerToken < 0 || c.Cost.PerKVToken < 0 || c.Cost.Of(1, 1) <= 0:
+	case c.Cost.Base < 0 || c.Cost.PerToken < 0 || c.Cost.PerSample < 0 || c.Cost.PerKVToken < 0 || c.Cost.Of(1, 0, 1) <= 0:
 		return fmt.Errorf("gen config: Cost %+v: must not be negative, nor all zero", c.Cost)
 	case !(c.WatchdogMultiple >= 1) || c.WatchdogSlack < 0 || c.RestartBackoff <= 0:
 		return fmt.Errorf("gen config: WatchdogMultiple %v, WatchdogSlack %v, RestartBackoff %v: want >= 1, >= 0, > 0", c.WatchdogMultiple, c.WatchdogSlack, c.RestartBackoff)

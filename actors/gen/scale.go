@@ -49,7 +49,7 @@ func (g *Scheduler) Pressure(now time.Duration) Pressure {
 			}
 		}
 		if room := g.cfg.StepTokensMax - len(dv.running); room > 0 && len(dv.running) < g.cfg.SeqsMax {
-			rate += float64(room) / g.cfg.Cost.Of(g.cfg.StepTokensMax, kv).Seconds()
+			rate += float64(room) / g.cfg.Cost.Of(g.cfg.StepTokensMax, len(dv.running), kv).Seconds()
 		}
 	}
 	if total > 0 {

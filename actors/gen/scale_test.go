@@ -29,8 +29,8 @@ func TestGenPressureSlack(t *testing.T) {
 		if p.KVUsed != 10.0/64 || p.Queued != 20 {
 			t.Fatalf("pressure %+v: want KV 10/64 and 20 queued", p)
 		}
-		rate := 7 / h.cfg.Cost.Of(8, 40).Seconds()
-		last := c.deadline - time.Duration(float64(40+8*19)/rate*1e9) - h.cfg.Cost.Of(8, 8)
+		rate := 7 / h.cfg.Cost.Of(8, 1, 40).Seconds()
+		last := c.deadline - time.Duration(float64(40+8*19)/rate*1e9) - h.cfg.Cost.Of(8, 1, 8)
 		if d := p.SlackMin - last; d < -time.Microsecond || d > time.Microsecond || p.SlackP10 <= p.SlackMin {
 			t.Fatalf("deadline %v: slack min %v p10 %v, want min %v (the last, behind the whole queue) and p10 above it", c.deadline, p.SlackMin, p.SlackP10, last)
 		}
@@ -67,5 +67,25 @@ func TestGenRecommend(t *testing.T) {
 		if got := Recommend(r.p, r.devices, c); got != r.want {
 			t.Errorf("%+v on %d devices: %d, want %d", r.p, r.devices, got, r.want)
 		}
+	}
+}
+
+// TestStepCostCountsSamples: a step's cost counts the bytes fed, the
+// tokens sampled (decodes, and prefill chunks that end a prompt; not a
+// chunk in its middle) and the KV after the step, each at its own price.
+func TestStepCostCountsSamples(t *testing.T) {
+	c := Cost{Base: time.Millisecond, PerToken: 10 * time.Nanosecond, PerSample: 5 * time.Microsecond, PerKVToken: time.Nanosecond}
+	job := StepJob{Slots: []StepSlot{
+		{Seq: 1, Start: 0, Input: string(make([]byte, 100))},                // a prefill chunk mid-prompt
+		{Seq: 2, Start: 100, Input: string(make([]byte, 20)), Sample: true}, // the chunk that ends a prompt
+		{Seq: 3, Start: 300, Input: "x", Sample: true},                      // a decode
+	}}
+	fed, sampled, kv := 121, 2, 100+120+301
+	want := time.Millisecond + time.Duration(fed)*10*time.Nanosecond + time.Duration(sampled)*5*time.Microsecond + time.Duration(kv)*time.Nanosecond
+	if got := c.StepCost(job); got != want {
+		t.Errorf("StepCost %v, want %v (fed %d, sampled %d, KV %d)", got, want, fed, sampled, kv)
+	}
+	if got := c.Of(fed, sampled, kv); got != want {
+		t.Errorf("Of %v, want %v", got, want)
 	}
 }

@@ -321,7 +321,11 @@ func (g *Scheduler) prefillTime(n int) time.Duration {
 	for kv := 0; kv < n; {
 		c := min(n-kv, g.cfg.StepTokensMax)
 		kv += c
-		d += g.cfg.Cost.Of(c, kv)
+		sampled := 0
+		if kv == n {
+			sampled = 1 // the first token
+		}
+		d += g.cfg.Cost.Of(c, sampled, kv)
 	}
 	return d
 }
@@ -460,7 +464,7 @@ func (g *Scheduler) firstTokenAt(d int, t, s *genSeq, now time.Duration) time.Du
 		return math.MaxInt64
 	}
 	steps := (pending + perStep - 1) / perStep
-	return now + time.Duration(steps)*g.cfg.Cost.Of(min(g.cfg.StepTokensMax, decodes+all), kv+steps*decodes)
+	return now + time.Duration(steps)*g.cfg.Cost.Of(min(g.cfg.StepTokensMax, decodes+all), decodes, kv+steps*decodes)
 }
 
 // end gives s its terminal state: it frees s's blocks at once (its device

@@ -97,29 +97,42 @@ type Step interface {
 }
 
 // Cost is the cost model of a generation step: Base + PerToken·(tokens
-// fed in the step) + PerKVToken·(KV tokens the step's sequences hold,
-// which attention reads). It is what the scheduler predicts a step with
-// and what the emulated generator takes.
+// fed in the step) + PerSample·(tokens sampled: one per slot that asks
+// for the next token, the decodes and the prefills that end) +
+// PerKVToken·(KV tokens the step's sequences hold, which attention
+// reads). It is what the scheduler predicts a step with and what the
+// emulated generator takes.
+//
+// PerSample is apart from PerToken because feeding a token and sampling
+// one need not cost alike: bytenet on the CPU feeds a prompt byte in
+// about 60 ns (its recurrent state's update) and samples a token in about
+// 6 µs (the output layer over every byte), so a model with one term for
+// both predicted its prefills a hundred times too slow.
 type Cost struct {
 	Base       time.Duration
 	PerToken   time.Duration
+	PerSample  time.Duration
 	PerKVToken time.Duration
 }
 
-// Of is the time of a step that feeds tokens and reads kv KV tokens.
-func (c Cost) Of(tokens, kv int) time.Duration {
-	return c.Base + time.Duration(tokens)*c.PerToken + time.Duration(kv)*c.PerKVToken
+// Of is the time of a step that feeds tokens, samples sampled of them
+// and reads kv KV tokens.
+func (c Cost) Of(tokens, sampled, kv int) time.Duration {
+	return c.Base + time.Duration(tokens)*c.PerToken + time.Duration(sampled)*c.PerSample + time.Duration(kv)*c.PerKVToken
 }
 
-// StepCost is the cost of job under c: its tokens fed, and its sequences'
-// KV after the step.
+// StepCost is the cost of job under c: its tokens fed, the tokens it
+// samples, and its sequences' KV after the step.
 func (c Cost) StepCost(job StepJob) time.Duration {
-	tokens, kv := 0, 0
+	tokens, sampled, kv := 0, 0, 0
 	for _, s := range job.Slots {
 		tokens += len(s.Input)
 		kv += s.Start + len(s.Input)
+		if s.Sample {
+			sampled++
+		}
 	}
-	return c.Of(tokens, kv)
+	return c.Of(tokens, sampled, kv)
 }
 
 // Lognormal is a length distribution with a long tail: exp(ln(Median) +

@@ -328,6 +328,7 @@ func Decode(name string, data []byte) (*File, error) {
 		return nil, err
 	}
 	f.src = schema.Sources(name, lines)
+	f.backendCost()
 	// An open registry drops the default one, unless the file lists
 	// models of its own too (Validate refuses that).
 	if f.OpenRegistry && !f.Has("models") {

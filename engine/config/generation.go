@@ -53,8 +53,10 @@ type Generation struct {
 	// only once it runs none), for comparison.
 	Static bool `yaml:"static"`
 	// Cost is a step's time, base + per_token·tokens fed +
-	// per_kv_token·KV tokens read: what the scheduler predicts with and
-	// what an emulated step takes.
+	// per_sample·tokens sampled + per_kv_token·KV tokens read: what the
+	// scheduler predicts with and what an emulated step takes. A file that
+	// names backend bytenet and leaves cost out predicts with
+	// BytenetCPUCost, bytenet's own on the CPU.
 	Cost GenCost `yaml:"cost"`
 	// OutputLen is the emulated generator's output length (lognormal):
 	// where the model ends a sequence, unless max_tokens ends it first.
@@ -71,8 +73,22 @@ const (
 type GenCost struct {
 	Base       time.Duration `yaml:"base"`
 	PerToken   time.Duration `yaml:"per_token"`
+	PerSample  time.Duration `yaml:"per_sample"`
 	PerKVToken time.Duration `yaml:"per_kv_token"`
 }
+
+// BytenetCPUCost is bytenet's generation step on the CPU (cudabridge.Gen),
+// fitted to its benchmarks on the development VM: a decode (a token fed
+// and one sampled) 6.26-6.40 µs greedy, 7.1-7.4 µs at temperature 1,
+// whatever the batch (1 to 64 sequences) and the context (128 or 2,048);
+// a 256-byte prefill chunk and its first token 12.1-12.3 µs. So a byte
+// fed costs about 24 ns and a token sampled about 6.3 µs: sampling (the
+// output layer over every byte) is the step, which a cost of one term per
+// token fed (7 µs) mistook for a prefill a hundred times its cost. The
+// sample is taken at 6.5 µs, between greedy and sampled decoding.
+//
+//	go test ./cudabridge -run '^$' -bench 'Gen(Decode|Prefill)' -benchtime 2000x
+var BytenetCPUCost = gen.Cost{PerToken: 25 * time.Nanosecond, PerSample: 6500 * time.Nanosecond}
 
 // GenLength is a lognormal length distribution (gen.Lognormal).
 type GenLength struct {
@@ -92,7 +108,7 @@ func defaultGeneration() Generation {
 		BlockTokens: g.BlockTokens, BlocksPerDevice: g.BlocksPerDevice,
 		StepTokensMax: g.StepTokensMax, SeqsMax: g.SeqsMax, WaitingMax: g.WaitingMax,
 		PromptMax: g.PromptMax, TokensMax: g.TokensMax, TTFTSLO: g.TTFT, Timeout: g.Timeout,
-		Cost:      GenCost{Base: g.Cost.Base, PerToken: g.Cost.PerToken, PerKVToken: g.Cost.PerKVToken},
+		Cost:      GenCost(g.Cost),
 		OutputLen: GenLength{Median: 64, Sigma: 1, Max: 1024},
 	}
 }
@@ -118,12 +134,20 @@ func (f *File) GenConfig() gen.Config {
 	c.PromptMax, c.TokensMax = g.PromptMax, g.TokensMax
 	c.TTFT, c.Timeout, c.Static = g.TTFTSLO, g.Timeout, g.Static
 	c.AdmitHeadroomBlocks = min(c.AdmitHeadroomBlocks, g.BlocksPerDevice/8)
-	c.Cost = gen.Cost{Base: g.Cost.Base, PerToken: g.Cost.PerToken, PerKVToken: g.Cost.PerKVToken}
+	c.Cost = gen.Cost(g.Cost)
 	c.DefaultTenant = f.DefaultTenant.Config("")
 	for _, t := range f.Tenants {
 		c.Tenants = append(c.Tenants, t.Limits.Config(t.Name))
 	}
 	return c
+}
+
+// backendCost gives a file that serves generation on bytenet and names no
+// cost bytenet's own (BytenetCPUCost), not the emulated model's default.
+func (f *File) backendCost() {
+	if f.Generation.Backend == GenBackendBytenet && !f.Has("generation.cost") {
+		f.Generation.Cost = GenCost(BytenetCPUCost)
+	}
 }
 
 // GenOutputLen is the emulated generator's output length distribution.
@@ -169,6 +193,7 @@ func (v *validator) generation() {
 	v.DurIn(p+"timeout", g.Timeout, max(g.TTFTSLO, time.Millisecond), 24*time.Hour)
 	v.DurIn(p+"cost.base", g.Cost.Base, 0, time.Minute)
 	v.DurIn(p+"cost.per_token", g.Cost.PerToken, 0, time.Second)
+	v.DurIn(p+"cost.per_sample", g.Cost.PerSample, 0, time.Second)
 	v.DurIn(p+"cost.per_kv_token", g.Cost.PerKVToken, 0, time.Second)
 	if g.Cost.Base+g.Cost.PerToken == 0 {
 		v.Bad(p+"cost", "base and per_token both 0: a step would take no time")

@@ -49,6 +49,7 @@ tenants:
 		{"generation:\n  enabled: true\n  models: [a, a]\n", `generation.models[1]: "a": listed twice`},
 		{"generation:\n  enabled: true\n  seqs_max: 64\n  step_tokens_max: 8\n", "generation.step_tokens_max: 8"},
 		{"generation:\n  enabled: true\n  cost: {base: 0s, per_token: 0s}\n", "generation.cost: base and per_token both 0"},
+		{"generation:\n  enabled: true\n  cost: {per_sample: -1us}\n", "generation.cost.per_sample"},
 		{"generation:\n  enabled: true\n  output_len: {median: 0}\n", "generation.output_len.median"},
 		{"generation:\n  enabled: true\n  ttft_slo: 2s\n  timeout: 1s\n", "generation.timeout: 1s"},
 	} {
@@ -56,5 +57,39 @@ tenants:
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want an error with %q", c.yaml, err, c.want)
 		}
+	}
+}
+
+// TestGenerationBackendCost: a file that serves bytenet and names no cost
+// predicts with bytenet's own (BytenetCPUCost, where feeding a byte is
+// about 250 times cheaper than sampling a token), not the emulated
+// model's 8 ms steps; one that names a cost, even in part, keeps it over
+// the defaults; and the emulated backend keeps its default.
+func TestGenerationBackendCost(t *testing.T) {
+	f, err := Load("bytenet.yaml", []byte("generation:\n  enabled: true\n  backend: bytenet\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.GenConfig().Cost; c != BytenetCPUCost {
+		t.Errorf("bytenet without a cost predicts with %+v, want bytenet's own %+v", c, BytenetCPUCost)
+	}
+	if BytenetCPUCost.PerSample < 100*BytenetCPUCost.PerToken {
+		t.Errorf("BytenetCPUCost %+v: a sample should cost hundreds of bytes fed", BytenetCPUCost)
+	}
+	f, err = Load("bytenet.yaml", []byte("generation:\n  enabled: true\n  backend: bytenet\n  cost: {per_sample: 9us}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default().Generation.Cost
+	want.PerSample = 9 * time.Microsecond
+	if c := f.GenConfig().Cost; GenCost(c) != want {
+		t.Errorf("bytenet with a cost predicts with %+v, want the file's over the defaults %+v", c, want)
+	}
+	f, err = Load("emulated.yaml", []byte("generation:\n  enabled: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.GenConfig().Cost; GenCost(c) != Default().Generation.Cost || c.PerSample != 0 {
+		t.Errorf("emulated predicts with %+v, want the default %+v", c, Default().Generation.Cost)
 	}
 }

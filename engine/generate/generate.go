@@ -233,8 +233,10 @@ type Stats struct {
 	// the devices Config.Scale recommends under it, of Devices.
 	Pressure                    gen.Pressure
 	Devices, DevicesRecommended int
-	// StepLateMean is the mean time past its predicted end at which an
-	// emulated step's wait returned; HandoverMean the mean time from a
+	// StepLateMean is the mean time past its predicted end at which a
+	// step ended: an emulated step's wait returned (what the timers add),
+	// a real backend's step its compute (the cost model's error, negative
+	// where it predicts too slow); HandoverMean the mean time from a
 	// step's result sent to the device's next step handed over (idle
 	// time included, when the device had nothing to do). What a live run
 	// adds to the simulator's steps, for the figures.
@@ -411,13 +413,11 @@ func (d *device) loop(ctx context.Context) {
 		}
 		due := start.Add(d.cost.StepCost(p.job))
 		done := d.gen.Step(p.job)
-		if d.emulated {
-			if sleepUntil(ctx, due) != nil {
-				return
-			}
-			d.m.lateNs.Add(int64(time.Since(due)))
-			d.m.stepsRun.Add(1)
+		if d.emulated && sleepUntil(ctx, due) != nil {
+			return
 		}
+		d.m.lateNs.Add(int64(time.Since(due)))
+		d.m.stepsRun.Add(1)
 		sent = time.Now()
 		d.rt.Send(d.m.addr, stepResult{inc: p.inc, done: done})
 	}

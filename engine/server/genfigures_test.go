@@ -25,8 +25,12 @@ import (
 // bytenet has no stop byte, so every stream runs to it), every other
 // request sampled (temperature 0.8, its own seed). It reports tokens/s
 // over the run and TTFT and TPOT ((last - first) / (tokens - 1))
-// percentiles, as a client sees them. For the figures, not for `make
-// test`: it skips unless BATCHD_GEN_BYTENET_RATE is set.
+// percentiles, as a client sees them, and how far past its predicted end
+// a step ended on average (the cost model's error). BATCHD_GEN_BYTENET_COST
+// (a YAML flow mapping, {base: 8ms, per_token: 40us, per_kv_token: 500ns})
+// sets the cost the scheduler predicts with; by default bytenet's own
+// (config.BytenetCPUCost). For the figures, not for `make test`: it skips
+// unless BATCHD_GEN_BYTENET_RATE is set.
 //
 //	BATCHD_GEN_BYTENET_RATE=20 go test -count=1 -run TestBytenetGenFigures -v ./engine/server/
 func TestBytenetGenFigures(t *testing.T) {
@@ -49,7 +53,11 @@ func TestBytenetGenFigures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, err := config.Load("bytenet.yaml", []byte("generation:\n  enabled: true\n  backend: bytenet\n  models: [bytenet]\n"))
+	conf := "generation:\n  enabled: true\n  backend: bytenet\n  models: [bytenet]\n"
+	if v := os.Getenv("BATCHD_GEN_BYTENET_COST"); v != "" {
+		conf += "  cost: " + v + "\n" // a flow mapping: {base: 8ms, per_token: 40us}
+	}
+	f, err := config.Load("bytenet.yaml", []byte(conf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +129,9 @@ func TestBytenetGenFigures(t *testing.T) {
 	wg.Wait()
 	span := last.Sub(start)
 	st := s.Stats("bytenet")
-	t.Logf("bytenet on the CPU, 1 device, %v req/s for %v, prompts 256 B, max_tokens %d: %d offered, %d failed %v; %d tokens in %v: %.0f tokens/s; %d steps (%.1f tokens a step); TTFT ms %s; TPOT ms %s",
-		rate, dur, maxTokens, offered, failed, errs, tokens, span.Round(time.Millisecond), float64(tokens)/span.Seconds(),
-		st.Steps, float64(st.Tokens)/float64(max(st.Steps, 1)), pcts(ttft), pcts(tpot))
+	t.Logf("bytenet on the CPU, 1 device, cost %+v, %v req/s for %v, prompts 256 B, max_tokens %d: %d offered, %d failed %v; %d tokens in %v: %.0f tokens/s; %d steps (%.1f tokens a step, each %v past its predicted end on average); TTFT ms %s; TPOT ms %s",
+		f.GenConfig().Cost, rate, dur, maxTokens, offered, failed, errs, tokens, span.Round(time.Millisecond), float64(tokens)/span.Seconds(),
+		st.Steps, float64(st.Tokens)/float64(max(st.Steps, 1)), st.StepLateMean, pcts(ttft), pcts(tpot))
 }
 
 func pcts(d []time.Duration) string {

@@ -83,10 +83,12 @@ type Step struct {
 	Cost      Cost `yaml:"cost"`
 }
 
-// Cost is the step cost model: base + per_token·fed + per_kv_token·KV.
+// Cost is the step cost model: base + per_token·fed +
+// per_sample·sampled + per_kv_token·KV (gen.Cost).
 type Cost struct {
 	Base       time.Duration `yaml:"base"`
 	PerToken   time.Duration `yaml:"per_token"`
+	PerSample  time.Duration `yaml:"per_sample"`
 	PerKVToken time.Duration `yaml:"per_kv_token"`
 }
 

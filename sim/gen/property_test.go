@@ -58,7 +58,7 @@ func drawConfig(t *rapid.T, o drawOpts) Config {
 		g.BlocksPerDevice = longest + rapid.IntRange(0, 20*longest).Draw(t, "extraBlocks")
 		g.AdmitHeadroomBlocks = rapid.IntRange(0, min(4, g.BlocksPerDevice-1)).Draw(t, "headroom")
 	}
-	full := g.Cost.Of(g.StepTokensMax, g.BlocksPerDevice*g.BlockTokens)
+	full := g.Cost.Of(g.StepTokensMax, g.SeqsMax, g.BlocksPerDevice*g.BlockTokens)
 	// The TTFT SLO: a number of full steps per prefill of the longest
 	// prompt (chunks of the budget, plus the step it waits for).
 	prefillSteps := (prompt.Max+g.StepTokensMax-1)/g.StepTokensMax + 1
@@ -232,7 +232,7 @@ func TestPropertyTTFTBelowCapacity(t *testing.T) {
 		// Room for every sequence that runs at once, so no preemption
 		// delays a first token.
 		cfg.Gen.BlocksPerDevice = max(cfg.Gen.BlocksPerDevice, cfg.Gen.SeqsMax*((cfg.Gen.PromptMax+cfg.MaxTokens)/cfg.Gen.BlockTokens+1)+cfg.Gen.AdmitHeadroomBlocks)
-		full := cfg.Gen.Cost.Of(cfg.Gen.StepTokensMax, cfg.Gen.BlocksPerDevice*cfg.Gen.BlockTokens)
+		full := cfg.Gen.Cost.Of(cfg.Gen.StepTokensMax, cfg.Gen.SeqsMax, cfg.Gen.BlocksPerDevice*cfg.Gen.BlockTokens)
 		// With one or two sequence slots a newcomer finds them all busy a
 		// third of the time below capacity and waits for an output to end
 		// (one slot, a third of the load, 6 of 63 missed a TTFT of a few
