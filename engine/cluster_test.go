@@ -155,49 +155,7 @@ func TestClusterBatcherRestart(t *testing.T) {
 	model := ownedBy("b", "a", "b")
 	a, b := slowPair(t, model)
 
-	const n = 6 // per front
-	type answer struct {
-		rep actors.Reply
-		err error
-	}
-	var wg sync.WaitGroup
-	answers := map[string]*answer{}
-	var mu sync.Mutex
-	for _, e := range []struct {
-		name string
-		eng  *engine.Engine
-	}{{"a", a}, {"b", b}} {
-		for i := range n {
-			in := fmt.Sprintf("%s-%d", e.name, i)
-			ans := &answer{}
-			answers[in] = ans
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				defer cancel()
-				rep, err := e.eng.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
-				mu.Lock()
-				ans.rep, ans.err = rep, err
-				mu.Unlock()
-			})
-		}
-	}
-	for end := time.Now().Add(waitMax); ; time.Sleep(time.Millisecond) {
-		if s := stats(t, b); s.Batcher.Queued >= 6 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("gave up waiting for requests queued at b")
-		}
-	}
-	b.Deliver(actors.Address{}, b.Batcher(), poison{})
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for in, ans := range answers {
-		if ans.err != nil || ans.rep.Outcome != actors.Completed || ans.rep.Output != actors.EmulatedOutput(model, ans.rep.Version, in) {
-			t.Errorf("%s: %v %q (%s), err %v: want completed with its own output", in, ans.rep.Outcome, ans.rep.Output, ans.rep.Err, ans.err)
-		}
-	}
+	restartQueued(t, a, b, model)
 	sa, sb := stats(t, a), stats(t, b)
 	if sa.Resubmitted == 0 || sb.Resubmitted == 0 || sa.Unanswered+sb.Unanswered != 0 {
 		t.Errorf("a resubmitted %d, b %d, expired %d: want both fronts to resubmit, none expired", sa.Resubmitted, sb.Resubmitted, sa.Unanswered+sb.Unanswered)
@@ -347,6 +305,54 @@ func TestClusterPeerDown(t *testing.T) {
 	for i := range reps {
 		if errs[i] != nil || reps[i].Outcome != actors.Completed || reps[i].Device.Node != "a" {
 			t.Errorf("request %d: %v on %v (%s), err %v: want completed on a", i, reps[i].Outcome, reps[i].Device, reps[i].Err, errs[i])
+		}
+	}
+}
+
+// restartQueued sends 6 requests for model through each of a's and b's
+// fronts, waits until b's batcher (the owner's) queues 6 of them, makes it
+// panic (supervision restarts it), and checks that every request
+// completed, once, with its own output.
+func restartQueued(t *testing.T, a, b *engine.Engine, model string) {
+	t.Helper()
+	const n = 6 // per front
+	type answer struct {
+		rep actors.Reply
+		err error
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answers := map[string]*answer{}
+	for _, e := range []struct {
+		name string
+		eng  *engine.Engine
+	}{{"a", a}, {"b", b}} {
+		for i := range n {
+			in := fmt.Sprintf("%s-%d", e.name, i)
+			ans := &answer{}
+			answers[in] = ans
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				rep, err := e.eng.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
+				mu.Lock()
+				ans.rep, ans.err = rep, err
+				mu.Unlock()
+			})
+		}
+	}
+	for end := time.Now().Add(waitMax); stats(t, b).Batcher.Queued < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("gave up waiting for requests queued at b")
+		}
+	}
+	b.Deliver(actors.Address{}, b.Batcher(), poison{})
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for in, ans := range answers {
+		if ans.err != nil || ans.rep.Outcome != actors.Completed || ans.rep.Output != actors.EmulatedOutput(model, ans.rep.Version, in) {
+			t.Errorf("%s: %v %q (%s), err %v: want completed with its own output", in, ans.rep.Outcome, ans.rep.Output, ans.rep.Err, ans.err)
 		}
 	}
 }

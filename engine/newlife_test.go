@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,46 +52,7 @@ func TestClusterNewLife(t *testing.T) {
 	}
 
 	// b's batcher restarts within the new life.
-	const n = 6 // per front
-	type answer struct {
-		rep actors.Reply
-		err error
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	answers := map[string]*answer{}
-	for _, e := range []struct {
-		name string
-		eng  *engine.Engine
-	}{{"a", a}, {"b", b}} {
-		for i := range n {
-			in := fmt.Sprintf("%s-%d", e.name, i)
-			ans := &answer{}
-			answers[in] = ans
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				defer cancel()
-				rep, err := e.eng.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
-				mu.Lock()
-				ans.rep, ans.err = rep, err
-				mu.Unlock()
-			})
-		}
-	}
-	for end := time.Now().Add(waitMax); stats(t, b).Batcher.Queued < 6; time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("gave up waiting for requests queued at b")
-		}
-	}
-	b.Deliver(actors.Address{}, b.Batcher(), poison{})
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for in, ans := range answers {
-		if ans.err != nil || ans.rep.Outcome != actors.Completed || ans.rep.Output != actors.EmulatedOutput(model, ans.rep.Version, in) {
-			t.Errorf("%s: %v %q (%s), err %v: want completed with its own output", in, ans.rep.Outcome, ans.rep.Output, ans.rep.Err, ans.err)
-		}
-	}
+	restartQueued(t, a, b, model)
 	if sa, sb := stats(t, a), stats(t, b); sa.Unanswered+sb.Unanswered != 0 {
 		t.Errorf("expired %d: want none", sa.Unanswered+sb.Unanswered)
 	}
