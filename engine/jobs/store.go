@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -523,8 +524,10 @@ func Open(cfg Config, now func() time.Time) (*Store, error) {
 }
 
 // openDB is bbolt.Open with its panics (some corruptions make it index
-// out of a page) turned into an error naming the file.
+// out of a page) and its faults (see guard) turned into an error naming
+// the file.
 func openDB(path string, timeout time.Duration) (db *bbolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("jobs: open %s: %w: %v", path, ErrCorrupt, r)
@@ -545,8 +548,12 @@ func openDB(path string, timeout time.Duration) (db *bbolt.DB, err error) {
 }
 
 // guard runs fn, turning a panic (bbolt on a damaged page) into an error
-// naming the file.
+// naming the file. bbolt reads its pages in a memory map of the file and
+// follows page numbers unchecked: one that points past the map faults,
+// which kills the process unless the goroutine that reads is set to
+// panic on faults, as fn's is here.
 func (s *Store) guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("jobs: %s: %w: %v", s.path, ErrCorrupt, r)
@@ -558,10 +565,16 @@ func (s *Store) guard(fn func() error) (err error) {
 // checkErrorsMax bounds the consistency errors quoted at Open.
 const checkErrorsMax = 3
 
-// check walks the whole file (bbolt's consistency check): a damaged page
-// is found at start, not later in the middle of a job.
+// check walks the whole file: a damaged page is found at start, not later
+// in the middle of a job. First every bucket's keys, on this goroutine
+// (run under guard, where a page number that points out of the file
+// faults into an error), then bbolt's consistency check, which runs on a
+// goroutine of its own, where such a fault would kill the process.
 func (s *Store) check() error {
 	return s.db.View(func(tx *bbolt.Tx) error {
+		if err := tx.ForEach(func(_ []byte, b *bbolt.Bucket) error { return walkBucket(b, 1) }); err != nil {
+			return fmt.Errorf("jobs: %s: %w: %w", s.path, ErrCorrupt, err)
+		}
 		var errs []error
 		for err := range tx.Check() {
 			if len(errs) < checkErrorsMax {
@@ -570,6 +583,27 @@ func (s *Store) check() error {
 		}
 		if len(errs) > 0 {
 			return fmt.Errorf("jobs: %s: %w: %w", s.path, ErrCorrupt, errors.Join(errs...))
+		}
+		return nil
+	})
+}
+
+// bucketDepthMax bounds the nesting of buckets walkBucket follows: the
+// store nests none, so a deeper one is damage.
+const bucketDepthMax = 8
+
+// walkBucket reads every key of b and of the buckets in it, depth deep
+// (1 for a top-level bucket): every page of its tree.
+func walkBucket(b *bbolt.Bucket, depth int) error {
+	if depth > bucketDepthMax {
+		return fmt.Errorf("buckets nested %d deep", depth)
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return nil
+		}
+		if child := b.Bucket(k); child != nil {
+			return walkBucket(child, depth+1)
 		}
 		return nil
 	})

@@ -389,6 +389,59 @@ func TestCorruptFile(t *testing.T) {
 	}
 }
 
+// TestCorruptPagePointer: a branch page whose child points far past the
+// end of the file (a flipped high byte). bbolt follows page numbers into
+// its memory map unchecked, so the read faults outside the map: a fatal
+// error that kills the process (not a panic a recover sees), unless the
+// goroutine that reads is set to panic on faults. Open must refuse the
+// file with ErrCorrupt and leave it as it is. Seen to fail without that:
+// the test binary dies of "unexpected fault address".
+func TestCorruptPagePointer(t *testing.T) {
+	cfg := testConfig(t)
+	s, err := Open(cfg, newClock().now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, _, err := s.Submit(batchSpec("a", inputs(200, fmt.Sprint("j", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bbolt's page: id (8 bytes), flags (2), count (2), overflow (4),
+	// then a branch page's elements: pos (4), key size (4), page id (8).
+	const pageSize, branchFlag, header = 4096, 0x01, 16
+	at := -1
+	for p := 2 * pageSize; p+header+16 <= len(data); p += pageSize {
+		if data[p+8] == branchFlag && data[p+9] == 0 && (data[p+10] != 0 || data[p+11] != 0) {
+			at = p + header + 8 // the first element's page id
+			break
+		}
+	}
+	if at < 0 {
+		t.Fatal("no branch page in the store: write more")
+	}
+	data[at+3] ^= 0x40 // page 2^30 and more: 4 TB on, far past the map, within bbolt's array
+	if err := os.WriteFile(cfg.Path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(cfg, newClock().now)
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("opened a file whose page points past its end")
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), cfg.Path) {
+		t.Errorf("error %q: want ErrCorrupt naming %s", err, cfg.Path)
+	}
+	t.Log(err)
+}
+
 func TestOpenLocked(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.OpenTimeout = 50 * time.Millisecond
