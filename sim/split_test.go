@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -105,3 +106,51 @@ func throughputs(rep Report, n int) []float64 {
 // splitSpread says whether TestPropertySplitFairness draws spread
 // tenants.
 var splitSpread = os.Getenv("SPLIT_SPREAD") != ""
+
+// TestSplitSpreadFigures: tenants spread over models (tenant i sends to
+// m_0 to m_i, as TestPropertySplitFairness draws with SPLIT_SPREAD) run
+// through the split and through one batcher on the same draws, and the
+// distribution of the worst tenant's distance from its weighted share is
+// reported for both. The split must be no worse than one batcher on
+// average (within 0.02). For the figures, not for `make test`: it skips
+// unless SPLIT_SPREAD_FIGURES is set.
+//
+//	SPLIT_SPREAD_FIGURES=1 go test ./sim -run TestSplitSpreadFigures -v -rapid.checks=60 -rapid.seed=1
+func TestSplitSpreadFigures(t *testing.T) {
+	if os.Getenv("SPLIT_SPREAD_FIGURES") == "" {
+		t.Skip("set SPLIT_SPREAD_FIGURES to compare the split with one batcher for spread tenants")
+	}
+	var split, one []float64
+	rapid.Check(t, func(t *rapid.T) {
+		cfg, weights, _ := fairnessRun(t, true, true)
+		cfg.Split = true
+		cfg.Batcher.KeyPolicy = actors.PolicyFair
+		for i := range cfg.Sources {
+			cfg.Sources[i].Mix = nil
+			for j := 0; j <= i; j++ {
+				cfg.Sources[i].Mix = append(cfg.Sources[i].Mix, ModelMix{Model: fmt.Sprintf("m%d", j), Version: "v1", Weight: 1})
+			}
+		}
+		rep, _ := policyRun(t, cfg)
+		d, _ := deviation(throughputs(rep, len(weights)), weights)
+		split = append(split, d)
+		cfg.Split = false
+		rep, _ = policyRun(t, cfg)
+		d, _ = deviation(throughputs(rep, len(weights)), weights)
+		one = append(one, d)
+	})
+	summary := func(xs []float64) (mean float64, s string) {
+		xs = slices.Sorted(slices.Values(xs))
+		for _, x := range xs {
+			mean += x
+		}
+		mean /= float64(len(xs))
+		return mean, fmt.Sprintf("mean %.3f, p50 %.3f, p90 %.3f, max %.3f", mean, xs[len(xs)/2], xs[len(xs)*9/10], xs[len(xs)-1])
+	}
+	ms, ss := summary(split)
+	mo, so := summary(one)
+	t.Logf("%d draws, the worst tenant's distance from its weighted share: split %s; one batcher %s", len(split), ss, so)
+	if ms > mo+0.02 {
+		t.Errorf("the split is further off the weighted shares than one batcher on average: %.3f against %.3f", ms, mo)
+	}
+}
