@@ -135,6 +135,29 @@ type BatcherStats struct {
 	Overrun time.Duration
 }
 
+// Add is the stats of two accumulators together (a split's, one per
+// model): counts summed, the devices (which every accumulator of a node
+// sees) and the overrun as the larger of the two.
+func (s BatcherStats) Add(o BatcherStats) BatcherStats {
+	s.Queued += o.Queued
+	s.QueuedHigh += o.QueuedHigh
+	s.Held += o.Held
+	s.Keys += o.Keys
+	s.Tenants += o.Tenants
+	s.Models += o.Models
+	s.KeysReleased += o.KeysReleased
+	s.Devices = max(s.Devices, o.Devices)
+	s.Ready += o.Ready
+	s.Batches += o.Batches
+	s.Rejected += o.Rejected
+	s.Expired += o.Expired
+	s.Cancelled += o.Cancelled
+	s.FailedAttempts += o.FailedAttempts
+	s.Retried += o.Retried
+	s.Overrun = max(s.Overrun, o.Overrun)
+	return s
+}
+
 type devPhase uint8
 
 const (

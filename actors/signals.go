@@ -2,6 +2,7 @@ package actors
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -164,6 +165,43 @@ func (b *Batcher) Signals(now time.Duration) Signals {
 		s.DevicesNeeded = max(s.DevicesNeeded, b.healthy+1)
 	}
 	return s
+}
+
+// Add is the signals of two accumulators of one node together (a split's,
+// one per model): their keys; each device once, with the batches both ran
+// there (a device's time is shared between the accumulators that use
+// it); the devices needed from the keys' needs together (at target
+// utilisation, as Batcher.Signals has it), and no fewer than either asks;
+// the healthy devices, the predicted wait and the overrun as the larger.
+func (s Signals) Add(o Signals, target float64) Signals {
+	out := Signals{
+		Keys:           append(slices.Clip(s.Keys), o.Keys...),
+		Devices:        slices.Clone(s.Devices),
+		DevicesHealthy: max(s.DevicesHealthy, o.DevicesHealthy),
+		WaitPredicted:  max(s.WaitPredicted, o.WaitPredicted),
+		Overrun:        max(s.Overrun, o.Overrun),
+	}
+	for _, d := range o.Devices {
+		i := slices.IndexFunc(out.Devices, func(e DeviceSignal) bool { return e.Device == d.Device })
+		if i < 0 {
+			out.Devices = append(out.Devices, d)
+			continue
+		}
+		e := &out.Devices[i]
+		e.Busy += d.Busy
+		e.BusyFraction = min(e.BusyFraction+d.BusyFraction, 1)
+		e.Running = e.Running || d.Running
+		e.Healthy = e.Healthy || d.Healthy
+	}
+	need := 0.0
+	for _, k := range out.Keys {
+		need += k.DevicesNeeded
+	}
+	if !(target > 0 && target <= 1) {
+		target = 1 // BatcherConfig.Validate keeps it in (0, 1]
+	}
+	out.DevicesNeeded = max(int(math.Ceil(need/target)), s.DevicesNeeded, o.DevicesNeeded)
+	return out
 }
 
 // queueWait is Signals.WaitPredicted: predictWait's count of the batches

@@ -54,3 +54,39 @@ func TestSignalsAutoscaleRisesWithFragmentation(t *testing.T) {
 		t.Fatalf("busy fraction %v out of [0, 1]", fr)
 	}
 }
+
+// TestSignalsAdd: a split's accumulators' signals together: every key;
+// each device once, with the time both ran batches on it; the devices
+// needed from all the keys' needs at the target utilisation, and no fewer
+// than either asked (one under pressure asks for one more than it has).
+func TestSignalsAdd(t *testing.T) {
+	d0, d1 := Address{Node: "a", ID: 16}, Address{Node: "a", ID: 17}
+	a := Signals{
+		Keys:          []KeySignal{{Key: Key{Model: "m0"}, DevicesNeeded: 0.6}},
+		Devices:       []DeviceSignal{{Device: d0, Busy: time.Second, BusyFraction: 0.3, Healthy: true}, {Device: d1, Busy: time.Second, BusyFraction: 0.2, Healthy: true}},
+		DevicesNeeded: 1, DevicesHealthy: 2, WaitPredicted: 5 * time.Millisecond,
+	}
+	b := Signals{
+		Keys:          []KeySignal{{Key: Key{Model: "m1"}, DevicesNeeded: 0.9}},
+		Devices:       []DeviceSignal{{Device: d0, Busy: 2 * time.Second, BusyFraction: 0.4, Running: true, Healthy: true}},
+		DevicesNeeded: 2, DevicesHealthy: 2, Overrun: time.Millisecond,
+	}
+	s := a.Add(b, 0.75)
+	if len(s.Keys) != 2 || len(s.Devices) != 2 {
+		t.Fatalf("%d keys, %d devices: want 2 and 2 (%+v)", len(s.Keys), len(s.Devices), s)
+	}
+	if got := s.Devices[0]; got.Device != d0 || got.Busy != 3*time.Second || got.BusyFraction != 0.7 || !got.Running {
+		t.Errorf("device d0 together: %+v, want 3 s busy, 0.7 of the time, running", got)
+	}
+	// (0.6 + 0.9) / 0.75 = 2 devices.
+	if s.DevicesNeeded != 2 || s.DevicesHealthy != 2 || s.WaitPredicted != 5*time.Millisecond || s.Overrun != time.Millisecond {
+		t.Errorf("together: needed %d, healthy %d, wait %v, overrun %v; want 2, 2, 5ms, 1ms", s.DevicesNeeded, s.DevicesHealthy, s.WaitPredicted, s.Overrun)
+	}
+	b.DevicesNeeded = 3 // under pressure: one more than its two
+	if s := a.Add(b, 0.75); s.DevicesNeeded != 3 {
+		t.Errorf("with one accumulator under pressure asking 3: needed %d, want 3", s.DevicesNeeded)
+	}
+	if len(a.Keys) != 1 || a.Devices[0].Busy != time.Second {
+		t.Errorf("Add changed its receiver: %+v", a)
+	}
+}

@@ -10,9 +10,13 @@ import (
 )
 
 // An engine in a cluster (Config.Cluster) is one node assembled as the
-// cluster simulator assembles one (sim/cluster, one accumulator per node):
-// the same Fronts, Batcher and Devices, the Fronts routing by model
-// ownership, the Devices as actors.NewClusterDevice. Two things join it to
+// cluster simulator assembles one (sim/cluster): the same Fronts,
+// accumulators and Devices, the Fronts routing by model ownership. When
+// the registry names its models, as sim/cluster's Config.Split: one
+// accumulator (a Batcher of that one model) per model, the Devices as
+// actors.NewSplitClusterDevice, offering themselves to each model's
+// accumulator at its owner; otherwise (an open registry) one accumulator
+// for every model the node owns, the Devices as actors.NewClusterDevice. Two things join it to
 // the others, both from outside the engine: a Remote (the data plane) that
 // takes every message an actor sends to another node, and Engine.Deliver
 // and Engine.Member, through which the data plane and membership bring
@@ -41,7 +45,8 @@ func (e *Engine) self() member.Update {
 }
 
 // Member hands a membership update to the node's actors that keep a view:
-// its fronts, its batcher and its devices (as sim/cluster tells a node).
+// its fronts, its accumulators and its devices (as sim/cluster tells a
+// node).
 // It must be called with the updates of one source in their order
 // (cluster.Membership reports one at a time). It does nothing on an
 // engine outside a cluster or after Close. The node itself alive at a
@@ -68,7 +73,9 @@ func (e *Engine) Member(u member.Update) {
 	for _, f := range e.fronts {
 		e.rt.Send(f, frontMember{U: u})
 	}
-	e.rt.Send(e.batcher, u)
+	for _, acc := range e.accs {
+		e.rt.Send(acc, u)
+	}
 	for _, d := range e.devices {
 		e.rt.Send(d, u)
 	}
@@ -140,10 +147,12 @@ func (e *Engine) Deliver(from, to actors.Address, msg actors.Message) {
 // that batcher restarts, as it does when the node restarts; membership's
 // incarnation does not change when one actor does. So a front's view holds
 // each node at an incarnation of two parts: membership's in the high
-// lifeBits and the life of the node's batcher in the low (1 for the first;
-// a restart by supervision adds one). When a restarted batcher has a
-// device again, it tells the fronts of every live node (its own included)
-// that it is alive at its new life (batcherHost.restartedAt): a
+// lifeBits and the life of the node's accumulators in the low (1 for the
+// first; a restart of any of them by supervision takes the next, so the
+// fronts resubmit all they had placed on the node, which the accumulators
+// that did not restart may complete too: the first reply wins). When a
+// restarted batcher has a device again, it tells the fronts of every live
+// node (its own included) that it is alive at its new life (batcherHost): a
 // member.Update, which crosses nodes as any other, at the two-part
 // incarnation. The front sees a higher incarnation of the owner and
 // resubmits every request it had placed there, as for a node that came

@@ -381,3 +381,62 @@ func slowPair(t *testing.T, model string) (a, b *engine.Engine) {
 	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
 	return a, b
 }
+
+// TestClusterSplit: in a cluster whose registry names its models, each
+// node runs an accumulator per model (the split, as sim/cluster runs a
+// node), and a model's requests, from every node's front, batch at that
+// model's accumulator on its owner: here ma at a's and mb at b's, while
+// each node's accumulator of the model it does not own batches nothing.
+// Every request completes once with its own output. Seen to fail with one
+// accumulator per node: a has one accumulator, not two.
+func TestClusterSplit(t *testing.T) {
+	ma, mb := ownedBy("a", "a", "b"), ownedBy("b", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	ca, cb := clusterConfig("a", r), clusterConfig("b", r)
+	for _, c := range []*engine.Config{&ca, &cb} {
+		c.Device.Models = []string{ma, mb}
+		c.Batcher.Models = []actors.ModelConfig{
+			{Name: ma, Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}},
+			{Name: mb, Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}},
+		}
+	}
+	a, b := start(t, ca), start(t, cb)
+	r.add(a, "a")
+	r.add(b, "b")
+	models := member.JoinModels([]string{ma, mb})
+	a.Member(member.Update{Node: "b", Inc: 1, Kind: member.Alive, Models: models})
+	b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: models})
+	if n := len(a.Accumulators()); n != 2 {
+		t.Fatalf("a runs %d accumulators, want one per model (2)", n)
+	}
+
+	for _, e := range []*engine.Engine{a, b} {
+		for _, m := range []string{ma, mb} {
+			reps, errs := doAll(e, m, 20)
+			for i, rep := range reps {
+				in := fmt.Sprintf("in-%d", i)
+				if errs[i] != nil || rep.Outcome != actors.Completed || rep.Output != actors.EmulatedOutput(m, rep.Version, in) {
+					t.Fatalf("%s at a front: %v %q (%s), err %v", m, rep.Outcome, rep.Output, rep.Err, errs[i])
+				}
+			}
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		e          *engine.Engine
+		node       string
+		own, other int // the accumulators (in the registry's order) of the model the node owns and the other
+	}{{a, "a", 0, 1}, {b, "b", 1, 0}} {
+		own, err := engine.AccumulatorStats(ctx, c.e, c.own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := engine.AccumulatorStats(ctx, c.e, c.other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if own.Batches == 0 || other.Batches != 0 {
+			t.Errorf("%s: %d batches at the accumulator of the model it owns, %d at the other's: want some and none", c.node, own.Batches, other.Batches)
+		}
+	}
+}

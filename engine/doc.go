@@ -24,17 +24,19 @@
 //     requests in flight (InFlightMax), hence the waiters and what can
 //     queue in any mailbox or in the reply queue.
 //   - A cluster node (Config.Cluster, cluster.go) is the same actors
-//     assembled as the cluster simulator assembles a node (sim/cluster, one
-//     accumulator per node): the Fronts route each request to the batcher
-//     of its model's owner, the Devices announce themselves to the owners
-//     of their models (actors.NewClusterDevice). The runtime hands every
+//     assembled as the cluster simulator assembles a node (sim/cluster):
+//     when the registry names its models, an accumulator per model (the
+//     split; an open registry: one for every model the node owns); the
+//     Fronts route each request to its model's accumulator on the model's
+//     owner, the Devices announce themselves to their models' accumulators
+//     on the owners and claim their offers (actors.NewSplitClusterDevice). The runtime hands every
 //     message for another node to the Remote the config names (the data
 //     plane, cluster/transport); Engine.Deliver takes what the data plane
 //     brings, Engine.Member what membership says, and passes it to the
-//     fronts, the batcher and the devices; Engine.PeerDown a stream to a
-//     peer that broke (the fronts resubmit what they placed there). A
-//     batcher restarted by supervision tells every node's fronts its new
-//     life, and they resubmit what they sent it; a batch on another node's
+//     fronts, the accumulators and the devices; Engine.PeerDown a stream to a
+//     peer that broke (the fronts resubmit what they placed there). An
+//     accumulator restarted by supervision tells every node's fronts the
+//     node's new life, and they resubmit what they sent the node; a batch on another node's
 //     device that outlives twice its watchdog is re-queued. Messages
 //     between the node's own actors never leave the runtime.
 //   - Runtime is the small interface the engine needs of an actor runtime:

@@ -39,12 +39,16 @@ type door struct {
 	// full is a full batch's predicted time by the latency model, fixed.
 	full time.Duration
 
-	// Published by the batcher's host after every message it handles,
-	// with the window they make, so that enter reads it and does not
-	// work it out a request.
-	healthy atomic.Int64
-	overrun atomic.Int64 // time.Duration
-	win     atomic.Int64
+	// Published by the batcher's host after every message it handles
+	// (each accumulator's host, in a split: overruns holds each one's,
+	// overrun the largest), with the window they make, so that enter
+	// reads it and does not work it out a request. pubMu orders the
+	// publishes that change something.
+	healthy  atomic.Int64
+	overrun  atomic.Int64 // time.Duration
+	overruns []atomic.Int64
+	win      atomic.Int64
+	pubMu    sync.Mutex
 
 	total   atomic.Int64 // requests in through the door, not yet answered
 	active  atomic.Int64 // tenants with requests in through the door
@@ -55,7 +59,9 @@ type door struct {
 	tenantsMax int
 }
 
-func newDoor(cfg actors.BatcherConfig) *door {
+// newDoor is the door of a node whose publishers accumulators publish
+// (one, but for a split).
+func newDoor(cfg actors.BatcherConfig, publishers int) *door {
 	slo := cfg.SLO
 	for _, m := range cfg.Models {
 		slo = max(slo, m.SLO)
@@ -66,16 +72,24 @@ func newDoor(cfg actors.BatcherConfig) *door {
 		full:       cfg.Latency.Predict(cfg.BatchMax, 0),
 		tenants:    make(map[string]*atomic.Int64),
 		tenantsMax: cfg.TenantsMax,
+		overruns:   make([]atomic.Int64, max(publishers, 1)),
 	}
 }
 
-// publish records what the batcher knows of the fleet.
-// The batcher's host is its one caller at a time.
-func (d *door) publish(healthy int, overrun time.Duration) {
-	if int64(healthy) == d.healthy.Load() && int64(overrun) == d.overrun.Load() {
+// publish records what accumulator from (0 for the batcher) knows of the
+// fleet. An accumulator's host is its one caller at a time; the window
+// takes the largest overrun of them all.
+func (d *door) publish(from, healthy int, overrun time.Duration) {
+	if int64(healthy) == d.healthy.Load() && int64(overrun) == d.overruns[from].Load() {
 		return
 	}
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
 	d.healthy.Store(int64(healthy))
+	d.overruns[from].Store(int64(overrun))
+	for i := range d.overruns {
+		overrun = max(overrun, time.Duration(d.overruns[i].Load()))
+	}
 	d.overrun.Store(int64(overrun))
 	t := max(d.full+overrun, time.Millisecond)
 	d.win.Store(int64(healthy) * int64(d.batchMax) * int64(d.slo+t) / int64(t))

@@ -247,6 +247,10 @@ const (
 	waiterID  uint64 = 2
 	frontID0  uint64 = 8
 	deviceID0 uint64 = 16
+	// splitBase: in a cluster whose registry names its models, model i's
+	// accumulator is splitBase+1+i on every node
+	// (actors.SplitAccumulatorID), above every device's ID.
+	splitBase uint64 = 1 << 20
 )
 
 // localNode is the node name of an engine configured with none.
@@ -267,6 +271,11 @@ type Engine struct {
 	node    string
 	rt      Runtime
 	batcher actors.Address
+	// accs are the node's accumulators: its batcher, or in a cluster whose
+	// registry names its models one per model (the split; accs[0] is then
+	// batcher, the first model's). split names the models, in order.
+	accs    []actors.Address
+	split   []string
 	waiter  actors.Address
 	fronts  []actors.Address
 	devices []actors.Address
@@ -390,10 +399,25 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		idle:         make(chan struct{}, 1),
 		closing:      make(chan struct{}),
 		statsWaiters: make(map[uint64]chan statsAnswer),
-		door:         newDoor(cfg.Batcher),
 		members:      map[string]member.Update{},
 		lives:        map[string]batcherLife{},
 	}
+	e.accs = []actors.Address{e.batcher}
+	if cfg.Cluster != nil && len(cfg.Batcher.Models) > 0 && len(cfg.Batcher.Models) <= actors.SplitModelsMax {
+		// The split: an accumulator per model, as sim/cluster runs a
+		// node, and as every node of the cluster must (a front addresses
+		// a model's accumulator by its ID on the owner).
+		e.accs = e.accs[:0]
+		for _, m := range cfg.Batcher.Models {
+			e.split = append(e.split, m.Name)
+		}
+		for _, m := range e.split {
+			id, _ := actors.SplitAccumulatorID(splitBase, e.split, m)
+			e.accs = append(e.accs, actors.Address{Node: node, ID: id})
+		}
+		e.batcher = e.accs[0]
+	}
+	e.door = newDoor(cfg.Batcher, len(e.accs))
 	if cfg.Cluster != nil {
 		e.inc.Store(cfg.Cluster.Incarnation)
 		// The node's own view starts with itself, so its devices announce
@@ -428,35 +452,52 @@ func (e *Engine) start(ctx context.Context) error {
 		addrs[i] = actors.Address{Node: e.node, ID: deviceID0 + uint64(i)}
 	}
 	cfg.Batcher.Devices = addrs
-	// Validated above, so NewBatcher and NewDevice cannot fail, and a
-	// restart can make a fresh value the same way.
-	if _, err := actors.NewBatcher(cfg.Batcher); err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
 	for i := range frontsCount {
 		e.fronts = append(e.fronts, actors.Address{Node: e.node, ID: frontID0 + uint64(i)})
 	}
-	// newBatcher is called once per incarnation: the first, and one per
-	// restart. The fronts start knowing the first.
-	var incarnations atomic.Uint64
+	// The lives of the node's accumulators: each starts at the first, and
+	// each restart by supervision takes the next of them all, so that a
+	// front sees a higher life of the node whichever accumulator
+	// restarted (see lifeBits). The fronts start knowing the first.
+	var lives atomic.Uint64
+	lives.Store(1)
 	e.announced.Store(1)
-	newBatcher := func() actors.Actor {
-		b, err := actors.NewBatcher(cfg.Batcher)
-		if err != nil {
-			panic("batchd: engine: batcher config went bad: " + err.Error())
+	for i, addr := range e.accs {
+		bc := cfg.Batcher
+		if e.split != nil {
+			bc.Models = cfg.Batcher.Models[i : i+1]
 		}
-		inc := incarnations.Add(1)
-		h := &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door}
-		if cfg.Cluster != nil {
-			// The node's incarnation is membership's; the batcher's life
-			// is told to the fronts of every node (see lifeBits).
-			h.replay, h.devices, h.tell = e.membersNow, cfg.Devices, e.tellRestart
-			h.watch = newRemoteWatch(e.node, e.remoteBatchBound)
+		// Validated above, so NewBatcher cannot fail, and a restart can
+		// make a fresh value the same way.
+		if _, err := actors.NewBatcher(bc); err != nil {
+			return fmt.Errorf("engine: %w", err)
 		}
-		return h
-	}
-	if err := e.rt.Spawn(e.batcher, newBatcher, nil); err != nil {
-		return fmt.Errorf("engine: batcher: %w", err)
+		spawned := false
+		// newBatcher is called once per incarnation: the first, and one
+		// per restart.
+		newBatcher := func() actors.Actor {
+			b, err := actors.NewBatcher(bc)
+			if err != nil {
+				panic("batchd: engine: batcher config went bad: " + err.Error())
+			}
+			inc := uint64(1)
+			if spawned {
+				inc = lives.Add(1)
+			}
+			spawned = true
+			h := &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door, slot: i}
+			if cfg.Cluster != nil {
+				// The node's incarnation is membership's; the
+				// accumulator's life is told to the fronts of every node
+				// (see lifeBits).
+				h.replay, h.devices, h.tell = e.membersNow, cfg.Devices, e.tellRestart
+				h.watch = newRemoteWatch(e.node, e.remoteBatchBound)
+			}
+			return h
+		}
+		if err := e.rt.Spawn(addr, newBatcher, nil); err != nil {
+			return fmt.Errorf("engine: batcher: %w", err)
+		}
 	}
 	for i, addr := range e.fronts {
 		newFront, err := e.newFront(i)
@@ -474,7 +515,13 @@ func (e *Engine) start(ctx context.Context) error {
 		}
 		newDevice := func() actors.Actor {
 			if cl := cfg.Cluster; cl != nil {
-				d, err := actors.NewClusterDevice(cfg.Device, batcherID, e.inc.Load())
+				var d *actors.Device
+				var err error
+				if e.split != nil {
+					d, err = actors.NewSplitClusterDevice(cfg.Device, splitBase, e.split, e.inc.Load())
+				} else {
+					d, err = actors.NewClusterDevice(cfg.Device, batcherID, e.inc.Load())
+				}
 				if err != nil {
 					panic("batchd: engine: device config went bad: " + err.Error())
 				}
@@ -887,8 +934,14 @@ func (e *Engine) Requests() int64 {
 	return c.submitted.Load() + c.shed.Load() + c.refused.Load()
 }
 
-// Batcher is the address of the engine's batcher actor.
+// Batcher is the address of the engine's batcher actor: in a split (a
+// cluster whose registry names its models), the first model's
+// accumulator.
 func (e *Engine) Batcher() actors.Address { return e.batcher }
+
+// Accumulators are the addresses of the node's accumulators: its batcher,
+// or in a split one per model of the registry, in its order.
+func (e *Engine) Accumulators() []actors.Address { return slices.Clone(e.accs) }
 
 // Stats returns the door's counters, the fronts' and the batcher's, the
 // actors' asked of each actor itself (a message round trip), so no actor
@@ -917,16 +970,33 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	return s, err
 }
 
+// batcherStats is the node's accumulators' stats together
+// (actors.BatcherStats.Add).
 func (e *Engine) batcherStats(ctx context.Context) (actors.BatcherStats, error) {
-	a, err := e.query(ctx, e.batcher, false)
-	return a.Stats, err
+	var s actors.BatcherStats
+	for _, acc := range e.accs {
+		a, err := e.query(ctx, acc, false)
+		if err != nil {
+			return s, err
+		}
+		s = s.Add(a.Stats)
+	}
+	return s, nil
 }
 
 // Signals returns the batcher's signals and autoscaling recommendation
-// (actors.Batcher.Signals), asked of the batcher actor like Stats.
+// (actors.Batcher.Signals), asked of the batcher actor like Stats; in a
+// split, the accumulators' together (actors.Signals.Add).
 func (e *Engine) Signals(ctx context.Context) (actors.Signals, error) {
-	a, err := e.query(ctx, e.batcher, true)
-	return a.Signals, err
+	var s actors.Signals
+	for _, acc := range e.accs {
+		a, err := e.query(ctx, acc, true)
+		if err != nil {
+			return s, err
+		}
+		s = s.Add(a.Signals, e.cfg.Batcher.TargetUtilization)
+	}
+	return s, nil
 }
 
 // query asks the batcher host or a front host, at to, for its actor's

@@ -1,6 +1,17 @@
 package engine
 
-import "github.com/batchd/batchd/actors"
+import (
+	"context"
+
+	"github.com/batchd/batchd/actors"
+)
 
 // FrontsOf returns the addresses of e's fronts, for tests that reach them.
 func FrontsOf(e *Engine) []actors.Address { return e.fronts }
+
+// AccumulatorStats asks e's accumulator i (Engine.Accumulators) for its
+// stats alone.
+func AccumulatorStats(ctx context.Context, e *Engine, i int) (actors.BatcherStats, error) {
+	a, err := e.query(ctx, e.accs[i], false)
+	return a.Stats, err
+}

@@ -37,8 +37,8 @@ func TestReplyQueue(t *testing.T) {
 // goroutine (not running here), so a rejection never waits behind a batch's
 // replies.
 func TestReceiveRejectionAtOnce(t *testing.T) {
-	e := &Engine{replies: newReplyQueue(), idle: make(chan struct{}, 1), door: newDoor(actors.DefaultBatcherConfig())}
-	e.door.publish(1, 0)
+	e := &Engine{replies: newReplyQueue(), idle: make(chan struct{}, 1), door: newDoor(actors.DefaultBatcherConfig(), 1)}
+	e.door.publish(0, 1, 0)
 	for i := range e.shards {
 		e.shards[i].m = make(map[uint64]*waiting)
 	}

@@ -33,9 +33,10 @@ const frontsCount = 1
 // engine asks of it that a Front does not know (its counters, the batcher's
 // Drain behind the requests it forwarded).
 type frontHost struct {
-	f       *actors.Front
-	node    string
-	batcher actors.Address
+	f    *actors.Front
+	node string
+	// accs are the node's accumulators, which a Drain goes on to.
+	accs []actors.Address
 	// restarted: this is not the front's first incarnation, and the
 	// engine at waiter must answer what the lost one held (frontRestarted).
 	restarted bool
@@ -79,7 +80,9 @@ func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
 		}
 	case actors.Drain:
 		// After every Submit this front took before it, as Drain promises.
-		ctx.Send(h.batcher, m)
+		for _, acc := range h.accs {
+			ctx.Send(acc, m)
+		}
 	case statsQuery:
 		ctx.Send(m.ReplyTo, statsAnswer{ID: m.ID, Front: h.f.Stats()})
 	case frontMember:
@@ -100,6 +103,9 @@ func (h *frontHost) Receive(ctx actors.Context, msg actors.Message) {
 func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 	fc := actors.DefaultFrontConfig(e.node)
 	fc.Accumulator = batcherID
+	if e.split != nil {
+		fc.Accumulator, fc.Split = splitBase, e.split
+	}
 	fc.SLO = e.cfg.Batcher.SLO
 	fc.TimeoutMax = e.cfg.Batcher.TimeoutMax
 	// A request without a deadline is guarded to its model's SLO (plus
@@ -131,7 +137,7 @@ func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 		if err != nil {
 			panic("batchd: engine: front config went bad: " + err.Error())
 		}
-		h := &frontHost{f: f, node: e.node, batcher: e.batcher, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
+		h := &frontHost{f: f, node: e.node, accs: e.accs, restarted: life > 1, i: i, waiter: e.waiter, announced: &e.announced}
 		if e.cfg.Cluster != nil {
 			h.replay, h.view, h.notice = e.membersNow, e.frontView, e.batcherNotice
 			if obs := e.cfg.Cluster.Forwarded; obs != nil {
@@ -183,6 +189,7 @@ type batcherHost struct {
 	fronts    []actors.Address
 	announced *atomic.Uint64
 	door      *door
+	slot      int // the accumulator's, among the node's (door.publish)
 	// replay, in a cluster, is the membership a fresh batcher is told
 	// after its Start; devices, the node's device count, which the door
 	// sizes its window from there (the node's devices may serve other
@@ -216,7 +223,7 @@ func (h *batcherHost) Receive(ctx actors.Context, msg actors.Message) {
 	if h.replay != nil {
 		healthy = h.devices
 	}
-	h.door.publish(healthy, overrun)
+	h.door.publish(h.slot, healthy, overrun)
 }
 
 // memberHost is a cluster device as the engine spawns it: a fresh one

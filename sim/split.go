@@ -73,23 +73,7 @@ func (sp *split) batchersOf(models []string) []actors.Address {
 func (sp *split) stats() actors.BatcherStats {
 	var s actors.BatcherStats
 	for _, a := range sp.accs {
-		x := a.Stats()
-		s.Queued += x.Queued
-		s.QueuedHigh += x.QueuedHigh
-		s.Held += x.Held
-		s.Keys += x.Keys
-		s.Tenants += x.Tenants
-		s.Models += x.Models
-		s.KeysReleased += x.KeysReleased
-		s.Devices = max(s.Devices, x.Devices)
-		s.Ready += x.Ready
-		s.Batches += x.Batches
-		s.Rejected += x.Rejected
-		s.Expired += x.Expired
-		s.Cancelled += x.Cancelled
-		s.FailedAttempts += x.FailedAttempts
-		s.Retried += x.Retried
-		s.Overrun = max(s.Overrun, x.Overrun)
+		s = s.Add(a.Stats())
 	}
 	return s
 }

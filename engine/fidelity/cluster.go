@@ -567,7 +567,8 @@ func (o *clusterObserver) Deliver(at time.Duration, _, to actors.Address, msg ac
 
 // simCluster runs cfg's workload in the cluster simulator: the batcher
 // and the devices the embedded serve configuration (with cfg's settings)
-// gives the live nodes, one accumulator per node as live (no split).
+// gives the live nodes, an accumulator per model as live (the registry
+// names echo: the split).
 func simCluster(cfg ClusterConfig, overheads []time.Duration) (*clusterObserver, error) {
 	f, err := serveConfig(cfg.Config)
 	if err != nil {
@@ -582,7 +583,7 @@ func simCluster(cfg ClusterConfig, overheads []time.Duration) (*clusterObserver,
 	sc.Batcher = f.BatcherConfig()
 	sc.Device = f.DeviceConfig()
 	sc.Grace = f.HTTP.ReplyGrace
-	sc.Split = false
+	sc.Split = true
 	sc.Link = simcluster.LinkConfig{Latency: cfg.LinkLatency}
 	obs := &clusterObserver{
 		from: cfg.Warmup, to: cfg.Duration, extra: overheads, rng: mrand.New(mrand.NewPCG(cfg.Seed, 0x0e7)),
