@@ -26,9 +26,9 @@ import (
 //     the old owner, unless dead, is told to Cancel the old one;
 //   - in such a hand-over the new owner's refusal (Rejected, Expired) is
 //     held while the old owner may still be running the request (it is
-//     alive, or left and draining, at the same life): its result answers,
-//     or the refusal once it answers Cancelled, dies, restarts, or the
-//     deadline plus Grace passes;
+//     alive, or left and draining, at the same life, and reachable): its
+//     result answers, or the refusal once it answers Cancelled, dies,
+//     restarts, cannot be reached, or the deadline plus Grace passes;
 //   - a request with no answer by its deadline plus Grace is answered
 //     Expired by the front itself (its owner, or the device running it,
 //     died with it).
@@ -379,9 +379,13 @@ func (f *Front) reply(ctx Context, m Reply) {
 
 // mayComplete says whether e's superseded submission may still complete:
 // it has not answered and its owner is, in the view, at the same life and
-// not dead (alive, suspect, or left and draining).
+// not dead (alive, suspect, or left and draining), and reachable: a node
+// the front shuns (a message to it came back undeliverable, or the data
+// plane lost its stream) cannot send the answer back, so a refusal that
+// waited for it would wait until membership declared the node dead,
+// seconds past the request's deadline.
 func (f *Front) mayComplete(e *frontEntry) bool {
-	if e.prev.node == "" {
+	if e.prev.node == "" || shuns(f.shunned, e.prev.node) {
 		return false
 	}
 	u, ok := f.view.Get(e.prev.node)

@@ -403,6 +403,30 @@ func TestFrontReleasesAHeldRefusal(t *testing.T) {
 	}
 }
 
+// The owner cannot be reached (a Submit to it came back undeliverable:
+// the data plane lost its stream) while membership still holds it alive:
+// the new owner's refusal answers at once, not when membership declares
+// the old owner dead, seconds past the request's deadline; the old
+// owner's answer could not come back anyway. Seen to fail holding the
+// refusal: the waiter got nothing.
+func TestFrontAnswersARefusalForAnUnreachableOwner(t *testing.T) {
+	f, ctx := newTestFront(t, "a", "a", "b", "c")
+	f.Receive(ctx, Submit{Req: Request{ID: 1, Model: "m", ReplyTo: waiter}})
+	first := submits(ctx.take())[0]
+	if first.to.Node == "a" {
+		t.Skip("the model's owner is the front's own node") // not so for "m" among a, b, c
+	}
+	f.Receive(ctx, Undeliverable{To: first.to, Msg: first.msg})
+	s := submits(ctx.take())
+	if len(s) != 1 || s[0].to.Node == first.to.Node {
+		t.Fatalf("after an undeliverable submit sent %+v, want one to another node", s)
+	}
+	f.Receive(ctx, Reply{ID: s[0].msg.(Submit).Req.ID, Outcome: Rejected, Reason: ReasonNoDevice})
+	if rs := replies(ctx.take()); len(rs) != 1 || rs[0].ID != 1 || rs[0].Outcome != Rejected || rs[0].Reason != ReasonNoDevice {
+		t.Fatalf("the new owner refused, the old one unreachable: waiter got %+v, want the refusal at once", rs)
+	}
+}
+
 // TestFrontTakesBackAReachablePeer: a Submit to the owner that comes back
 // Undeliverable makes the front route around it (the request goes to
 // another node); once the data plane reaches it again (PeerUp) the model
