@@ -472,7 +472,7 @@ func (e *Engine) start(ctx context.Context) error {
 		if _, err := actors.NewBatcher(bc); err != nil {
 			return fmt.Errorf("engine: %w", err)
 		}
-		spawned := false
+		var spawned atomic.Bool
 		// newBatcher is called once per incarnation: the first, and one
 		// per restart.
 		newBatcher := func() actors.Actor {
@@ -481,10 +481,9 @@ func (e *Engine) start(ctx context.Context) error {
 				panic("batchd: engine: batcher config went bad: " + err.Error())
 			}
 			inc := uint64(1)
-			if spawned {
+			if spawned.Swap(true) {
 				inc = lives.Add(1)
 			}
-			spawned = true
 			h := &batcherHost{b: b, inc: inc, restarted: inc > 1, node: e.node, fronts: e.fronts, announced: &e.announced, door: e.door, slot: i}
 			if cfg.Cluster != nil {
 				// The node's incarnation is membership's; the
