@@ -82,7 +82,9 @@ var (
 
 // Config configures an Engine.
 type Config struct {
-	// Batcher configures the one Batcher actor.
+	// Batcher configures the node's Batcher actor; in a split (a cluster
+	// whose registry names its models), each model's accumulator, with a
+	// registry of that one model.
 	Batcher actors.BatcherConfig
 	// Device configures every Device actor.
 	Device actors.DeviceConfig
@@ -144,9 +146,11 @@ type Remote interface {
 
 // ClusterConfig makes an engine one node of a cluster, as the cluster
 // simulator (sim/cluster) assembles one: its fronts send each request to
-// the batcher of the node that owns the request's model (rendezvous over
-// the live members holding it, member.View.Owner), its devices announce
-// themselves to the owners of the models they hold (actors.NewClusterDevice),
+// the accumulator of its model on the node that owns the model
+// (rendezvous over the live members holding it, member.View.Owner; an
+// accumulator per model when the registry names its models, the split),
+// its devices announce themselves to the accumulators of the models they
+// hold on their owners (actors.NewSplitClusterDevice, NewClusterDevice),
 // and replies go from a device straight to the request's front, wherever
 // each is. Membership reaches the actors through Engine.Member; messages
 // from other nodes through Engine.Deliver.
@@ -465,7 +469,7 @@ func (e *Engine) start(ctx context.Context) error {
 	for i, addr := range e.accs {
 		bc := cfg.Batcher
 		if e.split != nil {
-			bc.Models = cfg.Batcher.Models[i : i+1]
+			bc.Models = slices.Clone(cfg.Batcher.Models[i : i+1])
 		}
 		// Validated above, so NewBatcher cannot fail, and a restart can
 		// make a fresh value the same way.
