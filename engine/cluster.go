@@ -16,8 +16,8 @@ import (
 // accumulator (a Batcher of that one model) per model, the Devices as
 // actors.NewSplitClusterDevice, offering themselves to each model's
 // accumulator at its owner; otherwise (an open registry) one accumulator
-// for every model the node owns, the Devices as actors.NewClusterDevice. Two things join it to
-// the others, both from outside the engine: a Remote (the data plane) that
+// for every model the node owns, the Devices as actors.NewClusterDevice.
+// Two things join it to the others, both from outside the engine: a Remote (the data plane) that
 // takes every message an actor sends to another node, and Engine.Deliver
 // and Engine.Member, through which the data plane and membership bring
 // messages and updates in. Messages between actors of the node never
