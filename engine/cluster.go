@@ -17,10 +17,10 @@ import (
 // actors.NewSplitClusterDevice, offering themselves to each model's
 // accumulator at its owner; otherwise (an open registry) one accumulator
 // for every model the node owns, the Devices as actors.NewClusterDevice.
-// Two things join it to the others, both from outside the engine: a Remote (the data plane) that
-// takes every message an actor sends to another node, and Engine.Deliver
-// and Engine.Member, through which the data plane and membership bring
-// messages and updates in. Messages between actors of the node never
+// Two things join it to the others, both from outside the engine: a
+// Remote (the data plane) that takes every message an actor sends to
+// another node, and Engine.Deliver and Engine.Member, through which the
+// data plane and membership bring messages and updates in. Messages between actors of the node never
 // leave the runtime.
 //
 // clusterNote: what a single node does that a cluster node does not.
