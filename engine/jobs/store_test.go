@@ -328,11 +328,12 @@ func TestRetentionSweep(t *testing.T) {
 	}
 }
 
-// A damaged file is a start-up error that names it, never an empty store.
-func TestCorruptFile(t *testing.T) {
+// storeOf20Jobs writes a store of 20 jobs of 200 items, closes it, and
+// returns its configuration and its bytes.
+func storeOf20Jobs(t *testing.T) (Config, []byte) {
+	t.Helper()
 	cfg := testConfig(t)
-	c := newClock()
-	s, err := Open(cfg, c.now)
+	s, err := Open(cfg, newClock().now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,10 +345,17 @@ func TestCorruptFile(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	good, err := os.ReadFile(cfg.Path)
+	data, err := os.ReadFile(cfg.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg, data
+}
+
+// A damaged file is a start-up error that names it, never an empty store.
+func TestCorruptFile(t *testing.T) {
+	cfg, good := storeOf20Jobs(t)
+	c := newClock()
 	garbage := append([]byte(nil), good...)
 	for i := 4096 * 2; i < len(garbage); i += 3 {
 		garbage[i] ^= 0x5a
@@ -397,23 +405,7 @@ func TestCorruptFile(t *testing.T) {
 // file with ErrCorrupt and leave it as it is. Seen to fail without that:
 // the test binary dies of "unexpected fault address".
 func TestCorruptPagePointer(t *testing.T) {
-	cfg := testConfig(t)
-	s, err := Open(cfg, newClock().now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 20 {
-		if _, _, err := s.Submit(batchSpec("a", inputs(200, fmt.Sprint("j", i)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(cfg.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, data := storeOf20Jobs(t)
 	// bbolt's page: id (8 bytes), flags (2), count (2), overflow (4),
 	// then a branch page's elements: pos (4), key size (4), page id (8).
 	const pageSize, branchFlag, header = 4096, 0x01, 16
@@ -431,7 +423,7 @@ func TestCorruptPagePointer(t *testing.T) {
 	if err := os.WriteFile(cfg.Path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(cfg, newClock().now)
+	s, err := Open(cfg, newClock().now)
 	if err == nil {
 		_ = s.Close()
 		t.Fatal("opened a file whose page points past its end")
