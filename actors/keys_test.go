@@ -196,3 +196,52 @@ func TestBatcherCheckLooksUpChangedTables(t *testing.T) {
 		t.Fatalf("restored: %v", err)
 	}
 }
+
+// TestAheadOfASpreadTenant: a tenant that holds requests in two keys takes
+// about half of its fair share through each, so a newcomer to one of them
+// has about half as many of its requests ahead there as when it queues in
+// that key alone (and the predicted wait, which counts the other key's
+// batch too, is no longer). Seen to fail counting its whole share in each
+// key: the same count whether it queues elsewhere or not.
+func TestAheadOfASpreadTenant(t *testing.T) {
+	ahead := func(models ...string) (int, int) {
+		cfg := DefaultBatcherConfig()
+		cfg.KeyPolicy = PolicyFair
+		cfg.BatchMax = 4
+		cfg.SLO = 10 * time.Second
+		b, c := newTestBatcher(t, cfg, 1)
+		id := uint64(0)
+		for _, m := range models {
+			for range 12 {
+				id++
+				b.Receive(c, Submit{Req: Request{ID: id, Model: m, Version: "v1", Tenant: "a", Input: "x", Arrival: c.now, ReplyTo: Address{ID: 2}}})
+			}
+		}
+		newcomer := newTenant("b", cfg.DefaultTenant)
+		for _, q := range b.order {
+			if q.key.Model != "m0" {
+				continue
+			}
+			perItem := float64(b.cfg.Latency.Predict(q.model.batchMax, q.maxLen)) / float64(q.model.batchMax)
+			// The newcomer has been served 6 items more than a: a's turn
+			// for about 7 of its queued items before the newcomer's one.
+			served := b.tenants["a"].served + 6*perItem
+			n := q.aheadOf(newcomer, served, perItem, time.Second, c.now, 1, func(s *Tenant) int { return b.spread(s, c.now) })
+			return n, b.spread(b.tenants["a"], c.now)
+		}
+		t.Fatal("no key for m0")
+		return 0, 0
+	}
+	alone, keys := ahead("m0")
+	if keys != 1 {
+		t.Fatalf("a queues in %d keys, want 1", keys)
+	}
+	spread, keys := ahead("m0", "m1")
+	if keys != 2 {
+		t.Fatalf("a queues in %d keys, want 2", keys)
+	}
+	t.Logf("a's requests ahead of a newcomer in m0: %d alone, %d queuing in m1 too", alone, spread)
+	if spread >= alone || spread < alone/2-1 || spread > alone/2+1 {
+		t.Fatalf("a's requests ahead of a newcomer in m0: %d queuing elsewhere too, %d alone; want about half", spread, alone)
+	}
+}
