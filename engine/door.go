@@ -87,11 +87,12 @@ func (d *door) publish(from, healthy int, overrun time.Duration) {
 	defer d.pubMu.Unlock()
 	d.healthy.Store(int64(healthy))
 	d.overruns[from].Store(int64(overrun))
+	largest := time.Duration(0)
 	for i := range d.overruns {
-		overrun = max(overrun, time.Duration(d.overruns[i].Load()))
+		largest = max(largest, time.Duration(d.overruns[i].Load()))
 	}
-	d.overrun.Store(int64(overrun))
-	t := max(d.full+overrun, time.Millisecond)
+	d.overrun.Store(int64(largest))
+	t := max(d.full+largest, time.Millisecond)
 	d.win.Store(int64(healthy) * int64(d.batchMax) * int64(d.slo+t) / int64(t))
 }
 

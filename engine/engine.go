@@ -406,12 +406,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		members:      map[string]member.Update{},
 		lives:        map[string]batcherLife{},
 	}
-	e.accs = []actors.Address{e.batcher}
 	if cfg.Cluster != nil && len(cfg.Batcher.Models) > 0 && len(cfg.Batcher.Models) <= actors.SplitModelsMax {
 		// The split: an accumulator per model, as sim/cluster runs a
 		// node, and as every node of the cluster must (a front addresses
 		// a model's accumulator by its ID on the owner).
-		e.accs = e.accs[:0]
 		for _, m := range cfg.Batcher.Models {
 			e.split = append(e.split, m.Name)
 		}
@@ -420,6 +418,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			e.accs = append(e.accs, actors.Address{Node: node, ID: id})
 		}
 		e.batcher = e.accs[0]
+	} else {
+		e.accs = []actors.Address{e.batcher}
 	}
 	e.door = newDoor(cfg.Batcher, len(e.accs))
 	if cfg.Cluster != nil {
@@ -977,14 +977,8 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 // (actors.BatcherStats.Add).
 func (e *Engine) batcherStats(ctx context.Context) (actors.BatcherStats, error) {
 	var s actors.BatcherStats
-	for _, acc := range e.accs {
-		a, err := e.query(ctx, acc, false)
-		if err != nil {
-			return s, err
-		}
-		s = s.Add(a.Stats)
-	}
-	return s, nil
+	err := e.queryAccs(ctx, false, func(a statsAnswer) { s = s.Add(a.Stats) })
+	return s, err
 }
 
 // Signals returns the batcher's signals and autoscaling recommendation
@@ -992,14 +986,21 @@ func (e *Engine) batcherStats(ctx context.Context) (actors.BatcherStats, error) 
 // split, the accumulators' together (actors.Signals.Add).
 func (e *Engine) Signals(ctx context.Context) (actors.Signals, error) {
 	var s actors.Signals
+	err := e.queryAccs(ctx, true, func(a statsAnswer) { s = s.Add(a.Signals, e.cfg.Batcher.TargetUtilization) })
+	return s, err
+}
+
+// queryAccs asks each of the node's accumulators in turn (query) and
+// hands fold each answer, up to the first that fails.
+func (e *Engine) queryAccs(ctx context.Context, signals bool, fold func(statsAnswer)) error {
 	for _, acc := range e.accs {
-		a, err := e.query(ctx, acc, true)
+		a, err := e.query(ctx, acc, signals)
 		if err != nil {
-			return s, err
+			return err
 		}
-		s = s.Add(a.Signals, e.cfg.Batcher.TargetUtilization)
+		fold(a)
 	}
-	return s, nil
+	return nil
 }
 
 // query asks the batcher host or a front host, at to, for its actor's
