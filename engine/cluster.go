@@ -20,8 +20,8 @@ import (
 // Two things join it to the others, both from outside the engine: a
 // Remote (the data plane) that takes every message an actor sends to
 // another node, and Engine.Deliver and Engine.Member, through which the
-// data plane and membership bring messages and updates in. Messages between actors of the node never
-// leave the runtime.
+// data plane and membership bring messages and updates in. Messages
+// between actors of the node never leave the runtime.
 //
 // clusterNote: what a single node does that a cluster node does not.
 //   - The door's window is sized from the node's own device count, not the

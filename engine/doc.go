@@ -29,15 +29,16 @@
 //     split; an open registry: one for every model the node owns); the
 //     Fronts route each request to its model's accumulator on the model's
 //     owner, the Devices announce themselves to their models' accumulators
-//     on the owners and claim their offers (actors.NewSplitClusterDevice). The runtime hands every
-//     message for another node to the Remote the config names (the data
-//     plane, cluster/transport); Engine.Deliver takes what the data plane
-//     brings, Engine.Member what membership says, and passes it to the
-//     fronts, the accumulators and the devices; Engine.PeerDown a stream to a
-//     peer that broke (the fronts resubmit what they placed there). An
-//     accumulator restarted by supervision tells every node's fronts the
-//     node's new life, and they resubmit what they sent the node; a batch on another node's
-//     device that outlives twice its watchdog is re-queued. Messages
+//     on the owners and claim their offers (actors.NewSplitClusterDevice).
+//     The runtime hands every message for another node to the Remote the
+//     config names (the data plane, cluster/transport); Engine.Deliver
+//     takes what the data plane brings, Engine.Member what membership
+//     says, and passes it to the fronts, the accumulators and the devices;
+//     Engine.PeerDown a stream to a peer that broke (the fronts resubmit
+//     what they placed there). An accumulator restarted by supervision
+//     tells every node's fronts the node's new life, and they resubmit
+//     what they sent the node; a batch on another node's device that
+//     outlives twice its watchdog is re-queued. Messages
 //     between the node's own actors never leave the runtime.
 //   - Runtime is the small interface the engine needs of an actor runtime:
 //     spawn an actor (with a Backend for its Exec jobs, and a factory for a

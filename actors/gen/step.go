@@ -105,9 +105,10 @@ type Step interface {
 //
 // PerSample is apart from PerToken because feeding a token and sampling
 // one need not cost alike: bytenet on the CPU feeds a prompt byte in
-// about 60 ns (its recurrent state's update) and samples a token in about
-// 6 µs (the output layer over every byte), so a model with one term for
-// both predicted its prefills a hundred times too slow.
+// about 24 ns (its recurrent state's update) and samples a token in about
+// 6.3 µs (the output layer over every byte; engine/config's
+// BytenetCPUCost), so a model with one term for both predicted its
+// prefills a hundred times too slow.
 type Cost struct {
 	Base       time.Duration
 	PerToken   time.Duration

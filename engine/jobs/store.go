@@ -589,7 +589,9 @@ func (s *Store) check() error {
 }
 
 // bucketDepthMax bounds the nesting of buckets walkBucket follows: the
-// store nests none, so a deeper one is damage.
+// store nests one level (a bucket of items per job under items), so a
+// bucket this deep is damage, and the walk of a damaged file stays
+// bounded.
 const bucketDepthMax = 8
 
 // walkBucket reads every key of b and of the buckets in it, depth deep
