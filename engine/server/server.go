@@ -222,9 +222,11 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	if s.gsrv, err = grpcapi.New(s.h, gcfg); err != nil {
 		return fmt.Errorf("grpc server: %w", err)
 	}
-	if s.gln, err = net.Listen("tcp", f.GRPC.Addr); err != nil {
+	gln, err := net.Listen("tcp", f.GRPC.Addr)
+	if err != nil {
 		return fmt.Errorf("listen grpc: %w", err)
 	}
+	s.gln = rawListener{gln}
 	return nil
 }
 
@@ -487,7 +489,8 @@ const (
 	acceptDrainMax = 2 * time.Second
 )
 
-// quietListener is the server's listener; it notes when it last accepted.
+// quietListener is the server's listener; it notes when it last accepted,
+// and makes the connections it accepts raw (rawTCP).
 type quietListener struct {
 	net.Listener
 	last atomic.Int64 // UnixNano of the latest accepted connection
@@ -495,10 +498,23 @@ type quietListener struct {
 
 func (l *quietListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err == nil {
-		l.last.Store(time.Now().UnixNano())
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	l.last.Store(time.Now().UnixNano())
+	return rawTCP(c), nil
+}
+
+// rawListener makes the connections it accepts raw (rawTCP), as
+// quietListener does.
+type rawListener struct{ net.Listener }
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return rawTCP(c), nil
 }
 
 // awaitQuiet returns once no connection has been accepted for quiet since
