@@ -52,7 +52,11 @@
 // generator injected through generate.Config.NewStep) starts before the
 // HTTP handler, and the OpenAI-compatible routes
 // (/v1/completions, /v1/chat/completions, /v1/models: engine/openai) are
-// mounted beside the handler's on the same listener, with its API keys. Serve then serves HTTP (and gRPC), starts the memory releaser,
+// mounted beside the handler's on the same listener, with its API keys.
+// Both listeners hand out connections whose reads and writes are raw
+// system calls (rawconn_linux.go): a call the runtime is told of wakes its
+// monitor thread after every idle spell, which cost a server between
+// requests a quarter of its CPU. Serve then serves HTTP (and gRPC), starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload,
 // and the policy's readings of the batcher's signals.
 //
