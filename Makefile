@@ -150,10 +150,13 @@ soak:
 # tests (GPU == CPU reference), the latency profile for batch sizes 1..100
 # and the GPU vs CPU throughput into GPU_OUT. Without a GPU the GPU tests
 # skip, naming what is missing; the binaries and the script can be copied
-# to a GPU host and run there.
+# to a GPU host and run there. It also builds bin/generate.test, which
+# cudabridge/gpu-serve.sh (the live figures: `sh cudabridge/gpu-serve.sh
+# bin OUT` on the GPU host) uses for the 256-stream generation figure.
 GPU_OUT ?= bin/gpu-results
 gpu-test:
 	CGO_ENABLED=0 $(GO) test -c -o bin/cudabridge.test ./cudabridge
+	CGO_ENABLED=0 $(GO) test -c -o bin/generate.test ./engine/generate
 	CGO_ENABLED=0 $(GO) build -o bin/batchd ./cmd/batchd
 	sh cudabridge/gpu-test.sh bin $(GPU_OUT)
 

@@ -8,8 +8,12 @@
 # PROFILE is a latency table from `batchd profile --backend cuda --out`
 # (gpu-test.sh writes one); without it the server plans with its default.
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
-# emulated function, so not checked); OUT gets one JSON report per load and
-# the server's log.
+# emulated function, so not checked), over REST and over the OIP's gRPC
+# (unary, and ModelStreamInfer streams: issue 22's 250k req/s target);
+# OUT gets one JSON report per load and the server's log. When
+# BIN/generate.test is there (go test -c -o bin/generate.test
+# ./engine/generate), it then times the step end to the SSE flush at 256
+# streams on the server's cores (stream-256.txt).
 set -u
 bin=${1:-bin}
 out=${2:-bin/gpu-serve}
@@ -21,6 +25,7 @@ half=$((n / 2))
 srv="0-$((half - 1))"
 gen="$half-$((n - 1))"
 addr=127.0.0.1:18080
+gaddr=127.0.0.1:18081
 table=""
 [ -n "$profile" ] && table="--latency-table $profile"
 
@@ -34,7 +39,7 @@ load() { # name, flags...
 
 echo "== serve --backend cuda on cores $srv, load on $gen"
 # shellcheck disable=SC2086
-taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" $table >"$out/serve.log" 2>&1 &
+taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" --grpc-addr "$gaddr" $table >"$out/serve.log" 2>&1 &
 pid=$!
 for i in $(seq 100); do
 	curl -sf "http://$addr/v2/health/ready" >/dev/null 2>&1 && break
@@ -46,6 +51,11 @@ load open-10k --rate 10000 --rss-pid "$pid"
 load open-30k --rate 30000 --rss-pid "$pid"
 load open-60k --rate 60000 --rss-pid "$pid"
 load open-120k --rate 120000 --rss-pid "$pid" --in-flight-max 100000
+load grpc-unary-closed-256 --grpc "$gaddr" --connections 256 --rss-pid "$pid"
+load grpc-stream-closed-1024 --grpc "$gaddr" --grpc-stream --connections 1024 --rss-pid "$pid"
+load grpc-stream-closed-4096 --grpc "$gaddr" --grpc-stream --connections 4096 --rss-pid "$pid"
+load grpc-stream-open-100k --grpc "$gaddr" --grpc-stream --rate 100000 --rss-pid "$pid" --in-flight-max 100000
+load grpc-stream-open-250k --grpc "$gaddr" --grpc-stream --rate 250000 --rss-pid "$pid" --in-flight-max 100000
 curl -s "http://$addr/metrics" >"$out/metrics.txt" 2>&1
 kill -TERM "$pid"
 wait "$pid"
@@ -58,4 +68,10 @@ load baseline-closed-256 --connections 256 --rss-pid "$bpid"
 load baseline-closed-1024 --connections 1024 --rss-pid "$bpid"
 kill -TERM "$bpid"
 wait "$bpid" 2>/dev/null
+
+if [ -x "$bin/generate.test" ]; then
+	echo "== generation: step end to SSE flush, 256 streams, on cores $srv"
+	BATCHD_GEN_STREAM_CLIENTS=256 taskset -c "$srv" "$bin/generate.test" -test.run TestStreamLatencyFigures -test.v -test.count=1 >"$out/stream-256.txt" 2>&1
+	tail -n 4 "$out/stream-256.txt"
+fi
 ls -l "$out"
