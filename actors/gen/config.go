@@ -49,6 +49,13 @@ type Config struct {
 	// Timeout the default deadline of the whole output.
 	TTFT    time.Duration
 	Timeout time.Duration
+	// ReplyMargin is held back from every TTFT deadline: the first token's
+	// way from its step's end to the client (and a step's overrun of its
+	// prediction), which come after the step the scheduler plans by. The
+	// scheduler aims each first token ReplyMargin before its deadline, so
+	// a request it admits is not answered past it. Zero in the simulator,
+	// where tokens reach their client as their step ends.
+	ReplyMargin time.Duration
 	// PriorityAging is the wait after which a queued sequence counts one
 	// priority level higher, so a lower level is never stuck for ever.
 	PriorityAging time.Duration
@@ -128,6 +135,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gen config: PromptMax %d, TokensMax %d: must be positive", c.PromptMax, c.TokensMax)
 	case c.TTFT <= 0 || c.Timeout < c.TTFT || c.PriorityAging <= 0:
 		return fmt.Errorf("gen config: TTFT %v, Timeout %v, PriorityAging %v: want 0 < TTFT <= Timeout, PriorityAging > 0", c.TTFT, c.Timeout, c.PriorityAging)
+	case c.ReplyMargin < 0 || c.ReplyMargin >= c.TTFT:
+		return fmt.Errorf("gen config: ReplyMargin %v: want 0 <= ReplyMargin < TTFT %v", c.ReplyMargin, c.TTFT)
 	case c.Cost.Base < 0 || c.Cost.PerToken < 0 || c.Cost.PerSample < 0 || c.Cost.PerKVToken < 0 || c.Cost.Of(1, 0, 1) <= 0:
 		return fmt.Errorf("gen config: Cost %+v: must not be negative, nor all zero", c.Cost)
 	case !(c.WatchdogMultiple >= 1) || c.WatchdogSlack < 0 || c.RestartBackoff <= 0:

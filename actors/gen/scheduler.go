@@ -285,6 +285,9 @@ func (g *Scheduler) submit(ctx StepContext, r Request) {
 	if r.TTFTDeadline == 0 {
 		r.TTFTDeadline = r.Arrival + g.cfg.TTFT
 	}
+	// From here on the deadline is the scheduler's: the client's, less
+	// the first token's way back to it.
+	r.TTFTDeadline -= g.cfg.ReplyMargin
 	if r.Deadline == 0 {
 		r.Deadline = r.Arrival + g.cfg.Timeout
 	}

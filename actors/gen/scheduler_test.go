@@ -534,3 +534,40 @@ func TestGenAdmitSkipsPredictedLate(t *testing.T) {
 		t.Fatalf("request 5 end %+v, want completed", end)
 	}
 }
+
+// ReplyMargin is held back from the TTFT deadline: a request whose first
+// token the idle device would sample 1.02 ms after it arrives, with 1.5 ms
+// to its deadline, is served without a margin, and refused early (no
+// token, ended before its deadline) with 1 ms held back for the token's
+// way to the client.
+func TestGenReplyMargin(t *testing.T) {
+	for _, tc := range []struct {
+		margin time.Duration
+		want   actors.Outcome
+	}{{0, actors.Completed}, {time.Millisecond, actors.Expired}} {
+		cfg := smallGenConfig()
+		cfg.ReplyMargin = tc.margin
+		h := newGenHarness(t, cfg, genOut)
+		r := genReq(1, "ab", 10)
+		r.TTFTDeadline = 1500 * time.Microsecond
+		h.send(Submit{Req: r})
+		h.drain()
+		got, end := h.stream(1)
+		if end == nil || end.Outcome != tc.want {
+			t.Fatalf("margin %v: end %+v, want %v", tc.margin, end, tc.want)
+		}
+		if tc.want == actors.Expired && (got != "" || end.Done > r.TTFTDeadline) {
+			t.Fatalf("margin %v: stream %q, ended at %v: want no token, ended by %v", tc.margin, got, end.Done, r.TTFTDeadline)
+		}
+	}
+}
+
+func TestGenReplyMarginValidated(t *testing.T) {
+	for _, m := range []time.Duration{-time.Millisecond, time.Second} {
+		cfg := smallGenConfig()
+		cfg.ReplyMargin = m
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ReplyMargin") {
+			t.Fatalf("ReplyMargin %v (TTFT %v): %v, want an error naming it", m, cfg.TTFT, err)
+		}
+	}
+}

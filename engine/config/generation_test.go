@@ -40,6 +40,9 @@ tenants:
 	if d, err := LoadEmbedded(); err != nil || !d.Generation.Enabled || len(d.Generation.Models) == 0 {
 		t.Errorf("generation is on by default, with a model: %+v, %v", d.Generation, err)
 	}
+	if d, _ := LoadEmbedded(); d.GenConfig().ReplyMargin != time.Millisecond {
+		t.Errorf("the embedded default's scheduler holds back %v for the reply, want 1ms", d.GenConfig().ReplyMargin)
+	}
 	if _, err := Load("off.yaml", []byte("generation:\n  enabled: false\n  models: []\n")); err != nil {
 		t.Errorf("a disabled section is not checked: %v", err)
 	}
@@ -52,6 +55,8 @@ tenants:
 		{"generation:\n  enabled: true\n  cost: {per_sample: -1us}\n", "generation.cost.per_sample"},
 		{"generation:\n  enabled: true\n  output_len: {median: 0}\n", "generation.output_len.median"},
 		{"generation:\n  enabled: true\n  ttft_slo: 2s\n  timeout: 1s\n", "generation.timeout: 1s"},
+		{"generation:\n  enabled: true\n  reply_margin: -1ms\n", "generation.reply_margin"},
+		{"generation:\n  enabled: true\n  ttft_slo: 10ms\n  reply_margin: 6ms\n", "generation.reply_margin: 6ms"},
 	} {
 		_, err := Load("bad.yaml", []byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -29,7 +29,8 @@ import (
 // a step ended on average (the cost model's error). BATCHD_GEN_BYTENET_COST
 // (a YAML flow mapping, {base: 8ms, per_token: 40us, per_kv_token: 500ns})
 // sets the cost the scheduler predicts with; by default bytenet's own
-// (config.BytenetCPUCost). For the figures, not for `make test`: it skips
+// (config.BytenetCPUCost); BATCHD_GEN_BYTENET_MARGIN the reply_margin (by
+// default the section's). For the figures, not for `make test`: it skips
 // unless BATCHD_GEN_BYTENET_RATE is set.
 //
 //	BATCHD_GEN_BYTENET_RATE=20 go test -count=1 -run TestBytenetGenFigures -v ./engine/server/
@@ -56,6 +57,9 @@ func TestBytenetGenFigures(t *testing.T) {
 	conf := "generation:\n  enabled: true\n  backend: bytenet\n  models: [bytenet]\n"
 	if v := os.Getenv("BATCHD_GEN_BYTENET_COST"); v != "" {
 		conf += "  cost: " + v + "\n" // a flow mapping: {base: 8ms, per_token: 40us}
+	}
+	if v := os.Getenv("BATCHD_GEN_BYTENET_MARGIN"); v != "" {
+		conf += "  reply_margin: " + v + "\n"
 	}
 	f, err := config.Load("bytenet.yaml", []byte(conf))
 	if err != nil {
