@@ -16,6 +16,7 @@ import (
 
 	"github.com/batchd/batchd/actors/gen"
 	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/engine/rawtcp"
 )
 
 // stampStep is the emulated generator as a NewStep backend that stamps
@@ -97,7 +98,7 @@ func TestStreamLatencyFigures(t *testing.T) {
 	// (a completion stream flushes once per token, then its end).
 	flushes := make([][]time.Time, n)
 	h := openai.New(s, openai.Config{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		i, err := strconv.Atoi(r.Header.Get("X-Client"))
 		if err != nil || i < 0 || i >= n {
 			http.Error(w, "X-Client", http.StatusBadRequest)
@@ -105,6 +106,9 @@ func TestStreamLatencyFigures(t *testing.T) {
 		}
 		h.ServeHTTP(&stampFlush{ResponseWriter: w, at: &flushes[i]}, r)
 	}))
+	// Raw connections, as batchd serve's listener gives (engine/rawtcp).
+	srv.Listener = rawtcp.Listener{Listener: srv.Listener}
+	srv.Start()
 	defer srv.Close()
 	tr := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
 	defer tr.CloseIdleConnections()

@@ -10,7 +10,7 @@
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, actors/gen, engine,
 // engine/autoscale, engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
-// engine/record, engine/upstream (the upstream and fanout backends),
+// engine/rawtcp (its listeners' connections), engine/record, engine/upstream (the upstream and fanout backends),
 // engine/generate and engine/openai (generation over the
 // OpenAI-compatible API, with generation.enabled),
 // engine/workerproc (the worker backend), cudabridge (the cpu and cuda
@@ -54,7 +54,7 @@
 // (/v1/completions, /v1/chat/completions, /v1/models: engine/openai) are
 // mounted beside the handler's on the same listener, with its API keys.
 // Both listeners hand out connections whose reads and writes are raw
-// system calls (rawconn_linux.go): a call the runtime is told of wakes its
+// system calls (engine/rawtcp): a call the runtime is told of wakes its
 // monitor thread after every idle spell, which cost a server between
 // requests a quarter of its CPU. Serve then serves HTTP (and gRPC), starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload,

@@ -18,6 +18,7 @@ import (
 	"github.com/batchd/batchd/engine/generate"
 	"github.com/batchd/batchd/engine/grpcapi"
 	"github.com/batchd/batchd/engine/httpapi"
+	"github.com/batchd/batchd/engine/rawtcp"
 )
 
 // ErrClosed is Serve's answer once Shutdown has begun.
@@ -226,7 +227,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("listen grpc: %w", err)
 	}
-	s.gln = rawListener{gln}
+	s.gln = rawtcp.Listener{Listener: gln}
 	return nil
 }
 
@@ -490,7 +491,7 @@ const (
 )
 
 // quietListener is the server's listener; it notes when it last accepted,
-// and makes the connections it accepts raw (rawTCP).
+// and makes the connections it accepts raw (engine/rawtcp).
 type quietListener struct {
 	net.Listener
 	last atomic.Int64 // UnixNano of the latest accepted connection
@@ -502,19 +503,7 @@ func (l *quietListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.last.Store(time.Now().UnixNano())
-	return rawTCP(c), nil
-}
-
-// rawListener makes the connections it accepts raw (rawTCP), as
-// quietListener does.
-type rawListener struct{ net.Listener }
-
-func (l rawListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return rawTCP(c), nil
+	return rawtcp.Wrap(c), nil
 }
 
 // awaitQuiet returns once no connection has been accepted for quiet since

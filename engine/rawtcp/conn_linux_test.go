@@ -1,4 +1,4 @@
-package server
+package rawtcp
 
 import (
 	"bytes"
@@ -10,8 +10,7 @@ import (
 	"time"
 )
 
-// rawPair is an accepted connection made raw (as the server's listener
-// makes them) and the client's plain end.
+// rawPair is an accepted connection made raw (as Wrap makes them) and the client's plain end.
 func rawPair(t *testing.T) (*rawConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -27,8 +26,8 @@ func rawPair(t *testing.T) (*rawConn, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rawTCP(c).(*rawConn); ok == raceBuild {
-		t.Fatalf("rawTCP gave %T under the race detector %v", rawTCP(c), raceBuild)
+	if _, ok := Wrap(c).(*rawConn); ok == raceBuild {
+		t.Fatalf("Wrap gave %T under the race detector %v", Wrap(c), raceBuild)
 	}
 	rc, err := newRawConn(c.(*net.TCPConn))
 	if err != nil {

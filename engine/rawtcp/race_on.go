@@ -1,6 +1,6 @@
 //go:build race
 
-package server
+package rawtcp
 
 // raceBuild is whether the race detector is on.
 const raceBuild = true

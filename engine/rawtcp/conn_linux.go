@@ -1,4 +1,4 @@
-package server
+package rawtcp
 
 import (
 	"errors"
@@ -52,13 +52,13 @@ const rawIOMax = 1 << 30
 // non-blocking socket's call is not interrupted in practice.
 const eintrMax = 16
 
-// rawTCP returns c with raw reads and writes when it is a TCP connection,
+// Wrap returns c with raw reads and writes when it is a TCP connection,
 // else c itself. Under the race detector it is c itself too: package
 // syscall's reads and writes tell the detector that a write to any
 // descriptor comes before a read that follows it (one process's client
 // and server talk through the kernel in tests), and raw calls would not,
 // so a test's client and server would seem to race.
-func rawTCP(c net.Conn) net.Conn {
+func Wrap(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok || raceBuild {
 		return c
