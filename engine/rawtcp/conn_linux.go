@@ -90,12 +90,10 @@ func (c *rawConn) Read(b []byte) (int, error) {
 	err := c.rc.Read(c.readFn)
 	n, errno := c.rn, c.rerrno
 	c.rbuf = nil
-	switch {
-	case err != nil:
-		return n, c.opError("read", err)
-	case errno != 0:
-		return n, c.opError("read", os.NewSyscallError("read", errno))
-	case n == 0:
+	if err := c.callError("read", err, errno); err != nil {
+		return n, err
+	}
+	if n == 0 {
 		return 0, io.EOF
 	}
 	return n, nil
@@ -133,13 +131,7 @@ func (c *rawConn) Write(b []byte) (int, error) {
 	err := c.rc.Write(c.writeFn)
 	n, errno := c.wn, c.werrno
 	c.wbuf = nil
-	switch {
-	case err != nil:
-		return n, c.opError("write", err)
-	case errno != 0:
-		return n, c.opError("write", os.NewSyscallError("write", errno))
-	}
-	return n, nil
+	return n, c.callError("write", err, errno)
 }
 
 // writeAll writes as much of the rest as the socket takes, and reports
@@ -166,11 +158,19 @@ func (c *rawConn) writeAll(fd uintptr) bool {
 	return true
 }
 
-// opError wraps err as TCPConn's calls do (net/http looks at the
-// operation and at Timeout): the RawConn's own wrapping is taken off.
-func (c *rawConn) opError(op string, err error) error {
-	if oe, ok := errors.AsType[*net.OpError](err); ok {
-		err = oe.Err
+// callError is a call's error as TCPConn's would be (net/http looks at
+// the operation and at Timeout): the RawConn's, its own wrapping taken
+// off, or the system call's; nil when there is neither.
+func (c *rawConn) callError(op string, err error, errno syscall.Errno) error {
+	switch {
+	case err != nil:
+		if oe, ok := errors.AsType[*net.OpError](err); ok {
+			err = oe.Err
+		}
+	case errno != 0:
+		err = os.NewSyscallError(op, errno)
+	default:
+		return nil
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
