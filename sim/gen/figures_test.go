@@ -50,6 +50,39 @@ func TestFigures(t *testing.T) {
 	}
 }
 
+// TestStepCostSensitivityFigures prints the reference workload's TTFT
+// p50 / p95 and tokens/s at each rate of BATCHD_GEN_SENSITIVITY (req/s,
+// comma-separated) with every step's true cost raised by 0, 1, 2, 5, 10,
+// 20, 50, 100 and 122 µs (the prediction unchanged): how far a run moves
+// for what a live step adds, the reason the live figures compare with an
+// ensemble of runs (engine/generate's TestLiveFigures). For RESULTS.md,
+// not for `make test`: it skips unless the variable is set.
+//
+//	BATCHD_GEN_SENSITIVITY=16,32 go test -run TestStepCostSensitivityFigures -v ./sim/gen/
+func TestStepCostSensitivityFigures(t *testing.T) {
+	rates := os.Getenv("BATCHD_GEN_SENSITIVITY")
+	if rates == "" {
+		t.Skip("set BATCHD_GEN_SENSITIVITY (req/s, comma-separated) to print the step cost sensitivity")
+	}
+	for _, f := range splitComma(rates) {
+		rate, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			t.Fatalf("BATCHD_GEN_SENSITIVITY: %v", err)
+		}
+		for _, us := range []time.Duration{0, 1, 2, 5, 10, 20, 50, 100, 122} {
+			cfg := DefaultConfig(1, rate)
+			cfg.Cost = cfg.Gen.Cost
+			cfg.Cost.Base += us * time.Microsecond
+			rep, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("rate %v req/s, each step +%v: TTFT p50 %.1f / p95 %.1f ms, %.0f tokens/s while arrivals went on, outcomes %v",
+				rate, us*time.Microsecond, rep.TTFT.P50, rep.TTFT.P95, rep.WindowTokensPerSec, rep.Outcomes)
+		}
+	}
+}
+
 func splitComma(s string) []string {
 	var out []string
 	start := 0
