@@ -48,7 +48,7 @@ done
 load closed-256 --connections 256 --rss-pid "$pid"
 load closed-1024 --connections 1024 --rss-pid "$pid"
 load open-10k --rate 10000 --rss-pid "$pid"
-load open-30k --rate 30000 --rss-pid "$pid"
+load open-30k --rate 30000 --rss-pid "$pid" --duration 30s # RSS flat after the first 10 s
 load open-60k --rate 60000 --rss-pid "$pid"
 load open-120k --rate 120000 --rss-pid "$pid" --in-flight-max 100000
 load grpc-unary-closed-256 --grpc "$gaddr" --connections 256 --rss-pid "$pid"
