@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 )
 
 // The model's name, version and shape. model.cu repeats the dimensions as
@@ -142,8 +144,35 @@ type Output struct {
 
 // String is the output a backend returns for the input: the label's name
 // and the continuation, quoted.
+//
+// It is fmt.Sprintf("label=%s next=%q", ...) written out: a device formats
+// every output of its batch before the batch's replies go, so this is on
+// the serial path of each batch: a batch of 100 took 14.0 µs through fmt,
+// 4.4 µs so, on the development VM (BenchmarkOutputString).
 func (o Output) String() string {
-	return fmt.Sprintf("label=%s next=%q", LabelNames[o.Label], string(o.Cont[:]))
+	name := LabelNames[o.Label]
+	var b strings.Builder
+	b.Grow(len("label=") + len(name) + len(" next=") + 2 + 2*ContLen)
+	b.WriteString("label=")
+	b.WriteString(name)
+	b.WriteString(" next=")
+	for _, c := range o.Cont {
+		if c < PrintLo || c > PrintHi {
+			// Not what a device gives (collect refuses it), but quoted
+			// as fmt would.
+			b.WriteString(strconv.Quote(string(o.Cont[:])))
+			return b.String()
+		}
+	}
+	b.WriteByte('"')
+	for _, c := range o.Cont {
+		if c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // Infer is the reference: the network on one input, written plainly, one

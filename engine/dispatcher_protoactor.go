@@ -30,10 +30,11 @@ type dispatcher struct {
 
 var _ actor.Dispatcher = (*dispatcher)(nil)
 
-// newDispatcher starts the dispatcher's goroutine, tracked by wg.
-func newDispatcher(wg *sync.WaitGroup) *dispatcher {
+// newDispatcher starts the dispatcher's goroutine, tracked by wg. Its CPU
+// profile samples carry the label batchd=role (see roleOf).
+func newDispatcher(wg *sync.WaitGroup, role string) *dispatcher {
 	d := &dispatcher{runs: make(chan func(), 1), done: make(chan struct{})}
-	wg.Go(d.loop)
+	wg.Go(func() { labelled(role, d.loop) })
 	return d
 }
 

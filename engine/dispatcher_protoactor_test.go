@@ -12,7 +12,7 @@ import (
 // (on a goroutine of its own); stop ends the dispatcher's goroutine.
 func TestDispatcher(t *testing.T) {
 	var wg sync.WaitGroup
-	d := newDispatcher(&wg)
+	d := newDispatcher(&wg, "test")
 	ran := make(chan string, 4)
 	release := make(chan struct{})
 	d.Schedule(func() { ran <- "first"; <-release })

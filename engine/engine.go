@@ -433,7 +433,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		e.shards[i].m = make(map[uint64]*waiting)
 	}
 	e.replies = newReplyQueue()
-	go e.replies.run(e.deliver)
+	go labelled("replies", func() { e.replies.run(e.deliver) })
 	if err := e.start(ctx); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), closeWaitMax)
 		defer cancel()

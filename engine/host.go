@@ -208,7 +208,7 @@ func (h *host) NewCell(addr actors.Address, newActor func() actors.Actor, post f
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			c.worker.loop()
+			labelled("worker", c.worker.loop)
 		}()
 	}
 	return c, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -91,4 +92,32 @@ func (r *liveRuntime) Close(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("%s: %w", RuntimeName, e))
 	}
 	return err
+}
+
+// profileLabel is the pprof label that names the role of each of the
+// engine's long-lived goroutines (roleOf's for an actor's mailbox; worker,
+// for a device's backend calls; replies, for the reply hand-over), so that
+// a CPU profile (batchd serve --cpuprofile; go tool pprof -tags) shows how
+// busy each serial goroutine is: the one that is busy all the time caps
+// the node's throughput whatever its cores.
+const profileLabel = "batchd"
+
+// roleOf names the actor at addr for profileLabel.
+func roleOf(addr actors.Address) string {
+	switch id := addr.ID; {
+	case id == batcherID:
+		return "batcher"
+	case id >= frontID0 && id < deviceID0:
+		return "front"
+	case id >= deviceID0 && id < splitBase:
+		return "device"
+	case id > splitBase:
+		return "accumulator"
+	}
+	return "actor"
+}
+
+// labelled runs f with the goroutine's profile samples labelled role.
+func labelled(role string, f func()) {
+	pprof.Do(context.Background(), pprof.Labels(profileLabel, role), func(context.Context) { f() })
 }

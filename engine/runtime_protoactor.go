@@ -75,7 +75,7 @@ func (m *protoMailboxes) spawn(h *host, addr actors.Address, newActor func() act
 	if err != nil {
 		return err
 	}
-	d := newDispatcher(&m.workers)
+	d := newDispatcher(&m.workers, roleOf(addr))
 	props := actor.PropsFromProducer(
 		func() actor.Actor { return &shell{cell: c} },
 		actor.WithGuardian(actor.RestartingSupervisorStrategy()),
