@@ -96,6 +96,9 @@ type Device struct {
 	weightBytes [][]byte
 
 	running atomic.Int32
+	// Kept by Run, read by Counters.
+	batches       atomic.Uint64
+	runNs, waitNs atomic.Int64
 
 	mu  sync.Mutex // guards what follows; held by Forward and Close
 	dev cuDevice
@@ -201,7 +204,27 @@ func (d *Device) Ordinal() int { return d.cfg.Ordinal }
 // Run implements the engine's Backend contract (see CPU.Run); a device
 // failure wraps ErrDeviceFault.
 func (d *Device) Run(ctx context.Context, model, version string, inputs []string) ([]string, []error, error) {
+	start := time.Now()
+	defer func() {
+		d.runNs.Add(int64(time.Since(start)))
+		d.batches.Add(1)
+	}()
 	return serveBatch(ctx, d, d.cfg.Limits, model, version, inputs)
+}
+
+// DeviceCounters are what a Device's Runs have done since it opened.
+type DeviceCounters struct {
+	// Batches is how many Runs returned.
+	Batches uint64
+	// Run is the time in them; Wait the part spent waiting for the GPU
+	// to finish the work queued (the rest is the host's: padding, kernel
+	// launches, decoding, formatting).
+	Run, Wait time.Duration
+}
+
+// Counters returns the device's counters. It may be called at any time.
+func (d *Device) Counters() DeviceCounters {
+	return DeviceCounters{Batches: d.batches.Load(), Run: time.Duration(d.runNs.Load()), Wait: time.Duration(d.waitNs.Load())}
 }
 
 // Forward runs inputs (1 to BatchMax, none longer than InputLenMax) as one
@@ -475,7 +498,10 @@ func (d *Device) forward(ctx context.Context, st *gpuState, inputs []string) ([]
 	if err := drv.MemcpyDtoHAsync(hcont, st.cont, s); err != nil {
 		return nil, err
 	}
-	if err := d.wait(ctx, s); err != nil {
+	waited := time.Now()
+	err = d.wait(ctx, s)
+	d.waitNs.Add(int64(time.Since(waited)))
+	if err != nil {
 		return nil, err
 	}
 	logits := make([]float32, n*Labels)

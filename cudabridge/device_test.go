@@ -312,3 +312,21 @@ func TestDeviceCancelledBeforeStart(t *testing.T) {
 		t.Errorf("%d resets, %d launches: the cancelled batch must not touch the device", f.count("PrimaryCtxReset"), f.count("LaunchKernel")-launches)
 	}
 }
+
+// TestDeviceCounters: each Run counts one batch, and its wait for the GPU
+// is part of its time.
+func TestDeviceCounters(t *testing.T) {
+	d, _ := openFake(t, DefaultLimits())
+	if c := d.Counters(); c != (DeviceCounters{}) {
+		t.Fatalf("a fresh device's counters: %+v", c)
+	}
+	for i := range 3 {
+		if _, _, err := d.Run(context.Background(), ModelName, "", []string{"a", "bc"}); err != nil {
+			t.Fatal(err)
+		}
+		c := d.Counters()
+		if c.Batches != uint64(i+1) || c.Wait <= 0 || c.Run < c.Wait {
+			t.Fatalf("after %d runs: %+v", i+1, c)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -101,6 +102,20 @@ func TestCUDACommandsChild(t *testing.T) {
 	want := cudabridge.NewWeights(cudabridge.WeightSeed).Infer([]byte("hello")).String()
 	if code, r := infer(t, base, cudabridge.ModelName, "hello"); code != http.StatusOK || r.Output != want {
 		t.Errorf("serve --backend cuda: %d %+v (error %+v), want %q", code, r, r.Error, want)
+	}
+	// The GPU's counters: the one batch, its time, and the GPU's part of it.
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `batchd_gpu_batches_total{gpu="0"} 1`+"\n") ||
+		!strings.Contains(string(body), `batchd_gpu_run_seconds_total{gpu="0"} `) || !strings.Contains(string(body), `batchd_gpu_wait_seconds_total{gpu="0"} `) {
+		t.Errorf("serve --backend cuda: /metrics lacks the GPU's counters after one batch:\n%s", body)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -245,7 +245,8 @@
 // batchd_device_busy_seconds_total (a counter) per {device};
 // batchd_devices_healthy; batchd_devices_needed (the batcher's
 // recommendation); batchd_queue_wait_predicted_seconds;
-// batchd_signals_up. When Config.Autoscale is set (autoscale in the serve
+// batchd_signals_up. Config.Collectors adds the server's own (the
+// cluster's, the generator's, the GPUs'). When Config.Autoscale is set (autoscale in the serve
 // config): batchd_autoscale_devices_recommended (the autoscaling policy's
 // recommendation), batchd_autoscale_devices_current and
 // batchd_autoscale_decisions_total{direction}. The Grafana dashboard

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine"
@@ -42,40 +45,44 @@ func (a engineBackend) Run(ctx context.Context, model, version string, inputs []
 // once the engine has stopped. For cpu and cuda it first makes f serve the
 // bytenet model (registering it when the file lists no model of that
 // name) and, for cuda, one device per visible GPU.
-func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), error) {
+func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), []prometheus.Collector, error) {
 	noop := func() {}
 	kind := f.Devices.Backend
 	if kind == config.BackendEmulated || kind == "" {
 		c, err := f.EngineConfig(engine.LinkedRuntime)
-		return c, noop, err
+		return c, noop, nil, err
 	}
 	switch kind {
 	case config.BackendWorker:
-		return workerConfig(f, log)
+		c, closeAll, err := workerConfig(f, log)
+		return c, closeAll, nil, err
 	case config.BackendUpstream:
-		return upstreamConfig(f, log)
+		c, closeAll, err := upstreamConfig(f, log)
+		return c, closeAll, nil, err
 	case config.BackendFanout:
-		return fanoutConfig(f, log)
+		c, closeAll, err := fanoutConfig(f, log)
+		return c, closeAll, nil, err
 	}
 	lim, err := bytenetModel(f)
 	if err != nil {
-		return engine.Config{}, noop, err
+		return engine.Config{}, noop, nil, err
 	}
 	var backends []modelBackend
+	var collectors []prometheus.Collector
 	closeAll := noop
 	switch kind {
 	case config.BackendCPU:
 		for range f.Devices.Count {
 			c, err := cudabridge.NewCPU(lim)
 			if err != nil {
-				return engine.Config{}, noop, err
+				return engine.Config{}, noop, nil, err
 			}
 			backends = append(backends, c)
 		}
 	case config.BackendCUDA:
 		devs, err := openGPUs(lim)
 		if err != nil {
-			return engine.Config{}, noop, fmt.Errorf("devices.backend cuda: %w", err)
+			return engine.Config{}, noop, nil, fmt.Errorf("devices.backend cuda: %w", err)
 		}
 		if f.Devices.Count != len(devs) {
 			log.Info("devices.backend cuda: one device per GPU", "gpus", len(devs), "devices.count was", f.Devices.Count)
@@ -91,20 +98,21 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), erro
 		for _, d := range devs {
 			backends = append(backends, d)
 		}
+		collectors = gpuCollectors(devs)
 	default:
-		return engine.Config{}, noop, fmt.Errorf("devices.backend %q: want emulated, cpu, cuda, worker, upstream or fanout", kind)
+		return engine.Config{}, noop, nil, fmt.Errorf("devices.backend %q: want emulated, cpu, cuda, worker, upstream or fanout", kind)
 	}
 	if err := f.Validate(); err != nil {
 		closeAll()
-		return engine.Config{}, noop, err
+		return engine.Config{}, noop, nil, err
 	}
 	c, err := f.EngineConfig(engine.LinkedRuntime)
 	if err != nil {
 		closeAll()
-		return engine.Config{}, noop, err
+		return engine.Config{}, noop, nil, err
 	}
 	c.Backend = func(i int) engine.Backend { return engineBackend{backends[i]} }
-	return c, closeAll, nil
+	return c, closeAll, collectors, nil
 }
 
 // workerConfig is engineConfig for devices.backend worker: one worker
@@ -260,4 +268,24 @@ func openGPUs(lim cudabridge.Limits) ([]*cudabridge.Device, error) {
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// gpuCollectors are the GPUs' series for /metrics: the batches each ran,
+// and the time in them, whole (the backend's Run) and waiting for the GPU
+// to finish the work queued. Their rates against the wall clock split a
+// saturated device's cycle: the GPU's share, the host's work around it
+// (padding, launches, decoding, formatting), and the engine's hand-over
+// between two batches (the rest).
+func gpuCollectors(devs []*cudabridge.Device) []prometheus.Collector {
+	batches := prometheus.NewDesc("batchd_gpu_batches_total", "Batches the GPU ran (cuda backend).", []string{"gpu"}, nil)
+	run := prometheus.NewDesc("batchd_gpu_run_seconds_total", "Time in the GPU backend's batches, from the call to the formatted outputs (cuda backend).", []string{"gpu"}, nil)
+	wait := prometheus.NewDesc("batchd_gpu_wait_seconds_total", "Time the GPU backend's batches waited for the GPU once their work was queued (cuda backend).", []string{"gpu"}, nil)
+	return []prometheus.Collector{collectorFunc{descs: []*prometheus.Desc{batches, run, wait}, collect: func(ch chan<- prometheus.Metric) {
+		for _, d := range devs {
+			c, gpu := d.Counters(), strconv.Itoa(d.Ordinal())
+			ch <- prometheus.MustNewConstMetric(batches, prometheus.CounterValue, float64(c.Batches), gpu)
+			ch <- prometheus.MustNewConstMetric(run, prometheus.CounterValue, c.Run.Seconds(), gpu)
+			ch <- prometheus.MustNewConstMetric(wait, prometheus.CounterValue, c.Wait.Seconds(), gpu)
+		}
+	}}}
 }

@@ -96,7 +96,7 @@ func TestDeviceFaultRequeued(t *testing.T) {
 	f := config.Default()
 	f.Devices.Backend = config.BackendCPU
 	f.Devices.Count = 2
-	ecfg, closeBackends, err := engineConfig(f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ecfg, closeBackends, _, err := engineConfig(f, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func ProfileTarget(f *config.File, log *slog.Logger) (t cudabridge.Target, close
 	one.Devices.Count = 1
 	// Built as serve builds it: for cpu and cuda that also makes the
 	// registry serve bytenet, so the model is read after.
-	c, closeAll, err := engineConfig(&one, log)
+	c, closeAll, _, err := engineConfig(&one, log)
 	if err != nil {
 		return t, nil, err
 	}

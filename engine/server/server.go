@@ -117,7 +117,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	f, log := s.f, s.log
 	// The backends are set up first; they are released once the engine
 	// has stopped.
-	ecfg, closeBackends, err := engineConfig(f, log)
+	ecfg, closeBackends, backendCollectors, err := engineConfig(f, log)
 	if err != nil {
 		return err
 	}
@@ -167,6 +167,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	}
 	// /metrics labels devices by their index in this list, from 0.
 	hcfg.Devices = eng.Devices()
+	hcfg.Collectors = append(hcfg.Collectors, backendCollectors...)
 	// A node of a cluster joins it once its devices are up, so it is
 	// never seen without them.
 	if f.Clustered() {
@@ -174,7 +175,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 			return err
 		}
 		hcfg.Cluster = func() any { return s.cn.status() }
-		hcfg.Collectors = s.cn.collectors()
+		hcfg.Collectors = append(hcfg.Collectors, s.cn.collectors()...)
 		if s.dp != nil {
 			hcfg.Collectors = append(hcfg.Collectors, s.dp.collectors()...)
 		}
