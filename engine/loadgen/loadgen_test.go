@@ -552,3 +552,36 @@ func TestTickedHold(t *testing.T) {
 		t.Errorf("hold once closed: waited or queued (%d waiting)", len(tk.waiting))
 	}
 }
+
+// TestCheckOpenFiles: a REST run needing more connections than the
+// process may open is refused, naming the flag; gRPC runs and an unknown
+// limit are not checked.
+func TestCheckOpenFiles(t *testing.T) {
+	open := DefaultConfig()
+	open.InFlightMax = 20_000
+	closed := DefaultConfig()
+	closed.Connections = 1024
+	grpc := open
+	grpc.GRPC = "127.0.0.1:1"
+	for _, c := range []struct {
+		name  string
+		cfg   Config
+		limit int
+		want  string // "" for no error
+	}{
+		{"open over", open, 20_000, "--in-flight-max 20000"},
+		{"open under", open, 20_000 + openFilesSpare, ""},
+		{"closed over", closed, 1024, "--connections 1024"},
+		{"closed under", closed, 4096, ""},
+		{"grpc", grpc, 100, ""},
+		{"unknown limit", open, 0, ""},
+	} {
+		err := checkOpenFiles(c.cfg, c.limit)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+	}
+}

@@ -51,6 +51,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkOpenFiles(cfg, openFilesMax()); err != nil {
+		return nil, err
+	}
 	g, err := newGenerator(cfg)
 	if err != nil {
 		return nil, err
@@ -438,3 +441,28 @@ func readCPU(path string) (time.Duration, error) {
 
 // ms converts microseconds to milliseconds, rounded to the microsecond.
 func ms(us int64) float64 { return math.Round(float64(us)) / 1000 }
+
+// openFilesSpare is what a run keeps of the open-file limit for other
+// than its connections: the process's own files, the RSS sampler's,
+// connections being replaced.
+const openFilesSpare = 64
+
+// checkOpenFiles refuses a REST run that would need more connections than
+// the process may open files (limit; 0: unknown): each request in flight
+// (open loop) or each connection (closed loop) holds a connection of its
+// own, and past the limit every dial fails ("too many open files") and the
+// run's figures are the generator's, not the server's. gRPC runs multiplex
+// their requests over a few connections.
+func checkOpenFiles(cfg Config, limit int) error {
+	if cfg.GRPC != "" || limit <= 0 {
+		return nil
+	}
+	need, flag := cfg.InFlightMax, "--in-flight-max"
+	if cfg.Connections > 0 {
+		need, flag = cfg.Connections, "--connections"
+	}
+	if need+openFilesSpare > limit {
+		return fmt.Errorf("load: %s %d needs a connection each, and this process may open %d files (ulimit -n), %d of them kept for other use: lower %s or raise the limit", flag, need, limit, openFilesSpare, flag)
+	}
+	return nil
+}
