@@ -47,10 +47,10 @@ for i in $(seq 100); do
 done
 load closed-256 --connections 256 --rss-pid "$pid"
 load closed-1024 --connections 1024 --rss-pid "$pid"
-load open-10k --rate 10000 --rss-pid "$pid"
-load open-30k --rate 30000 --rss-pid "$pid" --duration 30s # RSS flat after the first 10 s
-load open-60k --rate 60000 --rss-pid "$pid"
-load open-120k --rate 120000 --rss-pid "$pid" --in-flight-max 15000 # a connection each: within the host's open-file limit (20,000 on the H200 host)
+load open-10k --rate 10000 --rss-pid "$pid" --slow-over 5ms
+load open-30k --rate 30000 --rss-pid "$pid" --slow-over 5ms --duration 30s # RSS flat after the first 10 s
+load open-60k --rate 60000 --rss-pid "$pid" --slow-over 5ms
+load open-120k --rate 120000 --rss-pid "$pid" --slow-over 5ms --in-flight-max 15000 # a connection each: within the host's open-file limit (20,000 on the H200 host)
 load grpc-unary-closed-256 --grpc "$gaddr" --connections 256 --rss-pid "$pid"
 load grpc-stream-closed-1024 --grpc "$gaddr" --grpc-stream --connections 1024 --rss-pid "$pid"
 load grpc-stream-closed-4096 --grpc "$gaddr" --grpc-stream --connections 4096 --rss-pid "$pid"
