@@ -19,12 +19,7 @@ shift 2
 rounds=${ROUNDS:-2}
 dur=${DURATION:-10s}
 mkdir -p "$out"
-n=$(nproc)
-half=$((n / 2))
-srv="0-$((half - 1))"
-gen="$half-$((n - 1))"
-addr=127.0.0.1:18080
-gaddr=127.0.0.1:18081
+. "$(dirname "$0")/gpu-host.sh"
 
 serve() { # bin, extra serve flags...
 	b=$1

@@ -4,7 +4,7 @@
 # net/http yardstick (batchd load --baseline-server) on the same cores in
 # the same run, so the two compare as a ratio. Build here first (no cgo):
 #   CGO_ENABLED=0 go build -o bin/batchd ./cmd/batchd
-# then on the GPU host: sh gpu-serve.sh BIN OUT [PROFILE]
+# then on the GPU host: sh gpu-serve.sh BIN OUT [PROFILE] (gpu-host.sh beside it)
 # PROFILE is a latency table from `batchd profile --backend cuda --out`
 # (gpu-test.sh writes one); without it the server plans with its default.
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
@@ -20,12 +20,7 @@ out=${2:-bin/gpu-serve}
 profile=${3:-}
 dur=${DURATION:-10s}
 mkdir -p "$out"
-n=$(nproc)
-half=$((n / 2))
-srv="0-$((half - 1))"
-gen="$half-$((n - 1))"
-addr=127.0.0.1:18080
-gaddr=127.0.0.1:18081
+. "$(dirname "$0")/gpu-host.sh"
 table=""
 [ -n "$profile" ] && table="--latency-table $profile"
 
