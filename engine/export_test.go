@@ -15,3 +15,7 @@ func AccumulatorStats(ctx context.Context, e *Engine, i int) (actors.BatcherStat
 	a, err := e.query(ctx, e.accs[i], false)
 	return a.Stats, err
 }
+
+// SetRegisterHook makes f run in each submit right before (after false)
+// and after (true) its waiter entry goes in; set it before any request.
+func SetRegisterHook(e *Engine, f func(after bool)) { e.registerHook = f }
