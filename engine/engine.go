@@ -618,9 +618,10 @@ func (e *Engine) Do(ctx context.Context, req actors.Request) (actors.Reply, erro
 	// No case for the engine's closing: Shutdown answers every waiter
 	// itself (closeWaiters). A channel every Do selects on is locked
 	// twice a request from every core: on an H200 host's 8 server cores,
-	// select's channel locks took 2.4% of the server's CPU, Do's selects
-	// nearly half of the selects' time (a profile; this change was not measured there, and on
-	// the development VM's one server core it makes no difference).
+	// select's channel locks took 2.4% of the server's CPU, and Do's
+	// selects were nearly half of the selects' time (a profile; this
+	// change was not measured there, and on the development VM's one
+	// server core it makes no difference).
 	select {
 	case r := <-ch:
 		replyChans.Put(ch) // emptied, and its one send is done
