@@ -553,10 +553,10 @@ func TestTickedHold(t *testing.T) {
 	}
 }
 
-// TestCheckOpenFiles: a REST run needing more connections than the
-// process may open is refused, naming the flag; gRPC runs and an unknown
-// limit are not checked.
-func TestCheckOpenFiles(t *testing.T) {
+// TestFitOpenFiles: a REST closed loop needing more connections than the
+// process may open is refused, naming the flag; an open loop's in-flight
+// bound is lowered to fit; gRPC runs and an unknown limit are left alone.
+func TestFitOpenFiles(t *testing.T) {
 	open := DefaultConfig()
 	open.InFlightMax = 20_000
 	closed := DefaultConfig()
@@ -564,24 +564,28 @@ func TestCheckOpenFiles(t *testing.T) {
 	grpc := open
 	grpc.GRPC = "127.0.0.1:1"
 	for _, c := range []struct {
-		name  string
-		cfg   Config
-		limit int
-		want  string // "" for no error
+		name     string
+		cfg      Config
+		limit    int
+		inFlight int    // the fitted InFlightMax
+		err      string // "" for no error
 	}{
-		{"open over", open, 20_000, "--in-flight-max 20000"},
-		{"open under", open, 20_000 + openFilesSpare, ""},
-		{"closed over", closed, 1024, "--connections 1024"},
-		{"closed under", closed, 4096, ""},
-		{"grpc", grpc, 100, ""},
-		{"unknown limit", open, 0, ""},
+		{"open over", open, 20_000, 20_000 - openFilesSpare, ""},
+		{"open under", open, 20_000 + openFilesSpare, 20_000, ""},
+		{"open: no room", open, openFilesSpare, 0, "too few"},
+		{"closed over", closed, 1024, closed.InFlightMax, "--connections 1024"},
+		{"closed under", closed, 4096, closed.InFlightMax, ""},
+		{"grpc", grpc, 100, 20_000, ""},
+		{"unknown limit", open, 0, 20_000, ""},
 	} {
-		err := checkOpenFiles(c.cfg, c.limit)
+		got, err := fitOpenFiles(c.cfg, c.limit)
 		switch {
-		case c.want == "" && err != nil:
+		case c.err == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.err)
+		case err == nil && got.InFlightMax != c.inFlight:
+			t.Errorf("%s: InFlightMax %d, want %d", c.name, got.InFlightMax, c.inFlight)
 		}
 	}
 }

@@ -51,7 +51,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkOpenFiles(cfg, openFilesMax()); err != nil {
+	cfg, err := fitOpenFiles(cfg, openFilesMax())
+	if err != nil {
 		return nil, err
 	}
 	g, err := newGenerator(cfg)
@@ -447,22 +448,30 @@ func ms(us int64) float64 { return math.Round(float64(us)) / 1000 }
 // connections being replaced.
 const openFilesSpare = 64
 
-// checkOpenFiles refuses a REST run that would need more connections than
-// the process may open files (limit; 0: unknown): each request in flight
-// (open loop) or each connection (closed loop) holds a connection of its
-// own, and past the limit every dial fails ("too many open files") and the
-// run's figures are the generator's, not the server's. gRPC runs multiplex
-// their requests over a few connections.
-func checkOpenFiles(cfg Config, limit int) error {
+// fitOpenFiles fits a REST run to the files the process may open (limit;
+// 0: unknown). Each connection of a closed loop, and each request in
+// flight of an open loop, holds a connection of its own; past the limit
+// every dial fails ("too many open files") and the run's figures are the
+// generator's, not the server's. A closed loop that does not fit is
+// refused; an open loop's InFlightMax is lowered to fit (the report's
+// in_flight_max says what it ran with), since its default may not fit a
+// machine. gRPC runs multiplex their requests over a few connections.
+func fitOpenFiles(cfg Config, limit int) (Config, error) {
 	if cfg.GRPC != "" || limit <= 0 {
-		return nil
+		return cfg, nil
 	}
-	need, flag := cfg.InFlightMax, "--in-flight-max"
+	fit := limit - openFilesSpare
 	if cfg.Connections > 0 {
-		need, flag = cfg.Connections, "--connections"
+		if cfg.Connections > fit {
+			return cfg, fmt.Errorf("load: --connections %d needs a connection each, and this process may open %d files (ulimit -n), %d of them kept for other use: lower --connections or raise the limit", cfg.Connections, limit, openFilesSpare)
+		}
+		return cfg, nil
 	}
-	if need+openFilesSpare > limit {
-		return fmt.Errorf("load: %s %d needs a connection each, and this process may open %d files (ulimit -n), %d of them kept for other use: lower %s or raise the limit", flag, need, limit, openFilesSpare, flag)
+	if cfg.InFlightMax > fit {
+		if fit < 1 {
+			return cfg, fmt.Errorf("load: this process may open %d files (ulimit -n): too few for a connection", limit)
+		}
+		cfg.InFlightMax = fit
 	}
-	return nil
+	return cfg, nil
 }
