@@ -41,8 +41,9 @@ func (a engineBackend) Run(ctx context.Context, model, version string, inputs []
 }
 
 // engineConfig returns the engine's configuration for f with the backend
-// f.Devices.Backend names, and the function that releases the backends
-// once the engine has stopped. For cpu and cuda it first makes f serve the
+// f.Devices.Backend names, the function that releases the backends once
+// the engine has stopped, and the backends' own series for /metrics (the
+// GPUs', for cuda; none otherwise). For cpu and cuda it first makes f serve the
 // bytenet model (registering it when the file lists no model of that
 // name) and, for cuda, one device per visible GPU.
 func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), []prometheus.Collector, error) {
