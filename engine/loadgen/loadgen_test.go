@@ -589,3 +589,35 @@ func TestFitOpenFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestReadLagWarning: a run whose answers waited long in the generator's
+// sockets, against its latency, says its latencies are partly its own; a
+// run whose read lag is small against its latency, or under a millisecond,
+// does not.
+func TestReadLagWarning(t *testing.T) {
+	for _, c := range []struct {
+		readP99, okP99 float64 // ms
+		warn           bool
+	}{
+		{300, 900, true},
+		{0.8, 2, false}, // under ReadLagWarnMin
+		{5, 200, false}, // under ReadLagWarn of the latency
+		{30, 200, true},
+	} {
+		rep := &Report{
+			Latency: map[string]Percentiles{"ok": {Count: 10, P99: c.okP99}},
+			Service: map[string]Percentiles{},
+			ReadLag: &Percentiles{Count: 10, P99: c.readP99},
+		}
+		var b strings.Builder
+		if err := rep.WriteTable(&b); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), "read its answers late"); got != c.warn {
+			t.Errorf("read lag p99 %v ms, latency p99 %v ms: warning %v, want %v:\n%s", c.readP99, c.okP99, got, c.warn, b.String())
+		}
+		if !strings.Contains(b.String(), "read lag") {
+			t.Errorf("table lacks the read lag row:\n%s", b.String())
+		}
+	}
+}

@@ -56,6 +56,7 @@ type recorder struct {
 	atSocket [classes]*hdr.Histogram
 	stamped  int64
 	lag      *hdr.Histogram // actual - intended send time
+	readLag  *hdr.Histogram // read - arrival at the socket (stamped responses)
 	// What 200s report of their time inside the server (with Check).
 	srvLatency, srvQueue, srvCompute *hdr.Histogram
 	batchItems, batchCount           int64
@@ -93,6 +94,7 @@ func newRecorder(cfg Config, start, measureFrom, end time.Time) *recorder {
 	r := &recorder{
 		cfg: cfg, start: start, measureFrom: measureFrom, end: end,
 		lag:        hdr.New(1, histMaxUs, 3),
+		readLag:    hdr.New(1, histMaxUs, 3),
 		srvLatency: hdr.New(1, histMaxUs, 3),
 		srvQueue:   hdr.New(1, histMaxUs, 3),
 		srvCompute: hdr.New(1, histMaxUs, 3),
@@ -163,6 +165,7 @@ func (r *recorder) record(res result) {
 	if !res.arrived.IsZero() {
 		at = res.arrived
 		r.stamped++
+		_ = r.readLag.RecordValue(max(res.done.Sub(at).Microseconds(), 1))
 	}
 	_ = r.atSocket[class].RecordValue(max(at.Sub(res.intended).Microseconds(), 1))
 	_ = r.lag.RecordValue(max(res.sent.Sub(res.intended).Microseconds(), 1))
@@ -250,6 +253,12 @@ type Report struct {
 	// generator's own lag. A large p99 here means the generator, not the
 	// server, was the bottleneck.
 	SendLag Percentiles `json:"send_lag_ms"`
+	// ReadLag is how long answers waited in the generator's sockets
+	// before it read them (of the AtSocketStamped ones): the generator's
+	// lag on the way back. A large p99 here, against the latency's, means
+	// the generator fell behind its answers and its figures are its own
+	// (ReadLagWarn).
+	ReadLag *Percentiles `json:"read_lag_ms,omitempty"`
 	// Server is what the 200s said of their time in the server (with
 	// Check): end to end inside it, queue wait and compute, and the mean
 	// batch size a request ran in. Latency minus Server.Latency is HTTP,
@@ -297,6 +306,26 @@ func (rep *Report) setCPU(cpuS, wallS float64, requests int64, cores int) {
 // generator ran 83-84% busy at 45-47k req/s (2026-11-21): such a run may
 // measure the generator as much as the server.
 const GeneratorBusyWarn = 0.8
+
+// ReadLagWarn: the table warns that the generator read its answers late
+// when the p99 of ReadLag is over ReadLagWarnMin and over this share of
+// the ok latency's p99. A generator on one core, against batchd serve
+// --latency 5ms at 14,000 req/s, read the answers of a bad run 323 ms late
+// on average (while it used 51% of its core, under GeneratorBusyWarn) and
+// reported p99 0.5-1 s that the server never saw (RESULTS.md).
+const (
+	ReadLagWarn    = 0.1
+	ReadLagWarnMin = time.Millisecond
+)
+
+// readLagHigh reports whether the run's ReadLag calls for the warning.
+func (rep *Report) readLagHigh() bool {
+	if rep.ReadLag == nil {
+		return false
+	}
+	p99 := rep.ReadLag.P99
+	return p99 > ReadLagWarnMin.Seconds()*1000 && p99 > ReadLagWarn*rep.Latency[classNames[classOK]].P99
+}
 
 // splitSum adds up the parts of 200s' latencies (see Split).
 type splitSum struct {
@@ -463,6 +492,10 @@ func (r *recorder) report(sendingEnded, finished time.Time) *Report {
 		SendLag:   percentiles(r.lag),
 		Intervals: r.intervals,
 	}
+	if r.stamped > 0 {
+		rl := percentiles(r.readLag)
+		rep.ReadLag = &rl
+	}
 	if cfg.Connections > 0 {
 		rep.Mode, rep.Connections = "closed", cfg.Connections
 	} else {
@@ -609,6 +642,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	row("send lag", rep.SendLag)
+	if rep.ReadLag != nil {
+		row("read lag", *rep.ReadLag)
+	}
 	if s := rep.Server; s != nil {
 		row("server: latency", s.Latency)
 		row("server: queue", s.Queue)
@@ -638,6 +674,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		rep.GeneratorCPUS, rep.GeneratorCPUUSPerRequest, 100*rep.GeneratorBusy, rep.GeneratorCores, cpus)
 	if rep.GeneratorBusy >= GeneratorBusyWarn {
 		fmt.Fprintf(tw, "\twarning: the generator kept its CPUs %.0f%% busy: it may have limited this run, not the server\n", 100*rep.GeneratorBusy)
+	}
+	if rep.readLagHigh() {
+		fmt.Fprintf(tw, "\twarning: the generator read its answers late (read lag p99 %.2f ms against a latency p99 of %.2f ms): the latencies are partly its own\n",
+			rep.ReadLag.P99, rep.Latency[classNames[classOK]].P99)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write report: %w", err)
