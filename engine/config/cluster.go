@@ -45,7 +45,9 @@ type Cluster struct {
 	LeaveTimeout time.Duration `yaml:"leave_timeout"`
 	// HandoverGrace is how long a node that is stopping waits, once it
 	// has told the others it is leaving (and they move its models), before
-	// it drains: the time for the news to reach every front.
+	// it drains: the time for the news to reach every front. Past it, the
+	// node waits on while the others' requests still come to it (until
+	// they have stopped for 100 ms, 10 s at most).
 	HandoverGrace time.Duration `yaml:"handover_grace"`
 	// DataAddr is where the node's data plane (cluster/transport) listens
 	// for the other nodes' actor messages, host:port (port 0 picks a free

@@ -286,8 +286,9 @@ func TestClusterHandover(t *testing.T) {
 	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
 	withData := func(f *config.File) *config.File {
 		// The grace is how long the others have to hear of the leave
-		// before the owner drains; under a loaded CI machine's full
-		// make test, 1 s once was not enough (46 of 1,726 requests
+		// before the owner drains (and it waits on while their requests
+		// still come: awaitHandover); under a loaded CI machine's full
+		// make test, 1 s alone once was not enough (46 of 1,726 requests
 		// answered 503), so the test gives the gossip more.
 		f.Cluster.HandoverGrace = 3 * time.Second
 		return withDataPlane(t, f)
@@ -392,4 +393,30 @@ func withDataPlane(t *testing.T, f *config.File) *config.File {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestAwaitHandover: a node handing over waits its grace; past it, on
+// while other nodes' requests still come, until they have been quiet for
+// handoverQuiet; and no longer than its shutdown's bound.
+func TestAwaitHandover(t *testing.T) {
+	never := func() time.Time { return time.Time{} }
+	if waited := awaitHandover(context.Background(), 50*time.Millisecond, never); waited < 50*time.Millisecond {
+		t.Errorf("no requests from others: waited %v, want the grace (50ms)", waited)
+	}
+	// Requests come until 300 ms from now, then stop.
+	until := time.Now().Add(300 * time.Millisecond)
+	coming := func() time.Time {
+		if now := time.Now(); now.Before(until) {
+			return now
+		}
+		return until
+	}
+	if waited := awaitHandover(context.Background(), 50*time.Millisecond, coming); waited < 300*time.Millisecond+handoverQuiet-10*time.Millisecond || waited >= handoverWaitMax {
+		t.Errorf("requests for 300 ms: waited %v, want them quiet for %v first", waited, handoverQuiet)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if waited := awaitHandover(ctx, time.Minute, never); waited >= time.Minute {
+		t.Errorf("a shutdown bound of 50ms: waited %v", waited)
+	}
 }

@@ -366,7 +366,7 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	// drains: told it leaves, their fronts move what waits here and send
 	// nothing new (it leaves memberlist once its work is done, below).
 	if s.cn != nil && s.dp != nil && serving {
-		if err := s.cn.handOver(ctx, s.f.Cluster.HandoverGrace); err != nil {
+		if err := s.cn.handOver(ctx, s.f.Cluster.HandoverGrace, s.dp.lastRemoteSubmit); err != nil {
 			errs = append(errs, err)
 		}
 	}
