@@ -211,7 +211,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	s.ln = &quietListener{Listener: tcp}
+	s.ln = &quietListener{Listener: rawtcp.Listener{Listener: tcp}}
 	s.srv = httpapi.NewServer(s.ln.Addr().String(), s.rootHandler(s.h))
 	s.srv.ReadHeaderTimeout = f.HTTP.ReadHeaderTimeout
 	s.srv.IdleTimeout = f.HTTP.IdleTimeout
@@ -406,7 +406,7 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	}
 	switch {
 	case serving:
-		s.ln.awaitQuiet(ctx, acceptQuiet, acceptDrainMax)
+		awaitQuiet(ctx, s.ln.lastAccept, acceptQuiet, acceptQuiet, acceptDrainMax)
 		if err := s.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http server: %w", err))
 			_ = s.srv.Close() // cut off what did not finish in time
@@ -491,8 +491,7 @@ const (
 	acceptDrainMax = 2 * time.Second
 )
 
-// quietListener is the server's listener; it notes when it last accepted,
-// and makes the connections it accepts raw (engine/rawtcp).
+// quietListener is the server's listener; it notes when it last accepted.
 type quietListener struct {
 	net.Listener
 	last atomic.Int64 // UnixNano of the latest accepted connection
@@ -500,28 +499,34 @@ type quietListener struct {
 
 func (l *quietListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		l.last.Store(time.Now().UnixNano())
 	}
-	l.last.Store(time.Now().UnixNano())
-	return rawtcp.Wrap(c), nil
+	return c, err
 }
 
-// awaitQuiet returns once no connection has been accepted for quiet since
-// it was called, after most, or when ctx ends.
-func (l *quietListener) awaitQuiet(ctx context.Context, quiet, most time.Duration) {
+// lastAccept is when l last accepted a connection (1970: never).
+func (l *quietListener) lastAccept() time.Time { return time.Unix(0, l.last.Load()) }
+
+// awaitQuiet waits at least least, then until nothing has happened for
+// quiet (last says when something last did), most at the longest, or until
+// ctx ends; it returns how long it waited. The server's stop waits so for
+// connections (lastAccept), a node handing its models over for the other
+// nodes' requests (awaitHandover).
+func awaitQuiet(ctx context.Context, last func() time.Time, least, quiet, most time.Duration) time.Duration {
 	begin := time.Now()
 	tick := time.NewTicker(quiet / 4)
 	defer tick.Stop()
 	for {
-		last := max(begin.UnixNano(), l.last.Load())
-		if time.Since(time.Unix(0, last)) >= quiet || time.Since(begin) >= most {
-			return
+		now := time.Now()
+		waited := now.Sub(begin)
+		if waited >= least && (now.Sub(last()) >= quiet || waited >= most) {
+			return waited
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return
+			return time.Since(begin)
 		}
 	}
 }
