@@ -284,15 +284,7 @@ func post(s *Server, model, input string) (int, string, error) {
 // draining owner, and the model ends up owned by the node that stays.
 func TestClusterHandover(t *testing.T) {
 	t.Setenv("BATCHD_TEST_GOSSIP_KEY", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
-	withData := func(f *config.File) *config.File {
-		// The grace is how long the others have to hear of the leave
-		// before the owner drains (and it waits on while their requests
-		// still come: awaitHandover); under a loaded CI machine's full
-		// make test, 1 s alone once was not enough (46 of 1,726 requests
-		// answered 503), so the test gives the gossip more.
-		f.Cluster.HandoverGrace = 3 * time.Second
-		return withDataPlane(t, f)
-	}
+	withData := func(f *config.File) *config.File { return withDataPlane(t, f) }
 	a := newServer(t, withData(clusterFile(t, "a")))
 	defer a.Shutdown(context.Background())
 	b := newServer(t, withData(clusterFile(t, "b", a.ClusterAddr())))
