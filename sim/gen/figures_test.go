@@ -17,16 +17,9 @@ import (
 //
 //	BATCHD_GEN_RATES=16,48 go test -run TestFigures -v ./sim/gen/
 func TestFigures(t *testing.T) {
-	rates := os.Getenv("BATCHD_GEN_RATES")
-	if rates == "" {
-		t.Skip("set BATCHD_GEN_RATES (req/s, comma-separated) to print the generation figures")
-	}
-	for _, f := range splitComma(rates) {
-		rate, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			t.Fatalf("BATCHD_GEN_RATES: %v", err)
-		}
+	for _, rate := range envRates(t, "BATCHD_GEN_RATES", "print the generation figures") {
 		cfg := DefaultConfig(1, rate)
+		var err error
 		if p := os.Getenv("BATCHD_GEN_CRASHP"); p != "" {
 			if cfg.CrashP, err = strconv.ParseFloat(p, 64); err != nil {
 				t.Fatalf("BATCHD_GEN_CRASHP: %v", err)
@@ -60,15 +53,7 @@ func TestFigures(t *testing.T) {
 //
 //	BATCHD_GEN_SENSITIVITY=16,32 go test -run TestStepCostSensitivityFigures -v ./sim/gen/
 func TestStepCostSensitivityFigures(t *testing.T) {
-	rates := os.Getenv("BATCHD_GEN_SENSITIVITY")
-	if rates == "" {
-		t.Skip("set BATCHD_GEN_SENSITIVITY (req/s, comma-separated) to print the step cost sensitivity")
-	}
-	for _, f := range splitComma(rates) {
-		rate, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			t.Fatalf("BATCHD_GEN_SENSITIVITY: %v", err)
-		}
+	for _, rate := range envRates(t, "BATCHD_GEN_SENSITIVITY", "print the step cost sensitivity") {
 		for _, us := range []time.Duration{0, 1, 2, 5, 10, 20, 50, 100, 122} {
 			cfg := DefaultConfig(1, rate)
 			cfg.Cost = cfg.Gen.Cost
@@ -81,6 +66,26 @@ func TestStepCostSensitivityFigures(t *testing.T) {
 				rate, us*time.Microsecond, rep.TTFT.P50, rep.TTFT.P95, rep.WindowTokensPerSec, rep.Outcomes)
 		}
 	}
+}
+
+// envRates is the rates (req/s, comma-separated) in the environment
+// variable name; the test skips, saying it would then do what, when the
+// variable is not set.
+func envRates(t *testing.T, name, what string) []float64 {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Skipf("set %s (req/s, comma-separated) to %s", name, what)
+	}
+	var rates []float64
+	for _, f := range splitComma(v) {
+		rate, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rates = append(rates, rate)
+	}
+	return rates
 }
 
 func splitComma(s string) []string {
