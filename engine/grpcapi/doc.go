@@ -91,7 +91,9 @@
 // is a reply whose error_message is REST's code and message ("quota:
 // ..."), with an infer_response naming its model and id, and the stream
 // goes on. A client that cancels its stream withdraws its requests still
-// in the engine.
+// in the engine. A stream costs two goroutines, whatever its requests in
+// flight: one reads and submits (httpapi's OIPSubmit, which does not
+// wait), the handler's own sends the replies the engine hands over.
 //
 // # Limits and stopping
 //

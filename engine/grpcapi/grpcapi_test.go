@@ -589,6 +589,59 @@ func TestStreamCancel(t *testing.T) {
 	fake.waitInFlight(t, 0)
 }
 
+// TestStreamTensors: a stream's request of several elements is answered
+// once, with every element's output in order, or with the first failed
+// element's error; a cancelled stream withdraws every element.
+func TestStreamTensors(t *testing.T) {
+	fake := newFake()
+	fake.fn = func(ctx context.Context, req actors.Request) (actors.Reply, error) {
+		switch req.Input {
+		case "bad":
+			return actors.Reply{Outcome: actors.Rejected, Reason: actors.ReasonQuota}, nil
+		case "hold":
+			<-ctx.Done() // only a withdrawal ends these
+			return actors.Reply{}, ctx.Err()
+		}
+		return actors.Reply{Outcome: actors.Completed, Output: "out:" + req.Input, Version: "v1"}, nil
+	}
+	r := newRig(t, fake, registry(), grpcapi.DefaultConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := oippb.ModelStreamInfer(ctx, r.cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id string, elems ...string) {
+		t.Helper()
+		if err := st.Send(&oippb.ModelInferRequest{ModelName: "echo", Id: id, Inputs: []*oippb.ModelInferRequest_InferInputTensor{bytesInput(elems...)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("three", "a", "b", "c")
+	send("failed", "a", "bad", "c")
+	got := map[string]*oippb.ModelStreamInferResponse{}
+	for range 2 {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[m.InferResponse.GetId()] = m
+	}
+	if m := got["three"]; m == nil || m.ErrorMessage != "" {
+		t.Errorf("three elements: %v", m)
+	} else if outs := m.InferResponse.Outputs[0].Contents.BytesContents; len(outs) != 3 || string(outs[0]) != "out:a" || string(outs[1]) != "out:b" || string(outs[2]) != "out:c" {
+		t.Errorf("three elements: outputs %q", outs)
+	}
+	if m := got["failed"]; m == nil || !strings.HasPrefix(m.ErrorMessage, "quota: data[1]: ") {
+		t.Errorf("second element refused: %v, want its quota error naming data[1]", m)
+	}
+	send("held", "hold", "hold", "hold")
+	send("held too", "hold")
+	fake.waitInFlight(t, 4)
+	cancel()
+	fake.waitInFlight(t, 0)
+}
+
 // TestMessageSize: a message over MsgMaxBytes is ResourceExhausted.
 func TestMessageSize(t *testing.T) {
 	gcfg := grpcapi.DefaultConfig()

@@ -4,14 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/batchd/batchd/engine/grpcapi/oippb"
 	"github.com/batchd/batchd/engine/httpapi"
@@ -28,31 +23,55 @@ func badRequest(format string, args ...any) *httpapi.CallError {
 	return &httpapi.CallError{Status: http.StatusBadRequest, Code: "bad_request", Message: fmt.Sprintf(format, args...)}
 }
 
-// infer runs one ModelInferRequest for c (unary or a stream's).
+// infer runs one ModelInferRequest for c (unary).
 func (s *Server) infer(ctx context.Context, c httpapi.Caller, req *oippb.ModelInferRequest) (*oippb.ModelInferResponse, *httpapi.CallError) {
-	m, cerr := s.api.ResolveModel(c, req.GetModelName(), req.GetModelVersion())
+	ic, cerr := s.prepare(ctx, c, req)
 	if cerr != nil {
 		return nil, cerr
+	}
+	version, outs, cerr := s.api.OIPInfer(ctx, c, ic.m, ic.in, ic.timeout)
+	if cerr != nil {
+		return nil, cerr
+	}
+	return ic.response(version, outs)
+}
+
+// inferCall is a ModelInferRequest resolved and checked, to submit.
+type inferCall struct {
+	req     *oippb.ModelInferRequest
+	m       httpapi.OIPModel
+	in      httpapi.OIPInput
+	rawOut  bool // the outputs go as raw contents
+	timeout time.Duration
+}
+
+// prepare resolves req's model for c and reads its input, outputs and
+// timeout (ctx's deadline).
+func (s *Server) prepare(ctx context.Context, c httpapi.Caller, req *oippb.ModelInferRequest) (inferCall, *httpapi.CallError) {
+	m, cerr := s.api.ResolveModel(c, req.GetModelName(), req.GetModelVersion())
+	if cerr != nil {
+		return inferCall{}, cerr
 	}
 	in, raw, cerr := input(req)
 	if cerr != nil {
-		return nil, cerr
+		return inferCall{}, cerr
 	}
 	rawOut, cerr := rawOutput(req, raw)
 	if cerr != nil {
-		return nil, cerr
+		return inferCall{}, cerr
 	}
 	timeout, cerr := timeoutOf(ctx, req)
 	if cerr != nil {
-		return nil, cerr
+		return inferCall{}, cerr
 	}
-	version, outs, cerr := s.api.OIPInfer(ctx, c, m, in, timeout)
-	if cerr != nil {
-		return nil, cerr
-	}
+	return inferCall{req: req, m: m, in: in, rawOut: rawOut, timeout: timeout}, nil
+}
+
+// response is the call's answer for the outputs its elements got.
+func (ic inferCall) response(version string, outs []string) (*oippb.ModelInferResponse, *httpapi.CallError) {
 	t := &oippb.ModelInferResponse_InferOutputTensor{Name: outputName, Datatype: "BYTES", Shape: []int64{int64(len(outs))}}
-	resp := &oippb.ModelInferResponse{ModelName: m.Name(), ModelVersion: version, Id: req.GetId(), Outputs: []*oippb.ModelInferResponse_InferOutputTensor{t}}
-	if !rawOut {
+	resp := &oippb.ModelInferResponse{ModelName: ic.m.Name(), ModelVersion: version, Id: ic.req.GetId(), Outputs: []*oippb.ModelInferResponse_InferOutputTensor{t}}
+	if !ic.rawOut {
 		t.Contents = &oippb.InferTensorContents{BytesContents: make([][]byte, len(outs))}
 		for i, o := range outs {
 			t.Contents.BytesContents[i] = []byte(o)
@@ -151,95 +170,4 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// modelStreamInfer serves Triton's ModelStreamInfer: every request read
-// from the stream runs as ModelInfer would, at most StreamInFlightMax at
-// once (past that, the stream is not read until one is answered), and
-// each reply is sent as soon as it is in, so replies come in the order
-// they finish, each with its request's id. A request that fails is
-// answered with error_message (its REST code, then the message) and an
-// infer_response naming its model and id; the stream goes on. The
-// stream's caller is authenticated once, from its metadata. When the
-// client cancels the stream, the requests still in the engine are
-// withdrawn; when the server stops, the stream takes no more requests,
-// answers those it took, and ends with Unavailable.
-func (s *Server) modelStreamInfer(st oippb.ModelStreamInferServer) error {
-	const method = "ModelStreamInfer"
-	ctx := st.Context()
-	c, cerr := s.caller(ctx)
-	if cerr != nil {
-		err := statusOf(cerr)
-		s.api.GRPCResponse(method, status.Code(err).String())
-		return err
-	}
-	slots := make(chan struct{}, s.cfg.StreamInFlightMax)
-	done := make(chan struct{}) // closed when the handler returns
-	defer close(done)
-	type recvd struct {
-		req *oippb.ModelInferRequest
-		err error
-	}
-	reqs := make(chan recvd)
-	go func() {
-		for {
-			select {
-			case slots <- struct{}{}:
-			case <-done:
-				return
-			}
-			req, err := st.Recv()
-			select {
-			case reqs <- recvd{req, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait() // no Send after the handler returns
-	var sendMu sync.Mutex
-	var sendErr error
-	for {
-		var r recvd
-		select {
-		case r = <-reqs:
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.stopping:
-			wg.Wait()
-			return status.Error(codes.Unavailable, "server stopping: reconnect")
-		}
-		if r.err == io.EOF {
-			wg.Wait()
-			sendMu.Lock()
-			defer sendMu.Unlock()
-			return sendErr
-		}
-		if r.err != nil {
-			return r.err
-		}
-		wg.Add(1)
-		go func(req *oippb.ModelInferRequest) {
-			defer wg.Done()
-			defer func() { <-slots }()
-			resp, cerr := s.infer(ctx, c, req)
-			out := &oippb.ModelStreamInferResponse{InferResponse: resp}
-			code := codes.OK
-			if cerr != nil {
-				code = codeOf(cerr.Status)
-				out.ErrorMessage = cerr.Code + ": " + cerr.Message
-				out.InferResponse = &oippb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}
-			}
-			sendMu.Lock()
-			if sendErr == nil {
-				sendErr = st.Send(out)
-			}
-			sendMu.Unlock()
-			s.api.GRPCResponse(method, code.String())
-		}(r.req)
-	}
 }

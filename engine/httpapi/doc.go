@@ -5,7 +5,7 @@
 //
 // Imported by: engine/server (serve), engine/config (its defaults; and
 // tests), engine/grpcapi (the OIP over gRPC runs through its exported
-// OIP methods: Authenticate, ResolveModel, Ready, OIPInfer,
+// OIP methods: Authenticate, ResolveModel, Ready, OIPInfer, OIPSubmit,
 // GRPCResponse). It imports actors, engine (the FrontDoor interface it
 // takes the engine through, and the engine's sentinel errors), engine/jobs and
 // engine/httpapi/metrics (the Prometheus series), never a runtime adapter;

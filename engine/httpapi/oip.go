@@ -4,8 +4,11 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/batchd/batchd/actors"
 )
 
 // The Open Inference Protocol for another transport. engine/grpcapi
@@ -132,41 +135,131 @@ type OIPInput struct {
 // elements not answered yet.
 func (h *Handler) OIPInfer(ctx context.Context, c Caller, m OIPModel, in OIPInput, timeout time.Duration) (string, []string, *CallError) {
 	start := h.eng.Now()
+	reqs, aerr := h.oipRequests(c, m, in, timeout, start)
+	if aerr != nil {
+		return "", nil, callError(aerr)
+	}
+	return oipOutcome(h.fanOut(ctx, reqs, start))
+}
+
+// OIPCall is one OIPSubmit's elements in the engine.
+type OIPCall struct {
+	h     *Handler
+	reqs  []actors.Request
+	start time.Duration
+	ids   []uint64
+	res   []doResult
+	left  atomic.Int64 // elements not answered yet
+	done  func(version string, outs []string, cerr *CallError)
+	// one element's, the common case, without allocations of their own
+	id1  [1]uint64
+	res1 [1]doResult
+}
+
+// OIPSubmit is OIPInfer without the wait, for a caller that keeps many
+// requests in flight without a goroutine for each (a gRPC stream): it
+// checks the input and submits its elements, and done is called exactly
+// once with what OIPInfer would have returned. done runs on an engine
+// goroutine, or on the caller's before OIPSubmit returns (a bad input, a
+// request shed at the door); it must not block, nor submit or cancel. The
+// call is nil when done has been called already. Every element is
+// counted in /metrics as OIPInfer counts it.
+func (h *Handler) OIPSubmit(c Caller, m OIPModel, in OIPInput, timeout time.Duration, done func(version string, outs []string, cerr *CallError)) *OIPCall {
+	start := h.eng.Now()
+	reqs, aerr := h.oipRequests(c, m, in, timeout, start)
+	if aerr != nil {
+		done("", nil, callError(aerr))
+		return nil
+	}
+	call := &OIPCall{h: h, reqs: reqs, start: start, done: done}
+	call.ids, call.res = call.id1[:], call.res1[:]
+	if len(reqs) > 1 {
+		call.ids, call.res = make([]uint64, len(reqs)), make([]doResult, len(reqs))
+	}
+	call.left.Store(int64(len(reqs)))
+	for i := range reqs {
+		call.ids[i] = h.eng.Submit(reqs[i], func(rep actors.Reply, err error) {
+			// Submit has no context: an engine error here is never
+			// the client's going (Cancel words that).
+			call.answer(context.Background(), i, rep, err)
+		})
+	}
+	return call
+}
+
+// Cancel withdraws the call's elements still in the engine: the client
+// went away, or ctx's deadline passed. Each withdrawn element is counted
+// as OIPInfer counts one whose ctx ended (499 cancelled, or 504), and
+// done is called then if no other element is left; an element answered
+// already is not withdrawn. Cancel on a nil call does nothing. It must
+// not be called from done.
+func (c *OIPCall) Cancel(ctx context.Context) {
+	if c == nil {
+		return
+	}
+	for i, id := range c.ids {
+		if c.h.eng.Cancel(id) {
+			c.answer(ctx, i, actors.Reply{}, ctx.Err())
+		}
+	}
+}
+
+// answer settles element i; the last one answered calls done.
+func (c *OIPCall) answer(ctx context.Context, i int, rep actors.Reply, err error) {
+	c.res[i].rep, c.res[i].err = c.h.settle(ctx, c.reqs[i], rep, err, c.start)
+	left := c.left.Add(-1)
+	if left < 0 {
+		panic("httpapi: an OIP call's element answered twice")
+	}
+	if left == 0 {
+		c.done(oipOutcome(c.res))
+	}
+}
+
+// oipRequests checks an OIP input tensor (see OIPInfer) and makes the
+// engine requests of its elements, one version for all.
+func (h *Handler) oipRequests(c Caller, m OIPModel, in OIPInput, timeout time.Duration, start time.Duration) ([]actors.Request, *apiError) {
 	lim := h.limitsFor(m.mi)
 	name := truncate(in.Name)
 	n, aerr := tensorElements(name, in.Datatype, in.Shape, lim)
 	if aerr != nil {
-		return "", nil, callError(aerr)
+		return nil, aerr
 	}
 	var inputs []string
 	switch {
 	case in.HasRaw && len(in.Elements) > 0:
-		return "", nil, callError(badRequest("input %q: both contents and raw contents; send one", name))
+		return nil, badRequest("input %q: both contents and raw contents; send one", name)
 	case in.HasRaw:
 		if inputs, aerr = bytesTensor(in.Raw, int(n), in.Shape, name, lim); aerr != nil {
-			return "", nil, callError(aerr)
+			return nil, aerr
 		}
 	default:
 		if int64(len(in.Elements)) != n {
-			return "", nil, callError(badRequest("input %q: %d elements for shape %v", name, len(in.Elements), in.Shape))
+			return nil, badRequest("input %q: %d elements for shape %v", name, len(in.Elements), in.Shape)
 		}
 		inputs = make([]string, len(in.Elements))
 		for i, e := range in.Elements {
 			switch {
 			case len(e) > lim.inputMaxBytes:
-				return "", nil, callError(badRequest("data[%d]: input of %d bytes, over the limit of %d", i, len(e), lim.inputMaxBytes))
+				return nil, badRequest("data[%d]: input of %d bytes, over the limit of %d", i, len(e), lim.inputMaxBytes)
 			case !utf8.Valid(e):
-				return "", nil, callError(badRequest("input %q: element %d is not valid UTF-8 (batchd's inputs are text)", name, i))
+				return nil, badRequest("input %q: element %d is not valid UTF-8 (batchd's inputs are text)", name, i)
 			}
 			inputs[i] = string(e)
 		}
 	}
 	if timeout < 0 {
-		return "", nil, callError(badRequest("timeout %v: must be positive", timeout))
+		return nil, badRequest("timeout %v: must be positive", timeout)
 	}
 	cm := common{version: m.version, timeout: min(timeout, h.cfg.TimeoutMax)}
-	results, aerr := h.runV2(ctx, c.k, m.mi, m.name, cm, inputs, start)
-	if aerr != nil {
+	return v2Requests(c.k, m.mi, m.name, cm, inputs, start), nil
+}
+
+// oipOutcome is what OIPInfer returns for its elements' results: the
+// version they ran on and the outputs in order, or the first failed
+// element's error.
+func oipOutcome(results []doResult) (string, []string, *CallError) {
+	if aerr := v2Failure(results); aerr != nil {
 		return "", nil, callError(aerr)
 	}
 	outs := make([]string, len(results))

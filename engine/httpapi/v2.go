@@ -211,6 +211,17 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 // and returns their results in order, or the first failed element's
 // error.
 func (h *Handler) runV2(ctx context.Context, k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) ([]doResult, *apiError) {
+	results := h.fanOut(ctx, v2Requests(k, mi, model, c, inputs, start), start)
+	if aerr := v2Failure(results); aerr != nil {
+		return nil, aerr
+	}
+	return results, nil
+}
+
+// v2Requests makes the engine requests of an OIP input tensor's
+// elements, all on one version: c's, or one drawn by the routing
+// weights.
+func v2Requests(k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) []actors.Request {
 	if c.version == "" && mi != nil {
 		c.version = mi.pick()
 	}
@@ -218,15 +229,20 @@ func (h *Handler) runV2(ctx context.Context, k *tenantKey, mi *modelInfo, model 
 	for i, input := range inputs {
 		reqs[i] = request(k, model, c, input, start)
 	}
-	results := h.fanOut(ctx, reqs, start)
+	return reqs
+}
+
+// v2Failure is the first failed element's error, naming the element, or
+// nil.
+func v2Failure(results []doResult) *apiError {
 	for i, res := range results {
 		if res.err != nil {
 			e := *res.err
 			e.msg = "data[" + strconv.Itoa(i) + "]: " + e.msg
-			return nil, &e
+			return &e
 		}
 	}
-	return results, nil
+	return nil
 }
 
 // splitInferBody splits an OIP infer body at its
