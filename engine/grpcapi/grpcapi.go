@@ -32,7 +32,7 @@ type OIP interface {
 	ResolveModel(c httpapi.Caller, model, version string) (httpapi.OIPModel, *httpapi.CallError)
 	Ready(ctx context.Context, model string) bool
 	OIPInfer(ctx context.Context, c httpapi.Caller, m httpapi.OIPModel, in httpapi.OIPInput, timeout time.Duration) (string, []string, *httpapi.CallError)
-	OIPSubmit(c httpapi.Caller, m httpapi.OIPModel, in httpapi.OIPInput, timeout time.Duration, done func(version string, outs []string, cerr *httpapi.CallError)) *httpapi.OIPCall
+	OIPSubmit(c httpapi.Caller, m httpapi.OIPModel, in httpapi.OIPInput, timeout time.Duration, done func(*httpapi.OIPCall)) *httpapi.OIPCall
 	GRPCResponse(method, code string)
 }
 

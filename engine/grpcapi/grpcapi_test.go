@@ -640,6 +640,28 @@ func TestStreamTensors(t *testing.T) {
 	fake.waitInFlight(t, 4)
 	cancel()
 	fake.waitInFlight(t, 0)
+	// Every element withdrawn is counted, as REST counts a request
+	// whose client went away, and each request's response once.
+	want := []string{
+		`batchd_requests_total{model="echo",outcome="cancelled",reason="cancelled",tenant="default"} 4`,
+		`batchd_grpc_responses_total{code="Canceled",method="ModelStreamInfer"} 2`,
+	}
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		rec := httptest.NewRecorder()
+		r.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(rec.Body.String(), w) {
+				missing = w
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("/metrics lacks %s:\n%s", missing, rec.Body.String())
+		}
+	}
 }
 
 // TestMessageSize: a message over MsgMaxBytes is ResourceExhausted.

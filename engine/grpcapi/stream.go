@@ -64,10 +64,13 @@ type stream struct {
 	calls  []*httpapi.OIPCall // by slot: the call to withdraw if the client goes
 }
 
+// streamReply is a request answered: its call's outcome to take, or the
+// refusal of its input (cerr).
 type streamReply struct {
 	slot int
-	msg  *oippb.ModelStreamInferResponse
-	code codes.Code
+	ic   *inferCall
+	call *httpapi.OIPCall
+	cerr *httpapi.CallError
 }
 
 func newStream(s *Server, c httpapi.Caller, slots int) *stream {
@@ -111,15 +114,12 @@ func (sm *stream) read(ctx context.Context, st oippb.ModelStreamInferServer) {
 func (sm *stream) submit(ctx context.Context, slot int, req *oippb.ModelInferRequest) {
 	ic, cerr := sm.s.prepare(ctx, sm.c, req)
 	if cerr != nil {
-		sm.reply(slot, req, nil, cerr)
+		sm.queue(streamReply{slot: slot, ic: &inferCall{req: req}, cerr: cerr})
 		return
 	}
-	call := sm.s.api.OIPSubmit(sm.c, ic.m, ic.in, ic.timeout, func(version string, outs []string, cerr *httpapi.CallError) {
-		var resp *oippb.ModelInferResponse
-		if cerr == nil {
-			resp, cerr = ic.response(version, outs)
-		}
-		sm.reply(slot, req, resp, cerr)
+	p := &ic // one allocation, not the struct copied at every hand-over
+	call := sm.s.api.OIPSubmit(sm.c, ic.m, ic.in, ic.timeout, func(call *httpapi.OIPCall) {
+		sm.queue(streamReply{slot: slot, ic: p, call: call})
 	})
 	sm.mu.Lock()
 	gone := sm.gone
@@ -132,14 +132,10 @@ func (sm *stream) submit(ctx context.Context, slot int, req *oippb.ModelInferReq
 	}
 }
 
-// reply queues a request's reply (resp, or cerr's error message).
-func (sm *stream) reply(slot int, req *oippb.ModelInferRequest, resp *oippb.ModelInferResponse, cerr *httpapi.CallError) {
-	r := streamReply{slot: slot, msg: &oippb.ModelStreamInferResponse{InferResponse: resp}, code: codes.OK}
-	if cerr != nil {
-		r.code = codeOf(cerr.Status)
-		r.msg.ErrorMessage = cerr.Code + ": " + cerr.Message
-		r.msg.InferResponse = &oippb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}
-	}
+// queue hands an answered request to the sender. It runs on the engine's
+// goroutine that hands all replies over, so it does no more than that:
+// the outcome and the response are the sender's work.
+func (sm *stream) queue(r streamReply) {
 	select {
 	case sm.out <- r:
 	default:
@@ -147,23 +143,47 @@ func (sm *stream) reply(slot int, req *oippb.ModelInferRequest, resp *oippb.Mode
 	}
 }
 
+// message is r's reply on the stream, and its code for the metrics.
+func (sm *stream) message(ctx context.Context, r streamReply) (*oippb.ModelStreamInferResponse, codes.Code) {
+	var resp *oippb.ModelInferResponse
+	cerr := r.cerr
+	if r.call != nil {
+		var version string
+		var outs []string
+		if version, outs, cerr = r.call.Outcome(ctx); cerr == nil {
+			resp, cerr = r.ic.response(version, outs)
+		}
+	}
+	if cerr != nil {
+		req := r.ic.req
+		return &oippb.ModelStreamInferResponse{
+			ErrorMessage:  cerr.Code + ": " + cerr.Message,
+			InferResponse: &oippb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()},
+		}, codeOf(cerr.Status)
+	}
+	return &oippb.ModelStreamInferResponse{InferResponse: resp}, codes.OK
+}
+
 // send sends the replies as they come, and ends the stream: when the
 // client is done and every request taken is answered; when the server
-// stops and the same holds; or at once when the client goes, its
-// requests withdrawn.
+// stops and the same holds; or when the client goes, once its requests
+// are withdrawn (or answered, unsent), each counted in the metrics.
 func (sm *stream) send(ctx context.Context, st oippb.ModelStreamInferServer) error {
 	var (
 		sent    int64
 		sendErr error
-		eof     bool // the client is done sending
+		eof     bool  // the client is done sending
+		gone    error // the client went: the stream's end
 	)
-	recvEnd, stopping := sm.recvEnd, sm.s.stopping
+	recvEnd, stopping, ctxDone := sm.recvEnd, sm.s.stopping, ctx.Done()
 	for {
-		if eof || stopping == nil {
+		if eof || stopping == nil || gone != nil {
 			sm.mu.Lock()
 			all := sent == sm.taken
 			sm.mu.Unlock()
 			switch {
+			case all && gone != nil:
+				return gone
 			case all && eof:
 				return sendErr
 			case all:
@@ -172,29 +192,36 @@ func (sm *stream) send(ctx context.Context, st oippb.ModelStreamInferServer) err
 		}
 		select {
 		case r := <-sm.out:
-			if sendErr == nil {
-				sendErr = st.Send(r.msg)
+			msg, code := sm.message(ctx, r)
+			if sendErr == nil && gone == nil {
+				sendErr = st.Send(msg)
 			}
 			sent++
 			sm.mu.Lock()
 			sm.calls[r.slot] = nil
 			sm.mu.Unlock()
 			sm.free <- r.slot
-			sm.s.api.GRPCResponse(streamMethod, r.code.String())
+			sm.s.api.GRPCResponse(streamMethod, code.String())
 		case err := <-recvEnd:
 			recvEnd = nil
-			if err != io.EOF {
-				sm.withdraw(ctx)
-				return err
+			if err == io.EOF {
+				sm.close()
+				eof = true
+				continue
 			}
-			sm.close()
-			eof = true
+			// The stream broke: its context ends with it, and this
+			// one says so now to the withdrawn requests' outcomes.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			cancel()
+			gone, ctxDone = err, nil
+			sm.withdraw(ctx)
 		case <-stopping:
 			stopping = nil
 			sm.close()
-		case <-ctx.Done():
+		case <-ctxDone:
+			gone, ctxDone = status.FromContextError(ctx.Err()).Err(), nil
 			sm.withdraw(ctx)
-			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
 }

@@ -148,72 +148,100 @@ type OIPCall struct {
 	reqs  []actors.Request
 	start time.Duration
 	ids   []uint64
-	res   []doResult
+	raw   []rawResult
 	left  atomic.Int64 // elements not answered yet
-	done  func(version string, outs []string, cerr *CallError)
+	done  func(*OIPCall)
+	err   *apiError // the input's refusal: nothing was submitted
+	taken atomic.Bool
 	// one element's, the common case, without allocations of their own
 	id1  [1]uint64
-	res1 [1]doResult
+	raw1 [1]rawResult
+}
+
+// rawResult is an element's answer as the engine gave it, or its
+// context's error when Cancel withdrew it.
+type rawResult struct {
+	rep actors.Reply
+	err error
 }
 
 // OIPSubmit is OIPInfer without the wait, for a caller that keeps many
 // requests in flight without a goroutine for each (a gRPC stream): it
 // checks the input and submits its elements, and done is called exactly
-// once with what OIPInfer would have returned. done runs on an engine
-// goroutine, or on the caller's before OIPSubmit returns (a bad input, a
-// request shed at the door); it must not block, nor submit or cancel. The
-// call is nil when done has been called already. Every element is
-// counted in /metrics as OIPInfer counts it.
-func (h *Handler) OIPSubmit(c Caller, m OIPModel, in OIPInput, timeout time.Duration, done func(version string, outs []string, cerr *CallError)) *OIPCall {
+// once, when every element is answered or withdrawn; the caller then
+// takes the outcome with Outcome. done runs on the engine's goroutine
+// that hands replies over, or on the caller's before OIPSubmit returns (a
+// bad input, a request shed at the door); it must not block, nor submit,
+// cancel or take the outcome: the engine's goroutine is one for all
+// requests, and the outcome's work (the metrics, the response) belongs on
+// the caller's own.
+func (h *Handler) OIPSubmit(c Caller, m OIPModel, in OIPInput, timeout time.Duration, done func(*OIPCall)) *OIPCall {
 	start := h.eng.Now()
-	reqs, aerr := h.oipRequests(c, m, in, timeout, start)
-	if aerr != nil {
-		done("", nil, callError(aerr))
-		return nil
+	call := &OIPCall{h: h, start: start, done: done}
+	call.reqs, call.err = h.oipRequests(c, m, in, timeout, start)
+	if call.err != nil {
+		done(call)
+		return call
 	}
-	call := &OIPCall{h: h, reqs: reqs, start: start, done: done}
-	call.ids, call.res = call.id1[:], call.res1[:]
-	if len(reqs) > 1 {
-		call.ids, call.res = make([]uint64, len(reqs)), make([]doResult, len(reqs))
+	call.ids, call.raw = call.id1[:], call.raw1[:]
+	if n := len(call.reqs); n > 1 {
+		call.ids, call.raw = make([]uint64, n), make([]rawResult, n)
 	}
-	call.left.Store(int64(len(reqs)))
-	for i := range reqs {
-		call.ids[i] = h.eng.Submit(reqs[i], func(rep actors.Reply, err error) {
-			// Submit has no context: an engine error here is never
-			// the client's going (Cancel words that).
-			call.answer(context.Background(), i, rep, err)
+	call.left.Store(int64(len(call.reqs)))
+	for i := range call.reqs {
+		call.ids[i] = h.eng.Submit(call.reqs[i], func(rep actors.Reply, err error) {
+			call.answer(i, rawResult{rep: rep, err: err})
 		})
 	}
 	return call
 }
 
-// Cancel withdraws the call's elements still in the engine: the client
-// went away, or ctx's deadline passed. Each withdrawn element is counted
-// as OIPInfer counts one whose ctx ended (499 cancelled, or 504), and
-// done is called then if no other element is left; an element answered
-// already is not withdrawn. Cancel on a nil call does nothing. It must
-// not be called from done.
+// Cancel withdraws the call's elements still in the engine (the client
+// went away, or ctx's deadline passed); Outcome counts them as OIPInfer
+// counts the elements it withdraws when its ctx ends (499 cancelled, or
+// 504). An element answered already is not withdrawn. done is called
+// here if no other element is left. Cancel must not be called from done.
 func (c *OIPCall) Cancel(ctx context.Context) {
-	if c == nil {
-		return
-	}
 	for i, id := range c.ids {
 		if c.h.eng.Cancel(id) {
-			c.answer(ctx, i, actors.Reply{}, ctx.Err())
+			c.answer(i, rawResult{err: ctx.Err()})
 		}
 	}
 }
 
-// answer settles element i; the last one answered calls done.
-func (c *OIPCall) answer(ctx context.Context, i int, rep actors.Reply, err error) {
-	c.res[i].rep, c.res[i].err = c.h.settle(ctx, c.reqs[i], rep, err, c.start)
+// answer keeps element i's answer; the last one calls done.
+func (c *OIPCall) answer(i int, r rawResult) {
+	c.raw[i] = r
 	left := c.left.Add(-1)
 	if left < 0 {
 		panic("httpapi: an OIP call's element answered twice")
 	}
 	if left == 0 {
-		c.done(oipOutcome(c.res))
+		c.done(c)
 	}
+}
+
+// Outcome is what OIPInfer would have returned for the call: the version
+// its elements ran on and their outputs in order, or the first failed
+// element's error (or the input's refusal). It counts every element in
+// /metrics as OIPInfer does; ctx is the call's, which tells a client's
+// going from an engine failure. Call it once, after done.
+func (c *OIPCall) Outcome(ctx context.Context) (string, []string, *CallError) {
+	if c.taken.Swap(true) || c.left.Load() != 0 {
+		panic("httpapi: an OIP call's outcome taken twice, or before its done")
+	}
+	if c.err != nil {
+		return "", nil, callError(c.err)
+	}
+	var one [1]doResult
+	results := one[:]
+	if len(c.raw) > 1 {
+		results = make([]doResult, len(c.raw))
+	}
+	for i, r := range c.raw {
+		results[i].rep, results[i].err = c.h.settle(ctx, c.reqs[i], r.rep, r.err, c.start)
+	}
+	return oipOutcome(results)
 }
 
 // oipRequests checks an OIP input tensor (see OIPInfer) and makes the
