@@ -106,6 +106,10 @@ type HTTP struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM: the drain
 	// of queued work and the answer to every request in flight.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// FastLane serves the infer routes' plainest requests on the lane's
+	// own connection loop (engine/fastlane), every other request through
+	// net/http. Default true; false: net/http serves all.
+	FastLane bool `yaml:"fast_lane"`
 	// Metrics says who may read GET /metrics.
 	Metrics Metrics `yaml:"metrics"`
 }

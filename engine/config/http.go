@@ -29,6 +29,7 @@ func defaultHTTP() HTTP {
 		ModelLabelsMax:    h.ModelLabelsMax,
 		ScrapeTimeout:     h.ScrapeTimeout,
 		ShutdownTimeout:   shutdownTimeoutDefault,
+		FastLane:          true,
 	}
 }
 

@@ -38,10 +38,11 @@ func (h *Handler) v1Infer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := request(k, model, in.common, in.input, start)
-	// r.Context() ends when the client goes away: Do then withdraws the
-	// queued request from the batcher. Do itself is bounded by the
-	// request's deadline (see Handler).
-	rep, aerr := h.do(r.Context(), req, start)
+	// r.Context() ends when the client goes away (or the lane's Await
+	// sees it go): Do then withdraws the queued request from the
+	// batcher. Do itself is bounded by the request's deadline (see
+	// Handler).
+	rep, aerr := h.doFor(w, r, req, start)
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return

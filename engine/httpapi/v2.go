@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -184,7 +183,7 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, aerr)
 		return
 	}
-	results, aerr := h.runV2(r.Context(), k, mi, model, common{version: version}, in.inputs, start)
+	results, aerr := h.runV2(w, r, k, mi, model, common{version: version}, in.inputs, start)
 	if aerr != nil {
 		h.fail(w, r, aerr)
 		return
@@ -210,8 +209,8 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 // together, on one version (c's, or one drawn by the routing weights),
 // and returns their results in order, or the first failed element's
 // error.
-func (h *Handler) runV2(ctx context.Context, k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) ([]doResult, *apiError) {
-	results := h.fanOut(ctx, v2Requests(k, mi, model, c, inputs, start), start)
+func (h *Handler) runV2(w http.ResponseWriter, r *http.Request, k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) ([]doResult, *apiError) {
+	results := h.runFor(w, r, v2Requests(k, mi, model, c, inputs, start), start)
 	if aerr := v2Failure(results); aerr != nil {
 		return nil, aerr
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/autoscale"
 	"github.com/batchd/batchd/engine/config"
+	"github.com/batchd/batchd/engine/fastlane"
 	"github.com/batchd/batchd/engine/generate"
 	"github.com/batchd/batchd/engine/grpcapi"
 	"github.com/batchd/batchd/engine/httpapi"
@@ -65,6 +66,9 @@ type Server struct {
 	h   *httpapi.Handler
 	ln  *quietListener
 	srv *http.Server
+	// web serves ln: srv, or the fast lane in front of it
+	// (http.fast_lane).
+	web webServer
 	// The gRPC server and its listener, when f.GRPC.Addr is set.
 	gsrv *grpcapi.Server
 	gln  net.Listener
@@ -216,6 +220,10 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	s.srv.ReadHeaderTimeout = f.HTTP.ReadHeaderTimeout
 	s.srv.IdleTimeout = f.HTTP.IdleTimeout
 	s.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	s.web = s.srv
+	if f.HTTP.FastLane {
+		s.web = fastlane.New(s.srv, fastlane.Config{Fast: s.h.FastRoute, BodyMaxBytes: int(min(f.HTTP.BodyMaxBytes, 64<<10)), Logger: log})
+	}
 	if f.GRPC.Addr == "" {
 		return nil
 	}
@@ -276,7 +284,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(s.serveDone)
-		s.serveErr = s.srv.Serve(s.ln)
+		s.serveErr = s.web.Serve(s.ln)
 	}()
 	if s.scale != nil {
 		var sctx context.Context
@@ -407,9 +415,9 @@ func (s *Server) stop(ctx context.Context, serving, serveFailed bool) error {
 	switch {
 	case serving:
 		awaitQuiet(ctx, s.ln.lastAccept, acceptQuiet, acceptQuiet, acceptDrainMax)
-		if err := s.srv.Shutdown(ctx); err != nil {
+		if err := s.web.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http server: %w", err))
-			_ = s.srv.Close() // cut off what did not finish in time
+			_ = s.web.Close() // cut off what did not finish in time
 		}
 		<-s.serveDone
 		if !serveFailed && !errors.Is(s.serveErr, http.ErrServerClosed) {
@@ -490,6 +498,13 @@ const (
 	acceptQuiet    = 100 * time.Millisecond
 	acceptDrainMax = 2 * time.Second
 )
+
+// webServer serves the HTTP listener: *http.Server or *fastlane.Server.
+type webServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
 
 // quietListener is the server's listener; it notes when it last accepted.
 type quietListener struct {

@@ -1,0 +1,511 @@
+package fastlane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// conn is one connection the lane serves, on one goroutine.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	remote string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	buf  []byte // buf[r:w] is read and not consumed
+	r, w int
+	rdl  time.Time // nc's read deadline
+	wdl  time.Time // nc's write deadline
+	resp response
+	body bodyReader
+	out  []byte
+	keys []string
+
+	idleMu sync.Mutex // idle, against Shutdown
+	idle   bool       // waits for a request's first byte
+
+	// The wait for a reply (await): done, on the engine's goroutine,
+	// ends the read the connection watches its client with by a
+	// deadline in the past, or sends on wake when it is not reading.
+	amu      sync.Mutex
+	replied  bool
+	watching bool
+	wake     chan struct{}
+	doneFn   func()
+}
+
+// bufInitial is a connection's first read buffer; a larger request grows
+// it, and past bufKeptMax it goes back to this size between requests.
+const (
+	bufInitial = 4 << 10
+	bufKeptMax = 16 << 10
+)
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), buf: make([]byte, bufInitial), wake: make(chan struct{}, 1)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.doneFn = c.done
+	return c
+}
+
+// serve serves the connection's requests until it closes or goes to
+// net/http.
+func (c *conn) serve() {
+	handedOff := false
+	defer func() {
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
+			buf := make([]byte, 64<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			c.s.cfg.Logger.Error("fastlane: handler panic", "remote", c.remote, "panic", fmt.Sprint(p), "stack", string(buf))
+		}
+		c.cancel()
+		if !handedOff {
+			_ = c.nc.Close()
+		}
+		c.s.untrack(c)
+	}()
+	for {
+		n := c.readHead()
+		if n == 0 {
+			return
+		}
+		var h head
+		ok := n > 0
+		if ok {
+			h, ok = parseHead(c.buf[c.r:c.r+n], c.s.cfg.BodyMaxBytes)
+		}
+		if !ok || !c.s.cfg.Fast(h.method, h.target) {
+			handedOff = c.handOff()
+			return
+		}
+		if !c.readBody(n + h.contentLength) {
+			return
+		}
+		if !c.serveOne(&h, n) {
+			return
+		}
+	}
+}
+
+// readHead waits for a whole head at buf[r:] and returns its length (the
+// blank line's included); 0 when the connection is to close (the client
+// closed it, a timeout, an error, a shutdown), -1 when the head is too
+// long for the lane.
+func (c *conn) readHead() int {
+	headerDeadline := false
+	for {
+		if i := bytes.Index(c.buf[c.r:c.w], crlf2); i >= 0 {
+			return i + len(crlf2)
+		}
+		if c.w-c.r >= c.s.cfg.HeadMaxBytes {
+			return -1
+		}
+		now := time.Now()
+		if c.r == c.w {
+			// Between requests: the idle bound, set anew only when
+			// half of it is gone (a deadline is a runtime timer).
+			c.r, c.w = 0, 0
+			if len(c.buf) > bufKeptMax {
+				c.buf = make([]byte, bufInitial) // a large body's, given back
+			}
+			if idle := c.s.srv.IdleTimeout; idle > 0 && (c.rdl.IsZero() || c.rdl.Before(now.Add(idle/2))) {
+				c.setReadDeadline(now.Add(idle))
+			}
+			if !c.setIdle(true) {
+				return 0
+			}
+		} else if hd := c.s.srv.ReadHeaderTimeout; hd > 0 && !headerDeadline {
+			headerDeadline = true
+			c.setReadDeadline(now.Add(hd))
+		}
+		if c.w == len(c.buf) {
+			c.room(min(2*(c.w-c.r), c.s.cfg.HeadMaxBytes))
+		}
+		n, err := c.nc.Read(c.buf[c.w:])
+		c.w += n
+		if c.idle {
+			c.setIdle(false) // a stopping server answers what came, and closes
+		}
+		if err != nil && n == 0 {
+			return 0
+		}
+	}
+}
+
+// setIdle marks the connection waiting for a request or not, and reports
+// false when it is to close (the server is stopping).
+func (c *conn) setIdle(idle bool) bool {
+	c.idleMu.Lock()
+	defer c.idleMu.Unlock()
+	c.idle = idle
+	return !c.s.isClosing()
+}
+
+// closeIfIdle closes the connection if it waits for a request.
+func (c *conn) closeIfIdle() {
+	c.idleMu.Lock()
+	defer c.idleMu.Unlock()
+	if c.idle {
+		_ = c.nc.Close()
+	}
+}
+
+// room makes room in buf for n bytes from r on (moving them to its
+// start, or into a larger buffer).
+func (c *conn) room(n int) {
+	if c.r+n <= len(c.buf) && c.w < len(c.buf) {
+		return
+	}
+	if n <= len(c.buf) {
+		c.w = copy(c.buf, c.buf[c.r:c.w])
+		c.r = 0
+		return
+	}
+	b := make([]byte, n)
+	c.w = copy(b, c.buf[c.r:c.w])
+	c.r, c.buf = 0, b
+}
+
+// readBody waits until buf[r:] holds n bytes (a head and its body).
+func (c *conn) readBody(n int) bool {
+	if c.w-c.r >= n {
+		return true
+	}
+	c.room(n)
+	if hd := c.s.srv.ReadHeaderTimeout; hd > 0 {
+		c.setReadDeadline(time.Now().Add(hd))
+	}
+	for c.w-c.r < n {
+		m, err := c.nc.Read(c.buf[c.w:])
+		c.w += m
+		if err != nil && c.w-c.r < n {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *conn) setReadDeadline(t time.Time) {
+	if err := c.nc.SetReadDeadline(t); err == nil {
+		c.rdl = t
+	}
+}
+
+// handOff gives the connection, with what it read of its next request,
+// to net/http, and reports whether it took it.
+func (c *conn) handOff() bool {
+	// net/http sets the read deadlines it needs, and without a
+	// WriteTimeout no write deadline: the lane's must not outlive it.
+	_ = c.nc.SetReadDeadline(time.Time{})
+	_ = c.nc.SetWriteDeadline(time.Time{})
+	pc := &prefixConn{Conn: c.nc, pre: slices.Clone(c.buf[c.r:c.w])}
+	return c.s.ho.give(pc)
+}
+
+// serveOne runs the request whose head (n bytes) and body are at buf[r:],
+// writes its response, and reports whether the connection serves on.
+func (c *conn) serveOne(h *head, n int) bool {
+	req := &http.Request{
+		Method: h.method, URL: &url.URL{Path: h.target}, RequestURI: h.target,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h.header, Host: h.host, RemoteAddr: c.remote,
+		ContentLength: int64(h.contentLength), Close: h.close,
+		Body: http.NoBody,
+	}
+	if h.contentLength > 0 {
+		c.body.b = c.buf[c.r+n : c.r+n+h.contentLength]
+		req.Body = &c.body
+	}
+	req = req.WithContext(c.ctx)
+	w := &c.resp
+	w.reset(c)
+	c.s.srv.Handler.ServeHTTP(w, req)
+	c.body.b = nil
+	c.r += n + h.contentLength
+	keep := !h.close && !c.s.isClosing() && !hasToken(w.hdr, "Connection", "close")
+	return c.write(w, keep) && keep
+}
+
+// hasToken reports whether a field of hdr has the token (ASCII case
+// folded).
+func hasToken(hdr http.Header, key, token string) bool {
+	for _, v := range hdr[key] {
+		if asciiEqualFold([]byte(v), token) {
+			return true
+		}
+	}
+	return false
+}
+
+// write writes w's response in one call, and reports whether it went.
+func (c *conn) write(w *response, keep bool) bool {
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	b := c.out[:0]
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	if text := http.StatusText(status); text != "" {
+		b = append(b, text...)
+	} else {
+		b = append(b, "status code "...)
+		b = strconv.AppendInt(b, int64(status), 10)
+	}
+	b = append(b, "\r\n"...)
+	noBody := status < 200 || status == http.StatusNoContent || status == http.StatusNotModified
+	keys := c.keys[:0]
+	for k := range w.hdr {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if k == "Connection" || (noBody && k == "Content-Length") {
+			continue // the lane's to say
+		}
+		for _, v := range w.hdr[k] {
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = appendFieldValue(b, v)
+			b = append(b, "\r\n"...)
+		}
+	}
+	c.keys = keys[:0]
+	if _, ok := w.hdr["Date"]; !ok {
+		b = append(b, "Date: "...)
+		b = append(b, httpDate()...)
+		b = append(b, "\r\n"...)
+	}
+	if !noBody {
+		if _, ok := w.hdr["Content-Length"]; !ok {
+			b = append(b, "Content-Length: "...)
+			b = strconv.AppendInt(b, int64(len(w.body)), 10)
+			b = append(b, "\r\n"...)
+		}
+		if _, ok := w.hdr["Content-Type"]; !ok && len(w.body) > 0 {
+			b = append(b, "Content-Type: "...)
+			b = append(b, http.DetectContentType(w.body)...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	if !keep {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	if !noBody {
+		b = append(b, w.body...)
+	}
+	c.out = b
+	if len(c.out) > 64<<10 {
+		defer func() { c.out = nil }() // not kept: a large answer is rare
+	}
+	if w.wdl.IsZero() {
+		if !c.wdl.IsZero() {
+			if c.nc.SetWriteDeadline(time.Time{}) == nil {
+				c.wdl = time.Time{}
+			}
+		}
+	} else if now := time.Now(); c.wdl.IsZero() || w.wdl.Before(c.wdl) || c.wdl.Sub(now) < w.wdl.Sub(now)/2 {
+		// Set anew only when the one set leaves less than half the
+		// window asked for: a response is then bounded by half to all of
+		// it.
+		if c.nc.SetWriteDeadline(w.wdl) == nil {
+			c.wdl = w.wdl
+		}
+	}
+	_, err := c.nc.Write(b)
+	return err == nil
+}
+
+// appendFieldValue appends v with CR and LF as spaces (as net/http
+// writes a field).
+func appendFieldValue(b []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// await runs a request through submit and waits for done, watching the
+// client meanwhile: when it goes (the connection ends), cancel withdraws
+// the request. Reports whether it did.
+func (c *conn) await(submit func(done func()), cancel func() bool) (gone bool) {
+	select {
+	case <-c.wake: // a wake left by the last wait
+	default:
+	}
+	c.amu.Lock()
+	c.replied, c.watching = false, false
+	c.amu.Unlock()
+	submit(c.doneFn)
+	peerDone := false
+	for {
+		c.amu.Lock()
+		if c.replied {
+			c.amu.Unlock()
+			return false
+		}
+		// Read on (a client may send its next request at once) while
+		// the buffer has room; else wait on wake alone.
+		c.watching = !peerDone && c.w < len(c.buf)
+		watching := c.watching
+		c.amu.Unlock()
+		if !watching {
+			<-c.wake
+			continue
+		}
+		n, err := c.nc.Read(c.buf[c.w:])
+		c.w += n
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// done's deadline, or the idle one passed during a long
+			// wait: then watch on without one.
+			c.amu.Lock()
+			if !c.replied {
+				c.setReadDeadline(time.Time{})
+			}
+			c.amu.Unlock()
+		default:
+			// The client went (or closed its side: net/http takes
+			// that as going, too).
+			peerDone = true
+			if cancel() {
+				return true
+			}
+		}
+	}
+}
+
+// done is the end of a wait; it runs on the engine's goroutine.
+func (c *conn) done() {
+	c.amu.Lock()
+	c.replied = true
+	watching := c.watching
+	if watching {
+		c.setReadDeadline(aLongTimeAgo)
+	}
+	c.amu.Unlock()
+	if !watching {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// response is the lane's http.ResponseWriter: the whole response is
+// written at once after the handler returns.
+type response struct {
+	c      *conn
+	hdr    http.Header
+	status int
+	body   []byte
+	wdl    time.Time
+}
+
+func (w *response) reset(c *conn) {
+	w.c, w.status, w.wdl = c, 0, time.Time{}
+	if w.hdr == nil {
+		w.hdr = make(http.Header, 4)
+	} else {
+		clear(w.hdr)
+	}
+	if cap(w.body) > 64<<10 {
+		w.body = nil
+	}
+	w.body = w.body[:0]
+}
+
+// Header implements http.ResponseWriter.
+func (w *response) Header() http.Header { return w.hdr }
+
+// WriteHeader implements http.ResponseWriter.
+func (w *response) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (w *response) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.body = append(w.body, p...)
+	return len(p), nil
+}
+
+// SetWriteDeadline bounds the response's write (http.ResponseController).
+func (w *response) SetWriteDeadline(t time.Time) error {
+	w.wdl = t
+	return nil
+}
+
+// SetReadDeadline does nothing: the body is read before the handler runs
+// (http.ResponseController).
+func (w *response) SetReadDeadline(time.Time) error { return nil }
+
+// Await is conn.await: the wait for the engine's answer, watching the
+// client (see the package doc).
+func (w *response) Await(submit func(done func()), cancel func() bool) bool {
+	return w.c.await(submit, cancel)
+}
+
+// bodyReader is a request's body, read already.
+type bodyReader struct{ b []byte }
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+func (r *bodyReader) Close() error { return nil }
+
+// httpDate is the Date field's value now, made once a second.
+func httpDate() string {
+	now := time.Now()
+	sec := now.Unix()
+	if d := dateCache.Load(); d != nil && d.sec == sec {
+		return d.s
+	}
+	d := &cachedDate{sec: sec, s: now.UTC().Format(http.TimeFormat)}
+	dateCache.Store(d)
+	return d.s
+}
+
+type cachedDate struct {
+	sec int64
+	s   string
+}
+
+var dateCache atomic.Pointer[cachedDate]
