@@ -93,6 +93,9 @@ func (c *conn) serve() {
 			return
 		}
 		if !c.readBody(n + h.contentLength) {
+			// The body did not come in time, or the client ended its
+			// side: net/http answers that (400, 408) as it would have.
+			handedOff = c.handOff()
 			return
 		}
 		if !c.serveOne(&h, n) {
@@ -180,7 +183,8 @@ func (c *conn) room(n int) {
 	c.r, c.buf = 0, b
 }
 
-// readBody waits until buf[r:] holds n bytes (a head and its body).
+// readBody waits until buf[r:] holds n bytes (a head and its body),
+// within the server's ReadHeaderTimeout.
 func (c *conn) readBody(n int) bool {
 	if c.w-c.r >= n {
 		return true
@@ -213,7 +217,11 @@ func (c *conn) handOff() bool {
 	_ = c.nc.SetReadDeadline(time.Time{})
 	_ = c.nc.SetWriteDeadline(time.Time{})
 	pc := &prefixConn{Conn: c.nc, pre: slices.Clone(c.buf[c.r:c.w])}
-	return c.s.ho.give(pc)
+	if !c.s.ho.give(pc) {
+		return false
+	}
+	c.s.handed.Add(1)
+	return true
 }
 
 // serveOne runs the request whose head (n bytes) and body are at buf[r:],
@@ -234,6 +242,7 @@ func (c *conn) serveOne(h *head, n int) bool {
 	w := &c.resp
 	w.reset(c)
 	c.s.srv.Handler.ServeHTTP(w, req)
+	c.s.served.Add(1)
 	c.body.b = nil
 	c.r += n + h.contentLength
 	keep := !h.close && !c.s.isClosing() && !hasToken(w.hdr, "Connection", "close")

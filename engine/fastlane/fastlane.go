@@ -48,7 +48,9 @@ type Server struct {
 	cfg Config
 	ho  *handoff
 
-	closing atomic.Bool
+	closing atomic.Bool // no new request is taken
+	served  atomic.Int64
+	handed  atomic.Int64
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -66,32 +68,40 @@ func New(srv *http.Server, cfg Config) *Server {
 // Serve accepts connections on ln until Shutdown or Close (then it
 // returns http.ErrServerClosed) or until ln fails.
 func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(s.Listen(ln))
+}
+
+// Listen accepts connections on ln, serves the lane's requests, and
+// returns the listener of the connections handed to net/http: serve it
+// with the lane's http.Server (Serve does). Closing that listener (as the
+// http.Server's Shutdown and Close do) stops the lane from accepting and
+// closes its idle connections; Shutdown also waits for the busy ones.
+func (s *Server) Listen(ln net.Listener) net.Listener {
 	s.mu.Lock()
-	if s.closing.Load() {
-		s.mu.Unlock()
-		return http.ErrServerClosed
-	}
 	s.ln = ln
-	s.ho = newHandoff(ln.Addr())
+	s.ho = newHandoff(ln.Addr(), s.stopAccepting)
 	s.mu.Unlock()
-	served := make(chan error, 1)
-	go func() { served <- s.srv.Serve(s.ho) }()
+	go s.accept(ln)
+	return s.ho
+}
+
+// accept accepts on ln until it is closed or fails; a failure ends the
+// handoff listener's Accept with it.
+func (s *Server) accept(ln net.Listener) {
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.isClosing() {
-				<-served
-				return http.ErrServerClosed
+				return
 			}
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff) // as net/http's own accept loop (EMFILE)
+				time.Sleep(backoff) // as net/http's own accept loop
 				continue
 			}
-			_ = s.srv.Close()
-			<-served
-			return err
+			s.ho.fail(err)
+			return
 		}
 		backoff = 0
 		c := s.track(nc)
@@ -102,6 +112,28 @@ func (s *Server) Serve(ln net.Listener) error {
 		go c.serve()
 	}
 }
+
+// stopAccepting closes the listener and the idle connections: the lane
+// takes no new request.
+func (s *Server) stopAccepting() {
+	s.mu.Lock()
+	s.closing.Store(true)
+	ln := s.ln
+	for c := range s.conns {
+		c.closeIfIdle()
+	}
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// Served is the requests the lane has served itself; HandedOff the
+// connections it gave net/http.
+func (s *Server) Served() int64 { return s.served.Load() }
+
+// HandedOff: see Served.
+func (s *Server) HandedOff() int64 { return s.handed.Load() }
 
 func (s *Server) isClosing() bool { return s.closing.Load() }
 
@@ -130,16 +162,7 @@ func (s *Server) untrack(c *conn) {
 // connections net/http serves stopped by its Shutdown; when ctx ends
 // first, the rest are cut off and ctx's error returned.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing.Store(true)
-	ln := s.ln
-	for c := range s.conns {
-		c.closeIfIdle()
-	}
-	s.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
+	s.stopAccepting()
 	err := s.srv.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -157,13 +180,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close closes the listener and every connection at once.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closing.Store(true)
-	ln := s.ln
-	s.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
+	s.stopAccepting()
 	err := s.srv.Close()
 	s.closeAll()
 	s.wg.Wait()
@@ -181,14 +198,16 @@ func (s *Server) closeAll() {
 // handoff is the listener net/http serves: it accepts the connections the
 // lane gives it.
 type handoff struct {
-	addr  net.Addr
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+	addr   net.Addr
+	conns  chan net.Conn
+	done   chan struct{}
+	once   sync.Once
+	closed func() // the lane stops accepting
+	err    error  // the lane's listener's failure, set before done closes
 }
 
-func newHandoff(addr net.Addr) *handoff {
-	return &handoff{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+func newHandoff(addr net.Addr, closed func()) *handoff {
+	return &handoff{addr: addr, conns: make(chan net.Conn), done: make(chan struct{}), closed: closed}
 }
 
 // Accept implements net.Listener.
@@ -197,14 +216,28 @@ func (l *handoff) Accept() (net.Conn, error) {
 	case c := <-l.conns:
 		return c, nil
 	case <-l.done:
+		if l.err != nil {
+			return nil, l.err
+		}
 		return nil, net.ErrClosed
 	}
 }
 
-// Close implements net.Listener.
+// Close implements net.Listener; the lane stops accepting too.
 func (l *handoff) Close() error {
-	l.once.Do(func() { close(l.done) })
+	l.once.Do(func() {
+		close(l.done)
+		l.closed()
+	})
 	return nil
+}
+
+// fail ends Accept with the lane's listener's error.
+func (l *handoff) fail(err error) {
+	l.once.Do(func() {
+		l.err = err
+		close(l.done)
+	})
 }
 
 // Addr implements net.Listener.
@@ -224,6 +257,16 @@ func (l *handoff) give(c net.Conn) bool {
 type prefixConn struct {
 	net.Conn
 	pre []byte
+}
+
+// CloseWrite shuts the connection's writing side, as net/http does
+// before it closes one it refused a request on (so that the client reads
+// the refusal rather than a reset).
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // Read implements net.Conn.

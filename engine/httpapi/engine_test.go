@@ -14,6 +14,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/fastlane"
 	"github.com/batchd/batchd/engine/httpapi"
 )
 
@@ -38,12 +39,27 @@ func engineConfig() engine.Config {
 
 // live is an engine, its handler and a server in front of them.
 type live struct {
-	eng *engine.Engine
-	h   *httpapi.Handler
-	srv *httptest.Server
+	eng  *engine.Engine
+	h    *httpapi.Handler
+	srv  *httptest.Server
+	lane *fastlane.Server // when the server is behind it
 }
 
 func startLive(t *testing.T, ec engine.Config, hc httpapi.Config) *live {
+	t.Helper()
+	return startLiveOn(t, ec, hc, false)
+}
+
+// bothServers runs test with the server as net/http serves it, then
+// behind engine/fastlane.
+func bothServers(t *testing.T, test func(t *testing.T, lane bool)) {
+	t.Run("net_http", func(t *testing.T) { test(t, false) })
+	t.Run("lane", func(t *testing.T) { test(t, true) })
+}
+
+// startLiveOn is startLive with the server behind engine/fastlane when
+// lane is true (as batchd serves by default).
+func startLiveOn(t *testing.T, ec engine.Config, hc httpapi.Config, lane bool) *live {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 	defer cancel()
@@ -65,8 +81,13 @@ func startLive(t *testing.T, ec engine.Config, hc httpapi.Config) *live {
 	checked := newOIPRecorder(t).wrap(h)
 	srv := httptest.NewUnstartedServer(checked)
 	srv.Config = httpapi.NewServer("", checked)
+	var fl *fastlane.Server
+	if lane {
+		fl = fastlane.New(srv.Config, fastlane.Config{Fast: h.FastRoute})
+		srv.Listener = fl.Listen(srv.Listener)
+	}
 	srv.Start()
-	l := &live{eng: eng, h: h, srv: srv}
+	l := &live{eng: eng, h: h, srv: srv, lane: fl}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 		defer cancel()
@@ -74,6 +95,9 @@ func startLive(t *testing.T, ec engine.Config, hc httpapi.Config) *live {
 			t.Errorf("handler shutdown: %v", err)
 		}
 		srv.Close()
+		if fl != nil {
+			_ = fl.Close()
+		}
 		if err := eng.Shutdown(ctx); err != nil {
 			t.Errorf("engine shutdown: %v", err)
 		}
@@ -172,12 +196,14 @@ func (l *live) inferMany(t *testing.T, model string, n int) []inferAnswer {
 	return out
 }
 
-func TestEngineEndToEnd(t *testing.T) {
+func TestEngineEndToEnd(t *testing.T) { bothServers(t, testEngineEndToEnd) }
+
+func testEngineEndToEnd(t *testing.T, lane bool) {
 	ec := engineConfig()
 	ec.Batcher.Models = []actors.ModelConfig{{Name: "m", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}}}
 	// The handler has no registry: the engine's unknown_model must still
 	// come back as 404.
-	l := startLive(t, ec, httpapi.DefaultConfig())
+	l := startLiveOn(t, ec, httpapi.DefaultConfig(), lane)
 
 	t.Run("sync", func(t *testing.T) {
 		answers := l.inferMany(t, "m", 200)
@@ -298,7 +324,9 @@ func TestEngineRejections(t *testing.T) {
 
 // A client that disconnects while its request is queued has it withdrawn
 // from the batcher.
-func TestEngineDisconnectCancels(t *testing.T) {
+func TestEngineDisconnectCancels(t *testing.T) { bothServers(t, testEngineDisconnectCancels) }
+
+func testEngineDisconnectCancels(t *testing.T, lane bool) {
 	ec := engineConfig()
 	ec.Devices = 1
 	ec.Batcher.BatchMax = 1
@@ -306,7 +334,7 @@ func TestEngineDisconnectCancels(t *testing.T) {
 	// its client goes, even on a loaded machine under -race.
 	ec.Batcher.Latency = actors.FixedLatency(time.Second)
 	ec.Device.Latency = ec.Batcher.Latency
-	l := startLive(t, ec, httpapi.DefaultConfig())
+	l := startLiveOn(t, ec, httpapi.DefaultConfig(), lane)
 	stats := func() engine.Stats {
 		ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 		defer cancel()
@@ -336,6 +364,9 @@ func TestEngineDisconnectCancels(t *testing.T) {
 	}
 	if s := stats(); s.Batcher.Batches != 1 {
 		t.Errorf("the withdrawn request ran anyway: %+v", s.Batcher)
+	}
+	if l.lane != nil && (l.lane.Served() != 2 || l.lane.HandedOff() != 0) {
+		t.Errorf("the lane served %d requests and handed %d connections to net/http; want both requests its own", l.lane.Served(), l.lane.HandedOff())
 	}
 }
 
@@ -376,11 +407,13 @@ func TestEngineDeviceCrashNothingLost(t *testing.T) {
 // The documented graceful stop answers everything in flight (the requests
 // waiting on the engine), then refuses new work. Durable jobs' part of the
 // stop is the job runner's (cmd/batchd's tests).
-func TestEngineGracefulStop(t *testing.T) {
+func TestEngineGracefulStop(t *testing.T) { bothServers(t, testEngineGracefulStop) }
+
+func testEngineGracefulStop(t *testing.T, lane bool) {
 	ec := engineConfig()
 	ec.Batcher.Latency = actors.FixedLatency(100 * time.Millisecond)
 	ec.Device.Latency = ec.Batcher.Latency
-	l := startLive(t, ec, httpapi.DefaultConfig())
+	l := startLiveOn(t, ec, httpapi.DefaultConfig(), lane)
 	const n = 50
 	answers := make(chan response, n)
 	for i := range n {

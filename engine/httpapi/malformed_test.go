@@ -34,7 +34,17 @@ const (
 // (status, code) pair the package doc's table lists; or, for framing
 // net/http refuses before the handler runs, its plain 400 or 431. Then the
 // same server must still serve a valid request.
+//
+// The corpus goes to the server twice: as net/http serves it, and behind
+// engine/fastlane, which must answer each case as net/http's server does
+// (serving the plain ones itself, handing the others over).
 func TestMalformedCorpus(t *testing.T) {
+	for _, lane := range []bool{false, true} {
+		t.Run(map[bool]string{false: "net_http", true: "lane"}[lane], func(t *testing.T) { malformedCorpus(t, lane) })
+	}
+}
+
+func malformedCorpus(t *testing.T, lane bool) {
 	cases, err := httpapi.LoadCorpus("testdata/malformed")
 	if err != nil {
 		t.Fatal(err)
@@ -46,9 +56,9 @@ func TestMalformedCorpus(t *testing.T) {
 	hc.BodyMaxBytes, hc.InputMaxBytes = corpusBodyMaxBytes, corpusInputMaxBytes
 	ec := engineConfig()
 	ec.Batcher.Models = registry
-	servers := map[string]*live{"": startLive(t, ec, hc)}
+	servers := map[string]*live{"": startLiveOn(t, ec, hc, lane)}
 	hc.APIKeys = []httpapi.APIKey{{Key: "corpus-key", Tenant: "alice", Models: []string{"echo"}}}
-	servers["keyed"] = startLive(t, ec, hc)
+	servers["keyed"] = startLiveOn(t, ec, hc, lane)
 
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {

@@ -311,10 +311,12 @@ func (c oipClient) infer(ctx context.Context, model string, inputs []string, sha
 
 // TestV2BinaryRoundTrip: the client above, over real HTTP, to the real
 // engine, plain and compressed: every output is its own input's.
-func TestV2BinaryRoundTrip(t *testing.T) {
+func TestV2BinaryRoundTrip(t *testing.T) { bothServers(t, testV2BinaryRoundTrip) }
+
+func testV2BinaryRoundTrip(t *testing.T, lane bool) {
 	ec := engineConfig()
 	ec.Batcher.Models = []actors.ModelConfig{{Name: "m", Versions: []actors.VersionConfig{{Name: "v1", Weight: 1}}}}
-	l := startLive(t, ec, httpapi.DefaultConfig())
+	l := startLiveOn(t, ec, httpapi.DefaultConfig(), lane)
 	inputs := []string{"", "a", "héllo wörld", strings.Repeat("z", 300), "\x00\x01 control bytes \u2028"}
 	for _, compress := range []string{"", "gzip", "deflate"} {
 		c := oipClient{url: l.srv.URL, client: l.srv.Client(), compress: compress}
