@@ -10,7 +10,8 @@
 //
 // Imported by: cmd/batchd (serve; and tests). It imports actors, actors/gen, engine,
 // engine/autoscale, engine/config, engine/grpcapi, engine/httpapi, engine/jobs,
-// engine/rawtcp (its listeners' connections), engine/record, engine/upstream (the upstream and fanout backends),
+// engine/rawtcp (its listeners' connections), engine/fastlane (the HTTP
+// listener's plainest infer requests), engine/record, engine/upstream (the upstream and fanout backends),
 // engine/generate and engine/openai (generation over the
 // OpenAI-compatible API, with generation.enabled),
 // engine/workerproc (the worker backend), cudabridge (the cpu and cuda
@@ -56,7 +57,12 @@
 // Both listeners hand out connections whose reads and writes are raw
 // system calls (engine/rawtcp): a call the runtime is told of wakes its
 // monitor thread after every idle spell, which cost a server between
-// requests a quarter of its CPU. Serve then serves HTTP (and gRPC), starts the memory releaser,
+// requests a quarter of its CPU. With http.fast_lane (the default), the
+// HTTP listener is engine/fastlane's: it serves the plainest infer
+// requests on its own connection loop, waiting for the engine in the
+// connection's read, and hands every other connection to net/http at its
+// first other request; its Shutdown is net/http's, and waits for its own
+// connections too. Serve then serves HTTP (and gRPC), starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload,
 // and the policy's readings of the batcher's signals.
 //

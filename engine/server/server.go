@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/autoscale"
@@ -172,6 +174,7 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	// /metrics labels devices by their index in this list, from 0.
 	hcfg.Devices = eng.Devices()
 	hcfg.Collectors = append(hcfg.Collectors, backendCollectors...)
+	hcfg.Collectors = append(hcfg.Collectors, s.laneCollectors()...)
 	// A node of a cluster joins it once its devices are up, so it is
 	// never seen without them.
 	if f.Clustered() {
@@ -498,6 +501,25 @@ const (
 	acceptQuiet    = 100 * time.Millisecond
 	acceptDrainMax = 2 * time.Second
 )
+
+// laneCollectors are the fast lane's series for /metrics (zero with
+// http.fast_lane off).
+func (s *Server) laneCollectors() []prometheus.Collector {
+	count := func(f func(*fastlane.Server) int64) func() float64 {
+		return func() float64 {
+			if l, ok := s.web.(*fastlane.Server); ok {
+				return float64(f(l))
+			}
+			return 0
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "batchd_http_lane_requests_total",
+			Help: "HTTP requests the fast lane served itself (http.fast_lane)."}, count((*fastlane.Server).Served)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "batchd_http_lane_handoffs_total",
+			Help: "Connections the fast lane gave net/http, at a request it does not serve."}, count((*fastlane.Server).HandedOff)),
+	}
+}
 
 // webServer serves the HTTP listener: *http.Server or *fastlane.Server.
 type webServer interface {

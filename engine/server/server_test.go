@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -223,5 +224,56 @@ func TestRecord(t *testing.T) {
 	}
 	if n := strings.Count(string(data), "\n"); n != 5 {
 		t.Errorf("%d lines recorded, want 5:\n%s", n, data)
+	}
+}
+
+// TestFastLane: by default the plainest infer requests are the fast
+// lane's and the rest net/http's, which /metrics counts; with
+// http.fast_lane off, net/http serves everything.
+func TestFastLane(t *testing.T) {
+	for _, lane := range []bool{true, false} {
+		f := testFile(t)
+		f.HTTP.FastLane = lane
+		s := newServer(t, f)
+		served := make(chan error, 1)
+		go func() { served <- s.Serve(context.Background()) }()
+		if code, out := infer(t, s.Addr(), "hello"); code != http.StatusOK || out == "" {
+			t.Fatalf("lane %v: infer: %d %q", lane, code, out)
+		}
+		c := &http.Client{Timeout: waitMax}
+		// One connection: an infer (the lane's), then a GET (net/http's).
+		resp, err := c.Post("http://"+s.Addr().String()+"/v1/models/echo/infer", "application/json", strings.NewReader(`{"input": "x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		resp, err = c.Get("http://" + s.Addr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		counts := map[string]float64{}
+		for _, line := range strings.Split(string(b), "\n") {
+			var v float64
+			for _, name := range []string{"batchd_http_lane_requests_total", "batchd_http_lane_handoffs_total"} {
+				if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
+					counts[name] = v
+				}
+			}
+		}
+		reqs, handoffs := counts["batchd_http_lane_requests_total"], counts["batchd_http_lane_handoffs_total"]
+		if lane && (reqs < 2 || handoffs < 1) || !lane && (reqs != 0 || handoffs != 0) {
+			t.Errorf("fast_lane %v: the lane served %v requests and handed %v connections over", lane, reqs, handoffs)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	}
 }
