@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 const waitMax = 10 * time.Second
@@ -26,13 +28,14 @@ func TestParseHead(t *testing.T) {
 		t.Fatalf("fields canonical and trimmed, Connection: close: %+v, %v", h, good)
 	}
 	for _, bad := range []string{
-		"POST /a HTTP/1.0\r\nHost: h\r\nContent-Length: 0\r\n\r\n",                                // another version
-		"POST /a?q=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",                            // a query
-		"POST /a%20b HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",                            // an escape
-		"POST a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",                                 // not absolute
-		"POST  /a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",                               // two spaces
-		"POST /a HTTP/1.1\r\nContent-Length: 0\r\n\r\n",                                           // no Host
-		"POST /a HTTP/1.1\r\nHost: h\r\nHost: i\r\nContent-Length: 0\r\n\r\n",                     // two Hosts
+		"POST /a HTTP/1.0\r\nHost: h\r\nContent-Length: 0\r\n\r\n",     // another version
+		"POST /a?q=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", // a query
+		"POST /a%20b HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", // an escape
+		"POST a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",      // not absolute
+		"POST  /a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",    // two spaces
+		"POST /a HTTP/1.1\r\nContent-Length: 0\r\n\r\n",                // no Host
+		"POST /a HTTP/1.1\r\nHost: h\r\nHost: i\r\nContent-Length: 0\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: h/i\r\nContent-Length: 0\r\n\r\n",                              // two Hosts
 		"POST /a HTTP/1.1\r\nHost: h\r\n\r\n",                                                     // no length
 		"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",           // two lengths
 		"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\n",                               // not digits
@@ -420,5 +423,16 @@ func TestPanic(t *testing.T) {
 	c2.send(post("/fast/echo", "ok"))
 	if _, got := c2.read(); got != "ok" {
 		t.Fatalf("after a panic: %q", got)
+	}
+}
+
+// The lane's Host bytes are net/http's (httpguts), so that a Host it
+// would refuse goes to it.
+func TestValidHostIsNetHTTPs(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		b := []byte{'a', byte(c), 'b'}
+		if got, want := validHost(b), httpguts.ValidHostHeader(string(b)); got != want {
+			t.Errorf("byte %#x: lane %v, net/http %v", c, got, want)
+		}
 	}
 }

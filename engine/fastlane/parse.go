@@ -62,6 +62,9 @@ func parseHead(b []byte, bodyMax int) (head, bool) {
 		key := canonical(name)
 		switch key {
 		case "Host":
+			if !validHost(value) {
+				return h, false // net/http's 400
+			}
 			hosts++
 			h.host = string(value)
 			continue // as net/http: Request.Host, not a field
@@ -165,6 +168,27 @@ func plainPath(b []byte) bool {
 	}
 	return true
 }
+
+// validHost reports whether b has only the bytes net/http takes in a Host
+// (golang.org/x/net/http/httpguts.ValidHostHeader's set).
+func validHost(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 || !hostChar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+var hostChar = func() (t [128]bool) {
+	for c := range tokenChar {
+		t[c] = tokenChar[c] && c != '#' && c != '^' && c != '`' && c != '|'
+	}
+	for _, c := range "!$%&'()*+,-.:;=[]_~" {
+		t[c] = true
+	}
+	return t
+}()
 
 // fieldValue reports whether a trimmed field value has no control
 // character but tab.
