@@ -128,22 +128,81 @@ func (h *Handler) FastRoute(method, path string) bool {
 	if method != http.MethodPost || canonicalPath(path) != path {
 		return false
 	}
-	if rest, ok := strings.CutPrefix(path, "/v1/models/"); ok {
-		m, tail, _ := strings.Cut(rest, "/")
-		return m != "" && tail == "infer"
+	_, _, ok := inferPath(path)
+	return ok
+}
+
+// The infer routes' patterns, which inferRoute matches itself.
+const (
+	v1InferPattern        = "/v1/models/{model}/infer"
+	v2InferPattern        = "/v2/models/{model}/infer"
+	v2VersionInferPattern = "/v2/models/{model}/versions/{version}/infer"
+)
+
+// keepInferRoute keeps fn when path is an infer route's pattern, and
+// returns it.
+func (h *Handler) keepInferRoute(path string, fn http.HandlerFunc) http.HandlerFunc {
+	switch path {
+	case v1InferPattern, v2InferPattern, v2VersionInferPattern:
+		if h.inferRoutes == nil {
+			h.inferRoutes = map[string]http.HandlerFunc{}
+		}
+		h.inferRoutes[path] = fn
 	}
-	rest, ok := strings.CutPrefix(path, "/v2/models/")
+	return fn
+}
+
+// inferRoute is the handler of an infer route r's path matches, with the
+// request's Pattern and path values set as the mux sets them; nil for
+// any other path, or one with escapes (the mux's then). The mux's
+// matching was 6.8% of a saturated server's CPU (1.7 µs a request).
+func (h *Handler) inferRoute(r *http.Request) http.HandlerFunc {
+	if r.URL.RawPath != "" {
+		return nil
+	}
+	model, version, ok := inferPath(r.URL.Path)
 	if !ok {
-		return false
+		return nil
+	}
+	pattern := v1InferPattern
+	switch {
+	case version != "":
+		pattern = v2VersionInferPattern
+	case strings.HasPrefix(r.URL.Path, "/v2/"):
+		pattern = v2InferPattern
+	}
+	fn := h.inferRoutes[pattern]
+	if fn == nil {
+		return nil
+	}
+	r.Pattern = pattern
+	r.SetPathValue("model", model)
+	if version != "" {
+		r.SetPathValue("version", version)
+	}
+	return fn
+}
+
+// inferPath splits an infer route's path (/v1/models/{m}/infer,
+// /v2/models/{m}/infer, /v2/models/{m}/versions/{v}/infer) into its model
+// and version; ok false for any other path.
+func inferPath(path string) (model, version string, ok bool) {
+	if rest, found := strings.CutPrefix(path, "/v1/models/"); found {
+		m, tail, _ := strings.Cut(rest, "/")
+		return m, "", m != "" && tail == "infer"
+	}
+	rest, found := strings.CutPrefix(path, "/v2/models/")
+	if !found {
+		return "", "", false
 	}
 	m, tail, _ := strings.Cut(rest, "/")
 	if m == "" {
-		return false
+		return "", "", false
 	}
 	if tail == "infer" {
-		return true
+		return m, "", true
 	}
-	v, ok := strings.CutPrefix(tail, "versions/")
-	version, tail, _ := strings.Cut(v, "/")
-	return ok && version != "" && tail == "infer"
+	v, found := strings.CutPrefix(tail, "versions/")
+	version, tail, _ = strings.Cut(v, "/")
+	return m, version, found && version != "" && tail == "infer"
 }

@@ -41,14 +41,17 @@ import (
 // (504) at the latest. Make it with New; its methods are safe for
 // concurrent use.
 type Handler struct {
-	eng  engine.FrontDoor
-	cfg  Config
-	lim  limits
-	mux  *http.ServeMux
-	met  *metrics.Metrics
-	jobs JobStore // nil: no durable jobs, and async requests are refused
-	log  *slog.Logger
-	keys map[[sha256.Size]byte]*tenantKey // nil: open API
+	eng engine.FrontDoor
+	cfg Config
+	lim limits
+	mux *http.ServeMux
+	// inferRoutes are the infer routes' handlers by pattern, which
+	// ServeHTTP calls without the mux (inferRoute).
+	inferRoutes map[string]http.HandlerFunc
+	met         *metrics.Metrics
+	jobs        JobStore // nil: no durable jobs, and async requests are refused
+	log         *slog.Logger
+	keys        map[[sha256.Size]byte]*tenantKey // nil: open API
 	// metricsKeyHash is Config.MetricsKey's SHA-256, compared in constant
 	// time; metricsKeyed says there is one. Neither the metrics key nor a
 	// tenant's is kept in clear: New drops them from its copy of cfg.
@@ -231,7 +234,7 @@ func (h *Handler) routeBody(path string, binaryOK bool, fn http.HandlerFunc) {
 }
 
 func (h *Handler) handle(method, path string, binaryOK bool, fn http.HandlerFunc) {
-	h.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+	h.mux.HandleFunc(path, h.keepInferRoute(path, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
 			h.fail(w, r, &apiError{status: http.StatusMethodNotAllowed, code: codeMethod, msg: r.Method + " not allowed; use " + method})
@@ -250,7 +253,7 @@ func (h *Handler) handle(method, path string, binaryOK bool, fn http.HandlerFunc
 			}
 		}
 		fn(w, r)
-	})
+	}))
 }
 
 // checkContentType refuses, with 415, a body declared as anything but
@@ -352,6 +355,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// route is at such a path, so it is a JSON 404 like any other.
 	if r.Method != http.MethodConnect && canonicalPath(r.URL.Path) != r.URL.Path {
 		h.fail(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, msg: "no such route: " + truncate(r.URL.Path) + " is not in canonical form (no '.', '..' or empty segments)"})
+		return
+	}
+	if fn := h.inferRoute(r); fn != nil {
+		fn(w, r)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
