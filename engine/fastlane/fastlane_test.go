@@ -71,6 +71,24 @@ type fakeEngine struct {
 	cancelOK  bool
 }
 
+// waitCancelled waits until cancel has been called n times.
+func (e *fakeEngine) waitCancelled(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitMax)
+	for {
+		e.mu.Lock()
+		got := e.cancelled
+		e.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cancel called %d times, want %d: a client went, and its request was not withdrawn", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func handler(eng *fakeEngine) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/fast/echo", func(w http.ResponseWriter, r *http.Request) {
@@ -328,19 +346,7 @@ func TestAwait(t *testing.T) {
 	c2.send(post("/fast/wait", ""))
 	<-r.eng.dones
 	c2.nc.Close()
-	deadline := time.Now().Add(waitMax)
-	for {
-		r.eng.mu.Lock()
-		n := r.eng.cancelled
-		r.eng.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a client went, and its request was not withdrawn")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	r.eng.waitCancelled(t, 1)
 }
 
 // A withdrawal too late (cancel false) waits for done.
@@ -351,19 +357,7 @@ func TestAwaitCancelTooLate(t *testing.T) {
 	c.send(post("/fast/wait", ""))
 	done := <-r.eng.dones
 	_ = c.nc.(*net.TCPConn).CloseWrite() // the client's side ends: gone
-	deadline := time.Now().Add(waitMax)
-	for {
-		r.eng.mu.Lock()
-		n := r.eng.cancelled
-		r.eng.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cancel never called")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	r.eng.waitCancelled(t, 1)
 	done()
 	if _, got := c.read(); got != "answered" {
 		t.Fatalf("after a late withdrawal: %q", got)
