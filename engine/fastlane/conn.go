@@ -29,6 +29,7 @@ type conn struct {
 
 	buf  []byte // buf[r:w] is read and not consumed
 	r, w int
+	kept bool      // it has served a request: between requests, the idle bound applies
 	rdl  time.Time // nc's read deadline
 	wdl  time.Time // nc's write deadline
 	resp response
@@ -127,7 +128,17 @@ func (c *conn) readHead() int {
 			if len(c.buf) > bufKeptMax {
 				c.buf = make([]byte, bufInitial) // a large body's, given back
 			}
-			if idle := c.s.srv.IdleTimeout; idle > 0 && (c.rdl.IsZero() || c.rdl.Before(now.Add(idle/2))) {
+			switch idle := c.s.srv.IdleTimeout; {
+			case !c.kept:
+				// A new connection's first request is due within the
+				// head's bound, as net/http has it: a client that
+				// connects and sends nothing is not kept for the
+				// idle bound.
+				if hd := c.s.srv.ReadHeaderTimeout; hd > 0 {
+					c.setReadDeadline(now.Add(hd))
+					headerDeadline = true
+				}
+			case idle > 0 && (c.rdl.IsZero() || c.rdl.Before(now.Add(idle/2))):
 				c.setReadDeadline(now.Add(idle))
 			}
 			if !c.setIdle(true) {
@@ -245,6 +256,7 @@ func (c *conn) serveOne(h *head, n int) bool {
 	w.reset(c)
 	c.s.srv.Handler.ServeHTTP(w, req)
 	c.s.served.Add(1)
+	c.kept = true
 	c.body.b = nil
 	c.r += n + h.contentLength
 	keep := !h.close && !c.s.isClosing() && !hasToken(w.hdr, "Connection", "close")

@@ -40,10 +40,10 @@
 // The request's context ends when its connection does, not when the
 // client goes: Await is how a lane request sees that.
 //
-// Bounds and stopping: idle connections are closed after the server's
-// IdleTimeout, heads must arrive within its ReadHeaderTimeout (after their
-// first byte), a panic in the handler closes the connection and is
-// logged. Shutdown stops as http.Server.Shutdown does: idle connections
+// Bounds and stopping: a new connection's first head must arrive within
+// the server's ReadHeaderTimeout (as net/http has it), a later one within
+// ReadHeaderTimeout of its first byte, after at most IdleTimeout between
+// requests; a panic in the handler closes the connection and is logged. Shutdown stops as http.Server.Shutdown does: idle connections
 // close, a busy one closes once its response is written (with
 // Connection: close), and net/http's connections stop by its own
 // Shutdown.

@@ -430,3 +430,31 @@ func TestValidHostIsNetHTTPs(t *testing.T) {
 		}
 	}
 }
+
+// A connection that sends nothing is closed after the head's bound, not
+// kept for the idle one (net/http's rule for a first request); one that
+// has served a request waits for the idle bound.
+func TestFirstRequestDue(t *testing.T) {
+	eng := &fakeEngine{dones: make(chan func(), 1)}
+	srv := &http.Server{Handler: handler(eng), ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: time.Hour}
+	s := New(srv, Config{Fast: func(m, p string) bool { return true }})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
+	r := &rig{s: s, addr: ln.Addr().String(), eng: eng}
+	silent := r.dial(t)
+	kept := r.dial(t)
+	kept.send(post("/fast/echo", "x"))
+	kept.read()
+	if _, err := silent.br.ReadByte(); err != io.EOF {
+		t.Fatalf("a connection that sent nothing: %v, want it closed", err)
+	}
+	// The kept one is still open: a request on it is answered.
+	kept.send(post("/fast/echo", "y"))
+	if _, got := kept.read(); got != "y" {
+		t.Fatalf("kept connection: %q", got)
+	}
+}
