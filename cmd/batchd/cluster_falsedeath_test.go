@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,23 +45,7 @@ func TestClusterProcessFalseDeath(t *testing.T) {
 		}
 	}
 	before, _ := memberOf(clusterStatus(t, own.s.base), victim.name)
-	defer func() {
-		if t.Failed() {
-			for _, nd := range nodes {
-				log := nd.s.stderr.String()
-				t.Logf("%s's log (its end):\n%s", nd.name, log[max(0, len(log)-4000):])
-				if resp, err := http.Get(nd.s.base + "/metrics"); err == nil {
-					body, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					for _, line := range strings.Split(string(body), "\n") {
-						if !strings.HasPrefix(line, "#") && (strings.Contains(line, "flight") || strings.Contains(line, "front") || strings.Contains(line, "cluster_messages") || strings.Contains(line, "unanswered") || strings.Contains(line, "requests_total")) {
-							t.Logf("%s: %s", nd.name, line)
-						}
-					}
-				}
-			}
-		}
-	}()
+	logNodesOnFailure(t, nodes)
 	healthy := func() float64 { v, _ := gauge(t, own.s.base, "batchd_devices_healthy"); return v }
 	if h := healthy(); h != 6 {
 		t.Fatalf("the owner has %v healthy devices before the stop, want 6", h)

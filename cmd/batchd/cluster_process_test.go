@@ -499,6 +499,33 @@ func TestClusterProcessPartition(t *testing.T) {
 	}
 }
 
+// logNodesOnFailure logs, if the test fails, the end of each node's log
+// and its series of requests in flight and of the data plane's messages
+// (a reply that came back Undeliverable shows there), for the failure to
+// be traced.
+func logNodesOnFailure(t *testing.T, nodes []*procNode) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, nd := range nodes {
+			log := nd.s.stderr.String()
+			t.Logf("%s's log (its end):\n%s", nd.name, log[max(0, len(log)-4000):])
+			resp, err := http.Get(nd.s.base + "/metrics")
+			if err != nil {
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				if !strings.HasPrefix(line, "#") && (strings.Contains(line, "flight") || strings.Contains(line, "front") || strings.Contains(line, "cluster_messages") || strings.Contains(line, "unanswered") || strings.Contains(line, "requests_total")) {
+					t.Logf("%s: %s", nd.name, line)
+				}
+			}
+		}
+	})
+}
+
 // TestClusterProcessJobs: an async job accepted by a node that does not
 // own its model is kept in that node's store and its items are batched at
 // the owner like any request; the node is killed (SIGKILL) mid-job and
@@ -514,6 +541,7 @@ func TestClusterProcessJobs(t *testing.T) {
 	ps := procDefaults
 	ps.jobWindow = 40
 	nodes := startProcCluster(t, dir, 3, ps)
+	logNodesOnFailure(t, nodes)
 	ownerName := owner(t, nodes[0])
 	var keeper *procNode // accepts the job: not the owner
 	for _, nd := range nodes {
