@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -259,20 +260,12 @@ func (c *conn) serveOne(h *head, n int) bool {
 	c.kept = true
 	c.body.b = nil
 	c.r += n + h.contentLength
-	keep := !h.close && !c.s.isClosing() && !hasToken(w.hdr, "Connection", "close")
+	keep := !h.close && !c.s.isClosing() && !slices.ContainsFunc(w.hdr["Connection"], closes)
 	return c.write(w, keep) && keep
 }
 
-// hasToken reports whether a field of hdr has the token (ASCII case
-// folded).
-func hasToken(hdr http.Header, key, token string) bool {
-	for _, v := range hdr[key] {
-		if asciiEqualFold([]byte(v), token) {
-			return true
-		}
-	}
-	return false
-}
+// closes reports whether a Connection value is close.
+func closes(v string) bool { return strings.EqualFold(v, "close") }
 
 // write writes w's response in one call, and reports whether it went.
 func (c *conn) write(w *response, keep bool) bool {

@@ -504,6 +504,18 @@ func TestStream(t *testing.T) {
 	}
 }
 
+// openStream opens a stream that ends when cancel is called.
+func (r *rig) openStream(t *testing.T) (oippb.ModelStreamInferClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := oippb.ModelStreamInfer(ctx, r.cc)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return st, cancel
+}
+
 // TestStreamInFlightBound: a stream has at most StreamInFlightMax
 // requests in the engine; the rest wait unread, and all are answered.
 func TestStreamInFlightBound(t *testing.T) {
@@ -573,12 +585,8 @@ func TestStreamCancel(t *testing.T) {
 		return actors.Reply{}, ctx.Err()
 	}
 	r := newRig(t, fake, registry(), grpcapi.DefaultConfig())
-	ctx, cancel := context.WithCancel(context.Background())
+	st, cancel := r.openStream(t)
 	defer cancel()
-	st, err := oippb.ModelStreamInfer(ctx, r.cc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range n {
 		if err := st.Send(&oippb.ModelInferRequest{ModelName: "echo", Inputs: []*oippb.ModelInferRequest_InferInputTensor{bytesInput("x")}}); err != nil {
 			t.Fatal(err)
@@ -605,12 +613,8 @@ func TestStreamTensors(t *testing.T) {
 		return actors.Reply{Outcome: actors.Completed, Output: "out:" + req.Input, Version: "v1"}, nil
 	}
 	r := newRig(t, fake, registry(), grpcapi.DefaultConfig())
-	ctx, cancel := context.WithCancel(context.Background())
+	st, cancel := r.openStream(t)
 	defer cancel()
-	st, err := oippb.ModelStreamInfer(ctx, r.cc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	send := func(id string, elems ...string) {
 		t.Helper()
 		if err := st.Send(&oippb.ModelInferRequest{ModelName: "echo", Id: id, Inputs: []*oippb.ModelInferRequest_InferInputTensor{bytesInput(elems...)}}); err != nil {

@@ -27,8 +27,9 @@ import (
 // Two goroutines a stream, none a request: one reads and submits
 // (httpapi's OIPSubmit), the handler's own sends the replies, which the
 // engine hands over (OIPSubmit's done) through a queue that cannot fill.
-// A goroutine a request, each waiting in Do, cost the H200 host about a
-// fifth of the stream's CPU a request.
+// Without a goroutine a request (each had waited in Do) a stream request
+// takes 0.82x the server CPU on the development VM (RESULTS.md); the GPU
+// host, where the streams' target is, is not measured yet.
 func (s *Server) modelStreamInfer(st oippb.ModelStreamInferServer) error {
 	ctx := st.Context()
 	c, cerr := s.caller(ctx)

@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/batchd/batchd/actors"
@@ -28,10 +26,10 @@ func (h *Handler) doFor(w http.ResponseWriter, r *http.Request, req actors.Reque
 	if !ok {
 		return h.do(r.Context(), req, start)
 	}
-	c := &awaitCall{h: h}
+	c := &engineCall{h: h, start: start}
 	c.req1[0] = req
 	var out [1]doResult
-	c.run(a, c.req1[:], start, out[:])
+	c.await(a, c.req1[:], out[:])
 	return out[0].rep, out[0].err
 }
 
@@ -43,82 +41,16 @@ func (h *Handler) runFor(w http.ResponseWriter, r *http.Request, reqs []actors.R
 		return h.fanOut(r.Context(), reqs, start)
 	}
 	out := make([]doResult, len(reqs))
-	(&awaitCall{h: h}).run(a, reqs, start, out)
+	(&engineCall{h: h, start: start}).await(a, reqs, out)
 	return out
 }
 
-// awaitCall is one await's requests in the engine: fanOut for an
-// awaiter. The engine's callbacks only keep the answers; they are
-// settled and counted on the request's own goroutine once all are in
-// (the engine hands every reply over on one goroutine, which must do no
-// more than that).
-type awaitCall struct {
-	h    *Handler
-	reqs []actors.Request
-	ids  []uint64
-	raw  []rawResult
-	left atomic.Int64
-	done func()
-	// one request's, the common case, without allocations of their own
-	req1 [1]actors.Request
-	id1  [1]uint64
-	raw1 [1]rawResult
+// await runs reqs through a's Await and fills out with their results: a
+// request withdrawn because the client went is its 499.
+func (c *engineCall) await(a awaiter, reqs []actors.Request, out []doResult) {
+	a.Await(func(done func()) { c.submit(reqs, done) }, func() bool { return c.withdraw(context.Canceled) })
+	c.settle(context.Background(), out)
 }
-
-// run runs reqs and fills out with their results.
-func (c *awaitCall) run(a awaiter, reqs []actors.Request, start time.Duration, out []doResult) {
-	c.reqs, c.ids, c.raw = reqs, c.id1[:], c.raw1[:]
-	if n := len(reqs); n > 1 {
-		c.ids, c.raw = make([]uint64, n), make([]rawResult, n)
-	}
-	c.left.Store(int64(len(reqs)))
-	a.Await(c.submit, c.cancel)
-	for i, r := range c.raw {
-		ctx := context.Background()
-		if errors.Is(r.err, context.Canceled) {
-			ctx = goneCtx // withdrawn: the client went
-		}
-		out[i].rep, out[i].err = c.h.settle(ctx, reqs[i], r.rep, r.err, start)
-	}
-}
-
-func (c *awaitCall) submit(done func()) {
-	c.done = done
-	for i := range c.reqs {
-		c.ids[i] = c.h.eng.Submit(c.reqs[i], func(rep actors.Reply, err error) {
-			c.raw[i] = rawResult{rep: rep, err: err}
-			c.answered()
-		})
-	}
-}
-
-func (c *awaitCall) cancel() bool {
-	last := false
-	for i, id := range c.ids {
-		if c.h.eng.Cancel(id) {
-			c.raw[i] = rawResult{err: context.Canceled}
-			last = c.left.Add(-1) == 0
-		}
-	}
-	return last
-}
-
-func (c *awaitCall) answered() {
-	left := c.left.Add(-1)
-	if left < 0 {
-		panic("httpapi: a request answered twice")
-	}
-	if left == 0 {
-		c.done()
-	}
-}
-
-// goneCtx is the context of a request whose client went.
-var goneCtx = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
 
 // FastRoute reports whether engine/fastlane may serve a request to method
 // and path: an infer POST (/v1/models/{m}/infer, /v2/models/{m}/infer,
@@ -128,8 +60,8 @@ func (h *Handler) FastRoute(method, path string) bool {
 	if method != http.MethodPost || canonicalPath(path) != path {
 		return false
 	}
-	_, _, ok := inferPath(path)
-	return ok
+	pattern, _, _ := inferPath(path)
+	return pattern != ""
 }
 
 // The infer routes' patterns, which inferRoute matches itself.
@@ -160,17 +92,7 @@ func (h *Handler) inferRoute(r *http.Request) http.HandlerFunc {
 	if r.URL.RawPath != "" {
 		return nil
 	}
-	model, version, ok := inferPath(r.URL.Path)
-	if !ok {
-		return nil
-	}
-	pattern := v1InferPattern
-	switch {
-	case version != "":
-		pattern = v2VersionInferPattern
-	case strings.HasPrefix(r.URL.Path, "/v2/"):
-		pattern = v2InferPattern
-	}
+	pattern, model, version := inferPath(r.URL.Path)
 	fn := h.inferRoutes[pattern]
 	if fn == nil {
 		return nil
@@ -183,26 +105,32 @@ func (h *Handler) inferRoute(r *http.Request) http.HandlerFunc {
 	return fn
 }
 
-// inferPath splits an infer route's path (/v1/models/{m}/infer,
-// /v2/models/{m}/infer, /v2/models/{m}/versions/{v}/infer) into its model
-// and version; ok false for any other path.
-func inferPath(path string) (model, version string, ok bool) {
+// inferPath matches an infer route's path (/v1/models/{m}/infer,
+// /v2/models/{m}/infer, /v2/models/{m}/versions/{v}/infer): its pattern,
+// model and version; pattern "" for any other path.
+func inferPath(path string) (pattern, model, version string) {
 	if rest, found := strings.CutPrefix(path, "/v1/models/"); found {
 		m, tail, _ := strings.Cut(rest, "/")
-		return m, "", m != "" && tail == "infer"
+		if m == "" || tail != "infer" {
+			return "", "", ""
+		}
+		return v1InferPattern, m, ""
 	}
 	rest, found := strings.CutPrefix(path, "/v2/models/")
 	if !found {
-		return "", "", false
+		return "", "", ""
 	}
 	m, tail, _ := strings.Cut(rest, "/")
-	if m == "" {
-		return "", "", false
-	}
-	if tail == "infer" {
-		return m, "", true
+	switch {
+	case m == "":
+		return "", "", ""
+	case tail == "infer":
+		return v2InferPattern, m, ""
 	}
 	v, found := strings.CutPrefix(tail, "versions/")
 	version, tail, _ = strings.Cut(v, "/")
-	return m, version, found && version != "" && tail == "infer"
+	if !found || version == "" || tail != "infer" {
+		return "", "", ""
+	}
+	return v2VersionInferPattern, m, version
 }

@@ -144,25 +144,9 @@ func (h *Handler) OIPInfer(ctx context.Context, c Caller, m OIPModel, in OIPInpu
 
 // OIPCall is one OIPSubmit's elements in the engine.
 type OIPCall struct {
-	h     *Handler
-	reqs  []actors.Request
-	start time.Duration
-	ids   []uint64
-	raw   []rawResult
-	left  atomic.Int64 // elements not answered yet
-	done  func(*OIPCall)
+	engineCall
 	err   *apiError // the input's refusal: nothing was submitted
 	taken atomic.Bool
-	// one element's, the common case, without allocations of their own
-	id1  [1]uint64
-	raw1 [1]rawResult
-}
-
-// rawResult is an element's answer as the engine gave it, or its
-// context's error when Cancel withdrew it.
-type rawResult struct {
-	rep actors.Reply
-	err error
 }
 
 // OIPSubmit is OIPInfer without the wait, for a caller that keeps many
@@ -177,22 +161,14 @@ type rawResult struct {
 // the caller's own.
 func (h *Handler) OIPSubmit(c Caller, m OIPModel, in OIPInput, timeout time.Duration, done func(*OIPCall)) *OIPCall {
 	start := h.eng.Now()
-	call := &OIPCall{h: h, start: start, done: done}
-	call.reqs, call.err = h.oipRequests(c, m, in, timeout, start)
-	if call.err != nil {
+	call := &OIPCall{engineCall: engineCall{h: h, start: start}}
+	reqs, aerr := h.oipRequests(c, m, in, timeout, start)
+	if aerr != nil {
+		call.err = aerr
 		done(call)
 		return call
 	}
-	call.ids, call.raw = call.id1[:], call.raw1[:]
-	if n := len(call.reqs); n > 1 {
-		call.ids, call.raw = make([]uint64, n), make([]rawResult, n)
-	}
-	call.left.Store(int64(len(call.reqs)))
-	for i := range call.reqs {
-		call.ids[i] = h.eng.Submit(call.reqs[i], func(rep actors.Reply, err error) {
-			call.answer(i, rawResult{rep: rep, err: err})
-		})
-	}
+	call.submit(reqs, func() { done(call) })
 	return call
 }
 
@@ -202,22 +178,12 @@ func (h *Handler) OIPSubmit(c Caller, m OIPModel, in OIPInput, timeout time.Dura
 // 504). An element answered already is not withdrawn. done is called
 // here if no other element is left. Cancel must not be called from done.
 func (c *OIPCall) Cancel(ctx context.Context) {
-	for i, id := range c.ids {
-		if c.h.eng.Cancel(id) {
-			c.answer(i, rawResult{err: ctx.Err()})
-		}
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.Canceled // the stream broke before its context ended
 	}
-}
-
-// answer keeps element i's answer; the last one calls done.
-func (c *OIPCall) answer(i int, r rawResult) {
-	c.raw[i] = r
-	left := c.left.Add(-1)
-	if left < 0 {
-		panic("httpapi: an OIP call's element answered twice")
-	}
-	if left == 0 {
-		c.done(c)
+	if c.err == nil && c.withdraw(cause) {
+		c.done()
 	}
 }
 
@@ -238,9 +204,7 @@ func (c *OIPCall) Outcome(ctx context.Context) (string, []string, *CallError) {
 	if len(c.raw) > 1 {
 		results = make([]doResult, len(c.raw))
 	}
-	for i, r := range c.raw {
-		results[i].rep, results[i].err = c.h.settle(ctx, c.reqs[i], r.rep, r.err, c.start)
-	}
+	c.settle(ctx, results)
 	return oipOutcome(results)
 }
 
