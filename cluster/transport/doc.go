@@ -25,8 +25,12 @@
 // membership declares dead while its streams are up both ways (as
 // memberlist does to a node's new life with a stale report of its
 // previous life's death, until the node refutes it) keeps its stream
-// until it breaks or the node is alive again. Submits take neither: to a
-// node not up, or held dead, they come back at once, so fronts re-route.
+// until it breaks or the node is alive again. A Reply is held so for
+// any node without a stream from here, unknown or declared dead
+// included: its front submitted the request, so its node lived lately,
+// and a Reply that comes back has no one to reach (a lost one costs its
+// front's guard, SLO + grace). Submits take neither: to a node not up,
+// or held dead, they come back at once, so fronts re-route.
 // Messages from one sender to one node arrive in the order sent (across a
 // reconnect, what the broken stream had delivered comes first unless the
 // receiver still reads it while the new one starts). Messages

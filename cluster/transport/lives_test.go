@@ -145,3 +145,50 @@ func TestDeadNodeNotHeld(t *testing.T) {
 		t.Fatalf("a message to a node declared dead: %#v, want it back from Send", g[1:])
 	}
 }
+
+// A Reply to a node this node has no stream to is held, not bounced,
+// whatever membership says of the node meanwhile: a new life's address
+// not yet known, or a death declared while only this node's stream to it
+// was up (the node never sent here) and then refuted. It goes out once
+// the node is alive again within Hold; past Hold it comes back. Other
+// messages to the dead node still come back at once (TestDeadNodeNotHeld).
+func TestReplyHeldAcrossFalseDeath(t *testing.T) {
+	a, ina := start(t, Config{Node: "a", Hold: 2 * time.Second})
+	b, inb := start(t, Config{Node: "b"})
+	fa, fb := actors.Address{Node: "a", ID: 1}, actors.Address{Node: "b", ID: 8}
+	if err := a.SetPeer("b", b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	a.Send(fa, fb, actors.Cancel{ID: 1})
+	inb.wait(t, "a's first message", func(g []got) bool { return len(g) == 1 })
+
+	// b never sent to a: only a's stream to b is up when b is declared
+	// dead.
+	a.Apply(member.Update{Node: "b", Inc: 1, Kind: member.Dead}, "")
+	reply := actors.Reply{ID: 42, Outcome: actors.Completed, Output: "out"}
+	a.Send(fa, fb, reply)
+	a.Send(fa, fb, actors.Cancel{ID: 2})
+	if g := ina.all(); len(g) != 1 || !undeliverable(g[0], fa, fb, actors.Cancel{ID: 2}) {
+		t.Fatalf("a Reply and a Cancel to a node declared dead: %#v, want only the Cancel back", g)
+	}
+	a.Apply(member.Update{Node: "b", Inc: 2, Kind: member.Alive}, b.Addr())
+	inb.wait(t, "the held reply once b is alive again", func(g []got) bool {
+		return len(g) == 2 && g[1].msg.(actors.Reply).ID == 42
+	})
+
+	// A Reply to a node a has never heard of (c: a new life whose
+	// address membership has not told) comes back after Hold.
+	fc := actors.Address{Node: "c", ID: 1}
+	sent := time.Now()
+	a.Send(fa, fc, reply)
+	if n := ina.len(); n != 1 {
+		t.Fatalf("a Reply to an unknown node came back at once: %#v", ina.all()[1:])
+	}
+	g := ina.wait(t, "the held reply back", func(g []got) bool { return len(g) == 2 })
+	if !undeliverable(g[1], fa, fc, reply) {
+		t.Fatalf("got %#v, want the held Reply back Undeliverable", g[1])
+	}
+	if waited := time.Since(sent); waited < 2*time.Second {
+		t.Fatalf("the held Reply came back after %v, before Hold", waited)
+	}
+}

@@ -142,8 +142,9 @@ type Transport struct {
 	// stream; guarded by mu, bounded by the server's streams.
 	inbound map[*inboundStream]struct{}
 	// held are the messages Send holds for a node whose stream into this
-	// node is up while none from here is (Config.Hold), by node; guarded
-	// by mu, at most PeersMax nodes and Queue messages each.
+	// node is up while none from here is, and the Replies it holds for a
+	// node with no stream up from here (Config.Hold; see hold), by node;
+	// guarded by mu, at most PeersMax nodes and Queue messages each.
 	held map[string]*holding
 
 	sent, received, undeliverable, dropped, refused, connects atomic.Uint64
@@ -331,10 +332,24 @@ func (t *Transport) RemovePeer(node string) {
 			in.stale = true
 		}
 	}
-	h := t.held[node]
-	delete(t.held, node)
+	// What was held goes back, but Replies: held on, in case the death
+	// is refuted within their Hold (see hold).
+	var back []item
+	if h := t.held[node]; h != nil {
+		replies := h.items[:0:0]
+		for _, it := range h.items {
+			if _, isReply := it.msg.(actors.Reply); isReply {
+				replies = append(replies, it)
+			} else {
+				back = append(back, it)
+			}
+		}
+		h.items = replies
+	}
 	t.mu.Unlock()
-	t.release(h)
+	for _, it := range back {
+		t.bounce(it)
+	}
 	if p != nil && !keep {
 		p.cancel()
 	}
@@ -352,10 +367,13 @@ func (t *Transport) inboundFrom(node string) bool {
 }
 
 // hold keeps it for its node, if the node has a stream into this node up
-// and none from here (no peer, or its peer is down): it goes into the
-// peer's queue once the peer's stream is up, or comes back Undeliverable
-// after Config.Hold. It reports whether it took it (or queued it: the
-// stream came up meanwhile).
+// and none from here (no peer, or its peer is down), or if it is a Reply
+// (whatever the node's state here: its front submitted the request, so
+// its node lived lately, and membership here may lag behind its new
+// life's address or a refutation of a death): it goes into the peer's
+// queue once the peer's stream is up, or comes back Undeliverable after
+// Config.Hold. It reports whether it took it (or queued it: the stream
+// came up meanwhile).
 func (t *Transport) hold(it item) bool {
 	if _, isSubmit := it.msg.(actors.Submit); isSubmit {
 		return false // a Submit must come back at once: the front re-routes
@@ -363,7 +381,7 @@ func (t *Transport) hold(it item) bool {
 	node := it.to.Node
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || !t.inboundFrom(node) {
+	if _, isReply := it.msg.(actors.Reply); t.closed || !isReply && !t.inboundFrom(node) {
 		return false
 	}
 	if p := t.peers[node]; p != nil {
