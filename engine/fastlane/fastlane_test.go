@@ -424,8 +424,8 @@ func TestPanic(t *testing.T) {
 // would refuse goes to it.
 func TestValidHostIsNetHTTPs(t *testing.T) {
 	for c := 0; c < 256; c++ {
-		b := []byte{'a', byte(c), 'b'}
-		if got, want := validHost(b), httpguts.ValidHostHeader(string(b)); got != want {
+		b := string([]byte{'a', byte(c), 'b'})
+		if got, want := validHost(b), httpguts.ValidHostHeader(b); got != want {
 			t.Errorf("byte %#x: lane %v, net/http %v", c, got, want)
 		}
 	}

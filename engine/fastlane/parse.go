@@ -1,9 +1,9 @@
 package fastlane
 
 import (
-	"bytes"
 	"net/http"
 	"net/textproto"
+	"strings"
 )
 
 // head is a request's line and header fields as the lane serves them.
@@ -30,32 +30,42 @@ var crlf2 = []byte("\r\n\r\n")
 // than fieldsMax fields.
 func parseHead(b []byte, bodyMax int) (head, bool) {
 	var h head
-	line, rest, ok := bytes.Cut(b, []byte("\r\n"))
+	// One allocation for the head's text: the method, target and field
+	// values are substrings of it.
+	s := string(b)
+	line, rest, ok := strings.Cut(s, "\r\n")
 	if !ok {
 		return h, false
 	}
-	method, line, ok1 := bytes.Cut(line, []byte(" "))
-	target, proto, ok2 := bytes.Cut(line, []byte(" "))
-	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || !token(method) || !plainPath(target) {
+	method, line, ok1 := strings.Cut(line, " ")
+	target, proto, ok2 := strings.Cut(line, " ")
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || !token(method) || !plainPath(target) {
 		return h, false
 	}
-	h.method, h.target = string(method), string(target)
+	h.method, h.target = method, target
 	h.contentLength = -1
-	h.header = make(http.Header, 8)
+	// The fields' values share one backing array: a field's own slice is
+	// capped at its value, so that a repeated field's append copies.
+	fields := strings.Count(rest, "\r\n")
+	if fields > fieldsMax+1 {
+		return h, false
+	}
+	values := make([]string, 0, fields)
+	h.header = make(http.Header, fields)
 	hosts := 0
-	for n := 0; ; n++ {
-		line, rest, ok = bytes.Cut(rest, []byte("\r\n"))
-		if !ok || n > fieldsMax {
+	for {
+		line, rest, ok = strings.Cut(rest, "\r\n")
+		if !ok {
 			return h, false
 		}
 		if len(line) == 0 {
 			break // the blank line
 		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
+		name, value, ok := strings.Cut(line, ":")
 		if !ok || !token(name) {
 			return h, false // folded (a leading space), or no name
 		}
-		value = bytes.Trim(value, " \t")
+		value = strings.Trim(value, " \t")
 		if !fieldValue(value) {
 			return h, false
 		}
@@ -66,7 +76,7 @@ func parseHead(b []byte, bodyMax int) (head, bool) {
 				return h, false // net/http's 400
 			}
 			hosts++
-			h.host = string(value)
+			h.host = value
 			continue // as net/http: Request.Host, not a field
 		case "Content-Length":
 			if h.contentLength >= 0 {
@@ -86,7 +96,13 @@ func parseHead(b []byte, bodyMax int) (head, bool) {
 				return h, false
 			}
 		}
-		h.header[key] = append(h.header[key], string(value))
+		if vs := h.header[key]; vs != nil {
+			h.header[key] = append(vs, value)
+			continue
+		}
+		values = append(values, value)
+		n := len(values)
+		h.header[key] = values[n-1 : n : n]
 	}
 	if hosts != 1 || h.contentLength < 0 {
 		return h, false
@@ -99,22 +115,24 @@ const fieldsMax = 64
 
 // canonical is a field name's canonical form, without an allocation for
 // the names nearly every request has.
-func canonical(name []byte) string {
+func canonical(name string) string {
 	for _, k := range commonFields {
 		if asciiEqualFold(name, k) {
 			return k
 		}
 	}
-	return textproto.CanonicalMIMEHeaderKey(string(name))
+	return textproto.CanonicalMIMEHeaderKey(name)
 }
 
 var commonFields = [...]string{"Host", "Content-Length", "Content-Type", "Authorization", "User-Agent", "Accept", "Connection", "Accept-Encoding", "X-Api-Key"}
 
-func asciiEqualFold(b []byte, s string) bool {
+// asciiEqualFold is strings.EqualFold of ASCII alone, as net/http
+// compares tokens (strings.EqualFold would take "cloſe" for "close").
+func asciiEqualFold(b, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
-	for i := range b {
+	for i := 0; i < len(b); i++ {
 		c, d := b[i], s[i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
@@ -130,11 +148,12 @@ func asciiEqualFold(b []byte, s string) bool {
 }
 
 // token reports whether b is a non-empty RFC 9110 token.
-func token(b []byte) bool {
+func token(b string) bool {
 	if len(b) == 0 {
 		return false
 	}
-	for _, c := range b {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if c >= 0x80 || !tokenChar[c] {
 			return false
 		}
@@ -157,11 +176,12 @@ var tokenChar = func() (t [128]bool) {
 
 // plainPath reports whether b is an absolute path of visible ASCII without
 // a query, fragment or percent-encoding.
-func plainPath(b []byte) bool {
+func plainPath(b string) bool {
 	if len(b) == 0 || b[0] != '/' {
 		return false
 	}
-	for _, c := range b {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if c <= ' ' || c >= 0x7f || c == '?' || c == '#' || c == '%' {
 			return false
 		}
@@ -171,8 +191,9 @@ func plainPath(b []byte) bool {
 
 // validHost reports whether b has only the bytes net/http takes in a Host
 // (golang.org/x/net/http/httpguts.ValidHostHeader's set).
-func validHost(b []byte) bool {
-	for _, c := range b {
+func validHost(b string) bool {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if c >= 0x80 || !hostChar[c] {
 			return false
 		}
@@ -192,8 +213,9 @@ var hostChar = func() (t [128]bool) {
 
 // fieldValue reports whether a trimmed field value has no control
 // character but tab.
-func fieldValue(b []byte) bool {
-	for _, c := range b {
+func fieldValue(b string) bool {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if (c < ' ' && c != '\t') || c == 0x7f {
 			return false
 		}
@@ -202,16 +224,16 @@ func fieldValue(b []byte) bool {
 }
 
 // digits is b as a decimal number of at most max, or -1.
-func digits(b []byte, max int) int {
+func digits(b string, max int) int {
 	if len(b) == 0 || len(b) > 10 {
 		return -1
 	}
 	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; c < '0' || c > '9' {
 			return -1
 		}
-		n = n*10 + int(c-'0')
+		n = n*10 + int(b[i]-'0')
 	}
 	if n > max {
 		return -1
