@@ -133,7 +133,9 @@ func idempotencyKey(r *http.Request) (string, *apiError) {
 	case len(vs) == 1 && vs[0] == "":
 		return "", badRequest("%s header is empty: send a key of 1 to 256 printable characters, or no header", IdempotencyKeyHeader)
 	case len(vs) == 1:
-		return vs[0], nil
+		// A copy: the job keeps it, and the fast lane's values share
+		// their head's memory.
+		return strings.Clone(vs[0]), nil
 	}
 	return "", nil
 }
