@@ -27,9 +27,13 @@
 // previous life's death, until the node refutes it) keeps its stream
 // until it breaks or the node is alive again. A Reply is held so for
 // any node without a stream from here, unknown or declared dead
-// included: its front submitted the request, so its node lived lately,
-// and a Reply that comes back has no one to reach (a lost one costs its
-// front's guard, SLO + grace). Submits take neither: to a node not up,
+// included, and so is one that was queued for a stream that broke or
+// was still being set up when membership removed the node (a restarted
+// node's new life declared dead by a stale report, then alive again: a
+// third node's devices answer its fronts meanwhile): its front
+// submitted the request, so its node lived lately, and a Reply that
+// comes back has no one to reach (a lost one costs its front's guard,
+// SLO + grace). Submits take neither: to a node not up,
 // or held dead, they come back at once, so fronts re-route.
 // Messages from one sender to one node arrive in the order sent (across a
 // reconnect, what the broken stream had delivered comes first unless the

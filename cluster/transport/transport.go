@@ -556,6 +556,17 @@ func (p *peer) setDown(down bool) {
 	p.mu.Unlock()
 }
 
+// giveBack answers it, which did not go out to its peer, Undeliverable;
+// but a Reply is held for its node (hold) when it can be: a peer's
+// stream that broke or was still being set up when membership declared
+// the node dead (a death it may refute at once) does not lose it.
+func (t *Transport) giveBack(it item) {
+	if _, isReply := it.msg.(actors.Reply); isReply && t.hold(it) {
+		return
+	}
+	t.bounce(it)
+}
+
 func (t *Transport) bounce(it item) {
 	t.undeliverable.Add(1)
 	if _, nested := it.msg.(actors.Undeliverable); nested {
@@ -582,13 +593,14 @@ func (t *Transport) forgetDead(p *peer) bool {
 	return true
 }
 
-// drain answers everything queued for p Undeliverable. Once p is down or
-// stopped nothing new is queued, so the queue ends empty.
+// drain answers everything queued for p Undeliverable, Replies excepted
+// (giveBack). Once p is down or stopped nothing new is queued, so the
+// queue ends empty.
 func (t *Transport) drain(p *peer) {
 	for {
 		select {
 		case it := <-p.q:
-			t.bounce(it)
+			t.giveBack(it)
 		default:
 			return
 		}
@@ -728,7 +740,7 @@ func (t *Transport) clientHandshake(stream wire.DataPlane_StreamClient, peer str
 
 // pump writes p's queue to the stream, up to Batch messages and
 // wire.FrameMax bytes a frame. A frame that fails to go out comes back
-// Undeliverable.
+// Undeliverable (its Replies held: giveBack).
 func (t *Transport) pump(ctx context.Context, stream wire.DataPlane_StreamClient, p *peer, session []byte) {
 	var seq uint64
 	batch := make([]item, 0, t.cfg.Batch)
@@ -783,10 +795,10 @@ func (t *Transport) pump(ctx context.Context, stream wire.DataPlane_StreamClient
 		}
 		if err != nil {
 			for _, it := range batch {
-				t.bounce(it)
+				t.giveBack(it)
 			}
 			if held != nil {
-				t.bounce(*held)
+				t.giveBack(*held)
 			}
 			return
 		}
