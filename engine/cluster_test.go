@@ -23,10 +23,15 @@ type loopRemote struct {
 	// cut, when set, loses every message without a word: a data plane
 	// cut while membership still sees every node alive.
 	cut atomic.Bool
+	// tap, when set, sees every message before it is carried.
+	tap func(from, to actors.Address, msg actors.Message)
 }
 
 func (r *loopRemote) Send(from, to actors.Address, msg actors.Message) {
 	r.sent.Add(1)
+	if r.tap != nil {
+		r.tap(from, to, msg)
+	}
 	if r.cut.Load() {
 		return
 	}
@@ -140,6 +145,63 @@ func TestClusterTwoNodes(t *testing.T) {
 	rep, err := a.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: "after"})
 	if err != nil || rep.Outcome != actors.Completed || rep.Device.Node != "a" {
 		t.Errorf("after b died: %v on %v (%s), err %v: want completed on a", rep.Outcome, rep.Device, rep.Err, err)
+	}
+}
+
+// TestClusterRestartedFrontIDs: a node restarted under its name (a new
+// process, at a higher incarnation) submits under IDs its previous
+// process never used: the owner's batcher may still hold the old
+// process's requests, and a reply to one of them (which the data plane
+// may deliver to the new process) must not answer a new request. Seen
+// to fail with the fronts' IDs drawn from their life in the process
+// alone: both processes' first Submits carried the same IDs.
+func TestClusterRestartedFrontIDs(t *testing.T) {
+	model := ownedBy("a", "a", "b")
+	r := &loopRemote{nodes: map[string]*engine.Engine{}}
+	var mu sync.Mutex
+	ids := map[uint64]uint64{} // submission ID → b's incarnation
+	var inc atomic.Uint64
+	r.tap = func(from, to actors.Address, msg actors.Message) {
+		if m, ok := msg.(actors.Submit); ok && from.Node == "b" {
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, seen := ids[m.Req.ID]; seen && prev != inc.Load() {
+				t.Errorf("submission ID %d used by b at incarnation %d and again at %d", m.Req.ID, prev, inc.Load())
+			}
+			ids[m.Req.ID] = inc.Load()
+		}
+	}
+	ca := clusterConfig("a", r)
+	ca.Device.Models = []string{model}
+	a := start(t, ca)
+	r.add(a, "a")
+	ctx := context.Background()
+	for life := uint64(1); life <= 2; life++ {
+		inc.Store(life)
+		cb := clusterConfig("b", r)
+		cb.Device.Models = []string{model}
+		cb.Cluster.Incarnation = life
+		b := start(t, cb)
+		r.add(b, "b")
+		ub := member.Update{Node: "b", Inc: life, Kind: member.Alive, Models: model}
+		a.Member(ub)
+		b.Member(member.Update{Node: "a", Inc: 1, Kind: member.Alive, Models: model})
+		for i := range 10 {
+			in := fmt.Sprintf("life-%d-%d", life, i)
+			rep, err := b.Do(ctx, actors.Request{Model: model, Version: "v1", Tenant: "t", Input: in})
+			if err != nil || rep.Outcome != actors.Completed || rep.Output != actors.EmulatedOutput(model, rep.Version, in) {
+				t.Fatalf("life %d, request %d: %v %q (%s), err %v", life, i, rep.Outcome, rep.Output, rep.Err, err)
+			}
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		a.Member(member.Update{Node: "b", Inc: life, Kind: member.Dead})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) < 20 {
+		t.Fatalf("%d Submits from b seen: want its 20 requests at a, the owner", len(ids))
 	}
 }
 

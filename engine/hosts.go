@@ -127,12 +127,12 @@ func (e *Engine) newFront(i int) (func() actors.Actor, error) {
 	var lives atomic.Uint64 // incarnations so far
 	return func() actors.Actor {
 		// Submission IDs are drawn from node and incarnation: each front
-		// of the node, and each life of one after a supervised restart,
-		// draws from a life of its own, so that IDs never collide at the
-		// batcher.
+		// of the node, each life of one after a supervised restart, and
+		// each process of the node (frontIncarnation), draws from a life
+		// of its own, so that IDs never collide at the batcher.
 		life := lives.Add(1)
 		c := fc
-		c.Incarnation = uint64(i+1) + (life-1)*frontsCount
+		c.Incarnation = frontIncarnation(e.cfg.Cluster, uint64(i+1)+(life-1)*frontsCount)
 		f, err := actors.NewFront(c)
 		if err != nil {
 			panic("batchd: engine: front config went bad: " + err.Error())
@@ -271,4 +271,28 @@ func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
 		return
 	}
 	h.b.Receive(ctx, msg)
+}
+
+// frontIncarnation is the incarnation a front's submission IDs are drawn
+// from (actors.FrontConfig.Incarnation) for its life within the process:
+// in a cluster the node's incarnation is in it too. A node restarted under
+// its name starts its fronts' lives again at 1, while the other nodes'
+// batchers may still hold its previous process's requests and the data
+// plane may hand their replies to the new process: drawn from the
+// process's life alone, the new IDs were the old ones, and an old reply
+// would answer a new request. The front keeps the low 24 bits, so the
+// node's incarnation is mixed (splitmix64's finalizer) and the life
+// added: a process's own lives never collide, two processes' ranges
+// of n lives overlap with a chance of about 2n/2^24.
+func frontIncarnation(cl *ClusterConfig, life uint64) uint64 {
+	if cl == nil {
+		return life
+	}
+	x := cl.Incarnation
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x + life
 }
