@@ -51,6 +51,10 @@ load grpc-stream-closed-1024 --grpc "$gaddr" --grpc-stream --connections 1024 --
 load grpc-stream-closed-4096 --grpc "$gaddr" --grpc-stream --connections 4096 --rss-pid "$pid"
 load grpc-stream-open-100k --grpc "$gaddr" --grpc-stream --rate 100000 --rss-pid "$pid" --in-flight-max 100000
 load grpc-stream-open-250k --grpc "$gaddr" --grpc-stream --rate 250000 --rss-pid "$pid" --in-flight-max 100000
+# The same over 8 connections (4 streams each): one connection's frames
+# are read and written by one goroutine a side, at both ends.
+load grpc-stream-closed-1024-8conns --grpc "$gaddr" --grpc-stream --grpc-conns 8 --connections 1024 --rss-pid "$pid"
+load grpc-stream-open-250k-8conns --grpc "$gaddr" --grpc-stream --grpc-conns 8 --rate 250000 --rss-pid "$pid" --in-flight-max 100000
 curl -s "http://$addr/metrics" >"$out/metrics.txt" 2>&1
 kill -TERM "$pid"
 wait "$pid"

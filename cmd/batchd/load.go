@@ -22,6 +22,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a URL that is not a loopback address")
 	fs.StringVar(&cfg.GRPC, "grpc", "", "send the load over gRPC to this host:port (batchd serve --grpc-addr): the OIP's ModelInfer, raw contents, instead of --url")
 	fs.BoolVar(&cfg.GRPCStream, "grpc-stream", false, "with --grpc: send over ModelStreamInfer streams (4, many requests in flight on each) instead of unary calls")
+	fs.IntVar(&cfg.GRPCConns, "grpc-conns", cfg.GRPCConns, "with --grpc: connections to spread the load over (round robin; with --grpc-stream, 4 streams on each)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model to call: POST URL/v1/models/MODEL/infer")
 	fs.StringVar(&cfg.Version, "version", "", "model version to pin (default: the server routes)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "bearer token (default: $BATCHD_KEY)")

@@ -97,6 +97,12 @@ type Config struct {
 	// GRPCStream sends the gRPC load over ModelStreamInfer streams (4,
 	// round robin, many requests in flight on each, matched by id).
 	GRPCStream bool
+	// GRPCConns is how many connections the gRPC load spreads over
+	// (round robin; with GRPCStream, 4 streams on each). Default 1. A
+	// connection's frames are read by one goroutine and written by
+	// another at each end, so one connection can cap a many-core server
+	// below what the server itself takes.
+	GRPCConns int
 	// RSSPID, when positive, is a process whose resident memory (VmRSS in
 	// /proc/PID/status) is sampled every Interval into the time series.
 	RSSPID int
@@ -115,6 +121,7 @@ const (
 	RateMax        = 1_000_000
 	InFlightMaxMax = 100_000
 	ConnectionsMax = 10_000
+	GRPCConnsMax   = 256
 	InputLenMax    = 1 << 20
 	// backlogMax bounds the open-loop requests due but not yet sent (8
 	// bytes each).
@@ -135,6 +142,7 @@ func DefaultConfig() Config {
 		InputLen:    16,
 		Check:       true,
 		Interval:    time.Second,
+		GRPCConns:   1,
 	}
 }
 
@@ -176,6 +184,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("load config: TimeoutMs %d: must not be negative", c.TimeoutMs)
 	case c.Interval < 10*time.Millisecond || c.Interval > c.Duration:
 		return fmt.Errorf("load config: Interval %v: want 10ms to Duration", c.Interval)
+	case c.GRPCConns < 1 || c.GRPCConns > GRPCConnsMax:
+		return fmt.Errorf("load config: GRPCConns %d: want 1 to %d", c.GRPCConns, GRPCConnsMax)
+	case c.GRPCConns > 1 && c.GRPC == "":
+		return fmt.Errorf("load config: GRPCConns without GRPC: name the gRPC server")
 	case c.GRPCStream && c.GRPC == "":
 		return fmt.Errorf("load config: GRPCStream without GRPC: name the gRPC server")
 	case c.GRPC != "" && !c.AllowRemote && !grpcLoopback(c.GRPC):

@@ -29,11 +29,12 @@ import (
 // its requests over (round robin); each carries many in flight.
 const grpcStreams = 4
 
-// grpcLoad is the gRPC side of a run: one connection, and the streams.
+// grpcLoad is the gRPC side of a run: the connections (Config.GRPCConns),
+// and the streams on them.
 type grpcLoad struct {
 	cfg     Config
-	cc      *grpc.ClientConn
-	cli     oippb.GRPCInferenceServiceClient
+	ccs     []*grpc.ClientConn
+	clis    []oippb.GRPCInferenceServiceClient
 	ctx     context.Context // the calls' parent: the API key; cancelled by close
 	cancel  context.CancelFunc
 	streams []*streamMux
@@ -42,16 +43,24 @@ type grpcLoad struct {
 }
 
 func newGRPCLoad(cfg Config) (*grpcLoad, error) {
-	cc, err := grpc.NewClient(cfg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("load: grpc: %w", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if cfg.APIKey != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.APIKey)
 	}
-	l := &grpcLoad{cfg: cfg, cc: cc, cli: oippb.NewGRPCInferenceServiceClient(cc), ctx: ctx, cancel: cancel}
-	if cfg.GRPCStream {
+	l := &grpcLoad{cfg: cfg, ctx: ctx, cancel: cancel}
+	for range max(cfg.GRPCConns, 1) {
+		// Each its own connection: grpc.NewClient shares nothing
+		// between clients.
+		cc, err := grpc.NewClient(cfg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			l.close()
+			return nil, fmt.Errorf("load: grpc: %w", err)
+		}
+		l.ccs = append(l.ccs, cc)
+		l.clis = append(l.clis, oippb.NewGRPCInferenceServiceClient(cc))
+		if !cfg.GRPCStream {
+			continue
+		}
 		for range grpcStreams {
 			st, err := oippb.ModelStreamInfer(ctx, cc)
 			if err != nil {
@@ -78,7 +87,9 @@ func (l *grpcLoad) close() {
 	for _, m := range l.streams {
 		<-m.done
 	}
-	_ = l.cc.Close()
+	for _, cc := range l.ccs {
+		_ = cc.Close()
+	}
 }
 
 // streamMux is one stream: requests sent under sendMu, replies matched to
@@ -179,7 +190,7 @@ func (g *generator) oneGRPC(intended time.Time) {
 			resp = sr.InferResponse
 		}
 	} else {
-		resp, err = l.cli.ModelInfer(ctx, req)
+		resp, err = l.clis[l.next.Add(1)%uint64(len(l.clis))].ModelInfer(ctx, req)
 	}
 	r.done = time.Now()
 	if err != nil {

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,10 +33,11 @@ func TestGRPCLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &countingListener{Listener: inner}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {
@@ -46,16 +48,36 @@ func TestGRPCLoad(t *testing.T) {
 		}
 		<-served
 	}()
-	for _, stream := range []bool{false, true} {
-		cfg := DefaultConfig()
-		cfg.GRPC, cfg.GRPCStream = ln.Addr().String(), stream
-		cfg.Rate, cfg.Duration, cfg.Interval, cfg.Arrival = 400, 500*time.Millisecond, 100*time.Millisecond, Fixed
-		rep, err := Run(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c := rep.Requests; c.Sent < 150 || c.OK != c.Sent || c.WrongOutput != 0 {
-			t.Errorf("stream %v: %+v, want every request answered right", stream, c)
+	for _, conns := range []int{1, 3} {
+		for _, stream := range []bool{false, true} {
+			cfg := DefaultConfig()
+			cfg.GRPC, cfg.GRPCStream, cfg.GRPCConns = ln.Addr().String(), stream, conns
+			cfg.Rate, cfg.Duration, cfg.Interval, cfg.Arrival = 400, 500*time.Millisecond, 100*time.Millisecond, Fixed
+			before := ln.accepted.Load()
+			rep, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := rep.Requests; c.Sent < 150 || c.OK != c.Sent || c.WrongOutput != 0 {
+				t.Errorf("stream %v, %d connections: %+v, want every request answered right", stream, conns, c)
+			}
+			if n := ln.accepted.Load() - before; n != int64(conns) {
+				t.Errorf("stream %v: %d connections to the server, want %d", stream, n, conns)
+			}
 		}
 	}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
 }

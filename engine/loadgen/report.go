@@ -479,6 +479,9 @@ func (r *recorder) report(sendingEnded, finished time.Time) *Report {
 	case cfg.GRPC != "":
 		target = "grpc://" + cfg.GRPC + " (ModelInfer)"
 	}
+	if cfg.GRPC != "" && cfg.GRPCConns > 1 {
+		target += fmt.Sprintf(" over %d connections", cfg.GRPCConns)
+	}
 	rep := &Report{
 		URL:       target,
 		Model:     cfg.Model,
