@@ -76,9 +76,11 @@ type FrontConfig struct {
 	// Node is the front's node name; it must be in the view for the
 	// node's own models to be owned here.
 	Node string
-	// Incarnation is the node's incarnation: submission IDs are drawn from
-	// the node and incarnation, so a restarted front's IDs do not collide
-	// with its old life's still held by an accumulator.
+	// Incarnation names this front's life: submission IDs are drawn from
+	// the node and it (its low 24 bits), so a restarted front's IDs do not
+	// collide with its old life's still held by an accumulator. Each life
+	// needs its own, the lives of a node's next process included (the
+	// engine mixes the node's incarnation in).
 	Incarnation uint64
 	// Accumulator is the actor ID of the accumulator on every node: the
 	// owner of model m is Address{Node: owner, ID: Accumulator}.
