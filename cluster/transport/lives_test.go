@@ -233,3 +233,27 @@ func TestReplyQueuedAcrossFalseDeath(t *testing.T) {
 		t.Fatalf("the reply also came back: %#v", g)
 	}
 }
+
+// Each held message waits its own Hold: one held after others (a reply to
+// a node's new life, sent while the held replies to its old life wait)
+// is not sent back with them. (TestClusterProcessJobs lost a window of
+// replies so: their hold had begun with the old life's.)
+func TestHeldEachItsOwnHold(t *testing.T) {
+	const hold = time.Second
+	a, ina := start(t, Config{Node: "a", Hold: hold})
+	b, inb := start(t, Config{Node: "b"})
+	fa, fb := actors.Address{Node: "a", ID: 1}, actors.Address{Node: "b", ID: 8}
+	first := actors.Reply{ID: 1, Outcome: actors.Completed}
+	a.Send(fa, fb, first) // b is unknown to a: held
+	time.Sleep(hold / 2)
+	second := actors.Reply{ID: 2, Outcome: actors.Completed}
+	a.Send(fa, fb, second)
+	g := ina.wait(t, "the first reply back", func(g []got) bool { return len(g) >= 1 })
+	if len(g) != 1 || !undeliverable(g[0], fa, fb, first) {
+		t.Fatalf("back after the first's hold: %#v, want the first reply alone", g)
+	}
+	if err := a.SetPeer("b", b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	inb.wait(t, "the second reply", func(g []got) bool { return len(g) == 1 && g[0].msg.(actors.Reply).ID == 2 })
+}

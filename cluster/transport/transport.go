@@ -177,9 +177,12 @@ type peer struct {
 }
 
 // holding is what Send holds for one node (Config.Hold): the messages in
-// the order sent, and the timer that sends them back Undeliverable.
+// the order sent, when each is due back (Hold after it came: a message
+// held late is not sent back with the first ones), and the timer that
+// sends them back Undeliverable as they fall due.
 type holding struct {
 	items []item
+	due   []time.Time
 	timer *time.Timer
 }
 
@@ -336,15 +339,15 @@ func (t *Transport) RemovePeer(node string) {
 	// is refuted within their Hold (see hold).
 	var back []item
 	if h := t.held[node]; h != nil {
-		replies := h.items[:0:0]
-		for _, it := range h.items {
+		replies, due := h.items[:0:0], h.due[:0:0]
+		for i, it := range h.items {
 			if _, isReply := it.msg.(actors.Reply); isReply {
-				replies = append(replies, it)
+				replies, due = append(replies, it), append(due, h.due[i])
 			} else {
 				back = append(back, it)
 			}
 		}
-		h.items = replies
+		h.items, h.due = replies, due
 	}
 	t.mu.Unlock()
 	for _, it := range back {
@@ -403,21 +406,34 @@ func (t *Transport) hold(it item) bool {
 	case len(h.items) >= t.cfg.Queue:
 		return false
 	}
-	h.items = append(h.items, it)
+	h.items, h.due = append(h.items, it), append(h.due, time.Now().Add(t.cfg.Hold))
 	return true
 }
 
-// expireHeld sends back what is still held in h, for node, once its time
-// is up.
+// expireHeld sends back what is held in h, for node, and due; the timer
+// is set again for the rest.
 func (t *Transport) expireHeld(node string, h *holding) {
 	t.mu.Lock()
 	if t.held[node] != h {
 		t.mu.Unlock()
 		return // flushed to the peer, or released already
 	}
-	delete(t.held, node)
+	now := time.Now()
+	n := 0
+	for n < len(h.due) && !h.due[n].After(now) {
+		n++
+	}
+	back := h.items[:n:n]
+	h.items, h.due = h.items[n:], h.due[n:]
+	if len(h.items) == 0 {
+		delete(t.held, node)
+	} else {
+		h.timer.Reset(h.due[0].Sub(now))
+	}
 	t.mu.Unlock()
-	t.release(h)
+	for _, it := range back {
+		t.bounce(it)
+	}
 }
 
 // release sends back what h held Undeliverable. No lock may be held.
