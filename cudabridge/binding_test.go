@@ -25,20 +25,7 @@ import (
 // context made current on whichever thread runs the batch. It needs a C
 // compiler to build the library, and skips without one.
 func TestBindingAgainstCFake(t *testing.T) {
-	cc := ""
-	for _, name := range []string{"cc", "gcc", "clang"} {
-		if p, err := exec.LookPath(name); err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no C compiler (cc, gcc or clang) to build testdata/fakecuda.c")
-	}
-	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", lib, filepath.Join("testdata", "fakecuda.c")).CombinedOutput(); err != nil {
-		t.Skipf("%s cannot build the fake driver: %v: %s", cc, err, out)
-	}
+	lib := buildCFake(t)
 	drv, err := openDriver(lib)
 	if err != nil {
 		t.Fatal(err)
@@ -163,4 +150,56 @@ func readDeviceFloats(t *rapid.T, d *Device, p cuDevPtr, n int) []float32 {
 		t.Fatal(err)
 	}
 	return bytesFloat32(h)
+}
+
+// buildCFake builds testdata/fakecuda.c into a libcuda.so.1 and returns
+// its path; it skips without a C compiler.
+func buildCFake(tb testing.TB) string {
+	tb.Helper()
+	cc := ""
+	for _, name := range []string{"cc", "gcc", "clang"} {
+		if p, err := exec.LookPath(name); err == nil {
+			cc = p
+			break
+		}
+	}
+	if cc == "" {
+		tb.Skip("no C compiler (cc, gcc or clang) to build testdata/fakecuda.c")
+	}
+	lib := filepath.Join(tb.TempDir(), "libcuda.so.1")
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", lib, filepath.Join("testdata", "fakecuda.c")).CombinedOutput(); err != nil {
+		tb.Skipf("%s cannot build the fake driver: %v: %s", cc, err, out)
+	}
+	return lib
+}
+
+// BenchmarkBindingCall is one driver call through the binding, into the C
+// fake's cuStreamQuery (which does next to nothing): the binding's own
+// cost a call, which a batch pays some 25 times (launches, copies, the
+// wait's queries).
+func BenchmarkBindingCall(b *testing.B) {
+	drv, err := openDriver(buildCFake(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c, err := drv.PrimaryCtxRetain(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = drv.PrimaryCtxRelease(0) }()
+	if err := drv.CtxSetCurrent(c); err != nil {
+		b.Fatal(err)
+	}
+	s, err := drv.StreamCreate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = drv.StreamDestroy(s) }()
+	for b.Loop() {
+		if _, err := drv.StreamQuery(s); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
