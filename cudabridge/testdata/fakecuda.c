@@ -243,7 +243,9 @@ static long long bn_host_index;
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra) {
   NEED_CTX;
-  if (s != (CUstream)&stream_token || gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 ||
+  /* The bridge launches blocks of launchBlockThreads (driver.go): a grid
+     passed where the block goes shows. */
+  if (s != (CUstream)&stream_token || gx == 0 || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 ||
       shared != 0 || extra != NULL || params == NULL)
     return 1;
   long long threads = (long long)gx * bx;
