@@ -14,14 +14,14 @@
 // queue is full, and for what was queued when a stream broke or a
 // connection attempt failed. As on the simulator's lossy links, messages
 // already written to a stream that then breaks may be lost without a word.
-// Two exceptions keep a reply to a live node from coming back when only
+// Three exceptions keep a reply to a live node from coming back when only
 // membership lags behind the data plane (a node's address and life carry
 // no incarnation, so a reply lost there waits for its front's guard).
 // A node whose own stream into this node is up, while none from here is
 // (membership has not yet told its new life's address, or the stream is
 // being re-established), is alive: a message for it is held, up to
-// Config.Queue of them for up to Config.Hold, and goes out first once
-// its stream is up, or comes back Undeliverable then. And a node
+// Config.Queue of them, each for up to Config.Hold, and goes out first
+// once its stream is up, or comes back Undeliverable then. And a node
 // membership declares dead while its streams are up both ways (as
 // memberlist does to a node's new life with a stale report of its
 // previous life's death, until the node refutes it) keeps its stream
@@ -33,8 +33,8 @@
 // third node's devices answer its fronts meanwhile): its front
 // submitted the request, so its node lived lately, and a Reply that
 // comes back has no one to reach (a lost one costs its front's guard,
-// SLO + grace). Submits take neither: to a node not up,
-// or held dead, they come back at once, so fronts re-route.
+// SLO + grace). Submits take none of these: to a node not up, or held
+// dead, they come back at once, so fronts re-route.
 // Messages from one sender to one node arrive in the order sent (across a
 // reconnect, what the broken stream had delivered comes first unless the
 // receiver still reads it while the new one starts). Messages
