@@ -98,7 +98,7 @@ type Config struct {
 	// round robin, many requests in flight on each, matched by id).
 	GRPCStream bool
 	// GRPCConns is how many connections the gRPC load spreads over
-	// (round robin; with GRPCStream, 4 streams on each). Default 1. A
+	// (round robin; with GRPCStream, 4 streams on each); 0 is 1. A
 	// connection's frames are read by one goroutine and written by
 	// another at each end, so one connection can cap a many-core server
 	// below what the server itself takes.
@@ -184,8 +184,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("load config: TimeoutMs %d: must not be negative", c.TimeoutMs)
 	case c.Interval < 10*time.Millisecond || c.Interval > c.Duration:
 		return fmt.Errorf("load config: Interval %v: want 10ms to Duration", c.Interval)
-	case c.GRPCConns < 1 || c.GRPCConns > GRPCConnsMax:
-		return fmt.Errorf("load config: GRPCConns %d: want 1 to %d", c.GRPCConns, GRPCConnsMax)
+	case c.GRPCConns < 0 || c.GRPCConns > GRPCConnsMax:
+		return fmt.Errorf("load config: GRPCConns %d: want 1 to %d (0: 1)", c.GRPCConns, GRPCConnsMax)
 	case c.GRPCConns > 1 && c.GRPC == "":
 		return fmt.Errorf("load config: GRPCConns without GRPC: name the gRPC server")
 	case c.GRPCStream && c.GRPC == "":

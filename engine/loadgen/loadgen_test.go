@@ -416,7 +416,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Model = "a/b" }, "Model"},
 		{func(c *Config) { c.InputLen = 0 }, "InputLen"},
 		{func(c *Config) { c.SlowOver = -time.Millisecond }, "SlowOver"},
-		{func(c *Config) { c.GRPC, c.GRPCConns = "127.0.0.1:9", 0 }, "GRPCConns"},
+		{func(c *Config) { c.GRPC, c.GRPCConns = "127.0.0.1:9", -1 }, "GRPCConns"},
 		{func(c *Config) { c.GRPC, c.GRPCConns = "127.0.0.1:9", GRPCConnsMax+1 }, "GRPCConns"},
 		{func(c *Config) { c.GRPCConns = 2 }, "GRPCConns without GRPC"},
 	} {
