@@ -65,7 +65,7 @@ func (m *modelState) route(id uint64, version string) (string, bool) {
 		}
 		return "", false
 	}
-	x := int(mix64(id) % uint64(m.totalWeight))
+	x := int(Mix64(id) % uint64(m.totalWeight))
 	for _, v := range m.versions {
 		if x < v.Weight {
 			return v.Name, true
@@ -85,9 +85,11 @@ func (m *modelState) bucket(n int) int {
 	return len(m.edges)
 }
 
-// mix64 is SplitMix64's finaliser: request ids are sequential, and routing
-// needs them spread evenly over the weights.
-func mix64(x uint64) uint64 {
+// Mix64 is SplitMix64's finaliser: it spreads every input bit over every
+// output bit. Request ids are sequential, and routing needs them spread
+// evenly over the weights; the engine mixes a node's incarnation into its
+// fronts' (FrontConfig.Incarnation).
+func Mix64(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

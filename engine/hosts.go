@@ -281,18 +281,12 @@ func (h *batcherHost) receive(ctx actors.Context, msg actors.Message) {
 // plane may hand their replies to the new process: drawn from the
 // process's life alone, the new IDs were the old ones, and an old reply
 // would answer a new request. The front keeps the low 24 bits, so the
-// node's incarnation is mixed (splitmix64's finalizer) and the life
+// node's incarnation is mixed (actors.Mix64) and the life
 // added: a process's own lives never collide, two processes' ranges
 // of n lives overlap with a chance of about 2n/2^24.
 func frontIncarnation(cl *ClusterConfig, life uint64) uint64 {
 	if cl == nil {
 		return life
 	}
-	x := cl.Incarnation
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x + life
+	return actors.Mix64(cl.Incarnation) + life
 }
