@@ -44,18 +44,15 @@ func parseHead(b []byte, bodyMax int) (head, bool) {
 	}
 	h.method, h.target = method, target
 	h.contentLength = -1
-	// The fields' values share one backing array: a field's own slice is
-	// capped at its value, so that a repeated field's append copies.
-	fields := strings.Count(rest, "\r\n")
-	if fields > fieldsMax+1 {
-		return h, false
-	}
-	values := make([]string, 0, fields)
-	h.header = make(http.Header, fields)
+	// The fields' values share a backing array (a typical head's in one):
+	// a field's own slice is capped at its value, so that a repeated
+	// field's append copies.
+	values := make([]string, 0, 8)
+	h.header = make(http.Header, 8)
 	hosts := 0
-	for {
+	for n := 0; ; n++ {
 		line, rest, ok = strings.Cut(rest, "\r\n")
-		if !ok {
+		if !ok || n > fieldsMax {
 			return h, false
 		}
 		if len(line) == 0 {
