@@ -34,9 +34,13 @@ func TestBindingAgainstCFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var live, launches func() int32
+	var live, launches, graphLaunches func() int32
 	purego.RegisterLibFunc(&live, h, "fakecuda_live")
 	purego.RegisterLibFunc(&launches, h, "fakecuda_launches")
+	purego.RegisterLibFunc(&graphLaunches, h, "fakecuda_graph_launches")
+	if !drv.hasGraphs {
+		t.Fatal("the graph API was not bound")
+	}
 
 	v, devs, err := listDevices(drv)
 	if err != nil {
@@ -72,33 +76,29 @@ func TestBindingAgainstCFake(t *testing.T) {
 		}
 	}()
 
+	// A batch runs as one graph launch (captured on its shape's first
+	// batch), or, without graphs, as 4 + 2·ContLen launches.
+	w := NewWeights(WeightSeed)
+	r := rand.New(rand.NewPCG(9, 9))
+	cfg := DefaultDeviceConfig(0)
+	cfg.Graphs = false
+	direct, err := openDevice(drv, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forwardOnThread(t, direct, w, randomBatch(r, 3), launches, 4+2*ContLen, graphLaunches, 0)
+	if err := direct.Close(); err != nil {
+		t.Fatal(err)
+	}
 	d, err := openDevice(drv, DefaultDeviceConfig(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := NewWeights(WeightSeed)
-	r := rand.New(rand.NewPCG(9, 9))
 	for _, n := range []int{1, 5, BatchMax, 2} {
-		batch := randomBatch(r, n)
-		before := launches()
-		// Each batch runs on a goroutine that keeps its thread locked to
-		// its end, so the thread dies with it and the next batch runs on
-		// another: the context must be made current on each.
-		done := make(chan error, 1)
-		var outs []Output
-		go func() {
-			runtime.LockOSThread()
-			var err error
-			outs, err = d.Forward(context.Background(), batch)
-			done <- err
-		}()
-		if err := <-done; err != nil {
-			t.Fatalf("batch of %d: %v", n, err)
-		}
-		checkOutputs(t, w, batch, outs)
-		if got := launches() - before; got != 4+2*ContLen {
-			t.Errorf("batch of %d: %d launches, want %d", n, got, 4+2*ContLen)
-		}
+		forwardOnThread(t, d, w, randomBatch(r, n), launches, 0, graphLaunches, 1)
+	}
+	if c := d.Counters(); c.Graphs < 1 || c.Graphs > 4 {
+		t.Errorf("%d graphs built for 4 batches", c.Graphs)
 	}
 
 	// The generation kernels, model.cu's in C, through the binding: the
@@ -126,6 +126,30 @@ func TestBindingAgainstCFake(t *testing.T) {
 	}
 	if n := live(); n != 0 {
 		t.Errorf("after Close the fake driver holds %d allocations, streams, modules or retains", n)
+	}
+}
+
+// forwardOnThread runs batch on d from a goroutine that keeps its thread
+// locked to its end, so the thread dies with it and the next batch runs on
+// another: the context must be made current on each. It checks the
+// outputs and how many launches and graph launches the fake counted.
+func forwardOnThread(t *testing.T, d *Device, w *Weights, batch []string, launches func() int32, wantLaunches int32, graphLaunches func() int32, wantGraphLaunches int32) {
+	t.Helper()
+	l0, g0 := launches(), graphLaunches()
+	done := make(chan error, 1)
+	var outs []Output
+	go func() {
+		runtime.LockOSThread()
+		var err error
+		outs, err = d.Forward(context.Background(), batch)
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("batch of %d: %v", len(batch), err)
+	}
+	checkOutputs(t, w, batch, outs)
+	if l, g := launches()-l0, graphLaunches()-g0; l != wantLaunches || g != wantGraphLaunches {
+		t.Errorf("batch of %d: %d launches and %d graph launches, want %d and %d", len(batch), l, g, wantLaunches, wantGraphLaunches)
 	}
 }
 

@@ -3,6 +3,7 @@ package cudabridge
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -131,7 +132,7 @@ func (c *CPU) Forward(ctx context.Context, inputs []string) ([]Output, error) {
 	}
 	defer c.running.Add(-1)
 
-	n, lpad, err := pad(inputs, c.lim, c.x)
+	n, lpad, err := pad(inputs, c.lim, c.x, false)
 	if err != nil {
 		return nil, err
 	}
@@ -169,9 +170,10 @@ func (c *CPU) Forward(ctx context.Context, inputs []string) ([]Output, error) {
 
 // pad copies inputs into x as n rows of lpad bytes, lpad the longest
 // input's length (at least 1, so rows are never empty), zeros after each
-// input. The padding is never read: the kernels stop at each input's
-// length.
-func pad(inputs []string, lim Limits, x []byte) (n, lpad int, err error) {
+// input; with pow2, lpad is rounded up to a power of two (at most
+// lim.InputLenMax), for fewer batch shapes. The padding is never read: the
+// kernels stop at each input's length.
+func pad(inputs []string, lim Limits, x []byte, pow2 bool) (n, lpad int, err error) {
 	n = len(inputs)
 	if n < 1 || n > lim.BatchMax {
 		return 0, 0, fmt.Errorf("cudabridge: %d inputs, want 1 to %d: %w", n, lim.BatchMax, ErrBatchSize)
@@ -182,6 +184,9 @@ func pad(inputs []string, lim Limits, x []byte) (n, lpad int, err error) {
 			return 0, 0, fmt.Errorf("cudabridge: input of %d bytes, want at most %d: %w", len(in), lim.InputLenMax, ErrInputTooLong)
 		}
 		lpad = max(lpad, len(in))
+	}
+	if pow2 {
+		lpad = min(1<<bits.Len(uint(lpad-1)), lim.InputLenMax)
 	}
 	if len(x) < n*lpad {
 		panic("cudabridge: pad buffer smaller than the limits")

@@ -56,6 +56,17 @@ type cudaDriver struct {
 	// gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, CUstream,
 	// void **kernelParams, void **extra)
 	cuLaunchKernel uintptr
+
+	// CUDA graphs (CUDA 11.4 or newer), optional: without them a batch's
+	// kernels are launched one by one. hasGraphs says all were found.
+	hasGraphs                   bool
+	cuStreamBeginCapture        func(s uintptr, mode int32) int32
+	cuStreamEndCapture          func(s uintptr, g *uintptr) int32
+	cuGraphInstantiateWithFlags func(e *uintptr, g uintptr, flags uint64) int32
+	cuGraphExecDestroy          func(e uintptr) int32
+	cuGraphDestroy              func(g uintptr) int32
+	// CUresult cuGraphLaunch(CUgraphExec, CUstream): once a batch, by address.
+	cuGraphLaunch uintptr
 }
 
 // symbols names the driver's exported function behind each field. The _v2
@@ -97,6 +108,25 @@ func (d *cudaDriver) symbols() []struct {
 	}
 }
 
+// graphSymbols are the optional symbols: the graph API. The _v2 capture
+// is the one cuda.h maps cuStreamBeginCapture to since CUDA 10.1.
+func (d *cudaDriver) graphSymbols() []struct {
+	name string
+	fn   any
+} {
+	return []struct {
+		name string
+		fn   any
+	}{
+		{"cuStreamBeginCapture_v2", &d.cuStreamBeginCapture},
+		{"cuStreamEndCapture", &d.cuStreamEndCapture},
+		{"cuGraphInstantiateWithFlags", &d.cuGraphInstantiateWithFlags},
+		{"cuGraphExecDestroy", &d.cuGraphExecDestroy},
+		{"cuGraphDestroy", &d.cuGraphDestroy},
+		{"cuGraphLaunch", &d.cuGraphLaunch},
+	}
+}
+
 // The library is loaded and initialised once per process, on first use:
 // dlopen and cuInit are process-wide, and a failure will not go away by
 // asking again.
@@ -122,16 +152,27 @@ func openDriver(name string) (*cudaDriver, error) {
 		return nil, fmt.Errorf("cudabridge: %s not found or not loadable (is the NVIDIA driver installed, and its library on the loader's path?): %v: %w", name, err, ErrNoDriver)
 	}
 	d := &cudaDriver{}
+	bind := func(fn any, sym uintptr) {
+		if addr, raw := fn.(*uintptr); raw {
+			*addr = sym
+		} else {
+			purego.RegisterFunc(fn, sym)
+		}
+	}
 	for _, s := range d.symbols() {
 		sym, err := dlsym(h, s.name)
 		if err != nil || sym == 0 {
 			dlclose(h)
 			return nil, fmt.Errorf("cudabridge: %s has no %s (a CUDA 11 or newer driver is needed): %v: %w", name, s.name, err, ErrNoDriver)
 		}
-		if addr, raw := s.fn.(*uintptr); raw {
-			*addr = sym
+		bind(s.fn, sym)
+	}
+	d.hasGraphs = true
+	for _, s := range d.graphSymbols() {
+		if sym, err := dlsym(h, s.name); err == nil && sym != 0 {
+			bind(s.fn, sym)
 		} else {
-			purego.RegisterFunc(s.fn, sym)
+			d.hasGraphs = false
 		}
 	}
 	// The handle stays open for the life of the process: the registered
@@ -368,4 +409,56 @@ func (d *cudaDriver) LaunchKernel(f cuFunction, grid, block uint32, s cuStream, 
 	}
 	r, _, _ := purego.SyscallN(d.cuLaunchKernel, uintptr(f), uintptr(grid), 1, 1, uintptr(block), 1, 1, 0, uintptr(s), uintptr(unsafe.Pointer(&ptrs[0])), 0)
 	return d.err("cuLaunchKernel", int32(r))
+}
+
+// errNoGraphs says the driver has no graph API (older than CUDA 11.4): a
+// Device then launches each batch's kernels one by one.
+var errNoGraphs = errors.New("cudabridge: the driver has no CUDA graphs (CUDA 11.4 or newer)")
+
+// StreamBeginCapture starts recording the work queued on s into a graph,
+// in relaxed mode: other threads' calls (another device's) are not
+// checked against the capture.
+func (d *cudaDriver) StreamBeginCapture(s cuStream) error {
+	if !d.hasGraphs {
+		return errNoGraphs
+	}
+	return d.err("cuStreamBeginCapture_v2", d.cuStreamBeginCapture(uintptr(s), streamCaptureModeRelaxed))
+}
+
+func (d *cudaDriver) StreamEndCapture(s cuStream) (cuGraph, error) {
+	if !d.hasGraphs {
+		return 0, errNoGraphs
+	}
+	var g uintptr
+	return cuGraph(g), d.err("cuStreamEndCapture", d.cuStreamEndCapture(uintptr(s), &g))
+}
+
+func (d *cudaDriver) GraphInstantiate(g cuGraph) (cuGraphExec, error) {
+	if !d.hasGraphs {
+		return 0, errNoGraphs
+	}
+	var e uintptr
+	return cuGraphExec(e), d.err("cuGraphInstantiateWithFlags", d.cuGraphInstantiateWithFlags(&e, uintptr(g), 0))
+}
+
+func (d *cudaDriver) GraphLaunch(e cuGraphExec, s cuStream) error {
+	if !d.hasGraphs {
+		return errNoGraphs
+	}
+	r, _, _ := purego.SyscallN(d.cuGraphLaunch, uintptr(e), uintptr(s))
+	return d.err("cuGraphLaunch", int32(r))
+}
+
+func (d *cudaDriver) GraphExecDestroy(e cuGraphExec) error {
+	if !d.hasGraphs {
+		return errNoGraphs
+	}
+	return d.err("cuGraphExecDestroy", d.cuGraphExecDestroy(uintptr(e)))
+}
+
+func (d *cudaDriver) GraphDestroy(g cuGraph) error {
+	if !d.hasGraphs {
+		return errNoGraphs
+	}
+	return d.err("cuGraphDestroy", d.cuGraphDestroy(uintptr(g)))
 }

@@ -42,11 +42,19 @@ type DeviceConfig struct {
 	// takes tens to hundreds of microseconds, far less than a sleep's
 	// granularity. Default 2 ms.
 	PollSpin time.Duration
+	// Graphs runs a batch's 4 + 2·ContLen kernels as one CUDA graph
+	// launch instead of one launch each, the graph captured once per
+	// batch shape and kept while the context lives. The shape is the
+	// rows, rounded up to a multiple of graphRowsStep, and the padded
+	// input length, rounded up to a power of two; the rows past the batch
+	// are empty inputs, computed and not read. On a driver without graphs
+	// a Device launches the kernels one by one. Default on.
+	Graphs bool
 }
 
 // DefaultDeviceConfig returns device ordinal's defaults.
 func DefaultDeviceConfig(ordinal int) DeviceConfig {
-	return DeviceConfig{Ordinal: ordinal, Limits: DefaultLimits(), BatchTimeout: 10 * time.Second, PollSpin: 2 * time.Millisecond}
+	return DeviceConfig{Ordinal: ordinal, Limits: DefaultLimits(), BatchTimeout: 10 * time.Second, PollSpin: 2 * time.Millisecond, Graphs: true}
 }
 
 // Validate reports the first unusable setting.
@@ -73,6 +81,20 @@ const (
 	pollSleepMax = time.Millisecond
 )
 
+// The batch graphs (DeviceConfig.Graphs).
+const (
+	// graphRowsStep is what a graph's rows are rounded up to: 25 shapes
+	// of rows at BatchMax 100 instead of 100, for at most 3 empty rows.
+	graphRowsStep = 4
+	// graphsMax bounds the graphs a context keeps; a batch of another
+	// shape launches its kernels one by one. The default limits make
+	// 25 × 11 shapes.
+	graphsMax = 512
+	// graphFailuresMax is how many failures to build a graph (each a
+	// device fault) turn graphs off for the Device's life.
+	graphFailuresMax = 3
+)
+
 // Device runs the model on one GPU: one primary context, one stream, the
 // weights uploaded once and the batch buffers (device memory and
 // page-locked host memory) allocated once at Limits. A batch is padded to
@@ -96,9 +118,10 @@ type Device struct {
 	weightBytes [][]byte
 
 	running atomic.Int32
-	// Kept by Run, read by Counters.
-	batches       atomic.Uint64
-	runNs, waitNs atomic.Int64
+	// Kept by Run and forward, read by Counters.
+	batches                    atomic.Uint64
+	runNs, waitNs              atomic.Int64
+	graphsBuilt, graphLaunches atomic.Uint64
 
 	mu  sync.Mutex // guards what follows; held by Forward and Close
 	dev cuDevice
@@ -107,6 +130,11 @@ type Device struct {
 	// when healthy.
 	fault  error
 	closed bool
+	// graphsOff is why batches no longer run as graphs (the driver has
+	// none, or building them failed graphFailuresMax times); nil while
+	// they do.
+	graphsOff     error
+	graphFailures int
 }
 
 // gpuState is what one context holds.
@@ -117,6 +145,8 @@ type gpuState struct {
 	stream cuStream
 	// gen holds a generator's buffers, from its first step (gen_device.go).
 	gen *genBufs
+	// graphs are the batch graphs built on this context, by shape.
+	graphs map[graphShape]cuGraphExec
 
 	// Device buffers, each its own allocation.
 	weights []cuDevPtr // in the order of weightArrays
@@ -220,11 +250,15 @@ type DeviceCounters struct {
 	// to finish the work queued (the rest is the host's: padding, kernel
 	// launches, decoding, formatting).
 	Run, Wait time.Duration
+	// GraphLaunches is how many batches ran as one graph launch, and
+	// Graphs how many graphs were built (DeviceConfig.Graphs).
+	GraphLaunches, Graphs uint64
 }
 
 // Counters returns the device's counters. It may be called at any time.
 func (d *Device) Counters() DeviceCounters {
-	return DeviceCounters{Batches: d.batches.Load(), Run: time.Duration(d.runNs.Load()), Wait: time.Duration(d.waitNs.Load())}
+	return DeviceCounters{Batches: d.batches.Load(), Run: time.Duration(d.runNs.Load()), Wait: time.Duration(d.waitNs.Load()),
+		GraphLaunches: d.graphLaunches.Load(), Graphs: d.graphsBuilt.Load()}
 }
 
 // Forward runs inputs (1 to BatchMax, none longer than InputLenMax) as one
@@ -428,6 +462,10 @@ func weightBytesTotal(ws [][]byte) int {
 // what is left.
 func (d *Device) teardown(st *gpuState) {
 	drv := d.drv
+	for _, e := range st.graphs {
+		_ = drv.GraphExecDestroy(e)
+	}
+	st.graphs = nil
 	for _, b := range st.hostAllocs {
 		_ = drv.MemFreeHost(b)
 	}
@@ -452,44 +490,29 @@ func (d *Device) teardown(st *gpuState) {
 // in, launch, copy out, wait, decode.
 func (d *Device) forward(ctx context.Context, st *gpuState, inputs []string) ([]Output, error) {
 	lim := d.cfg.Limits
-	n, lpad, err := pad(inputs, lim, st.hx)
+	graphs := d.cfg.Graphs && d.graphsOff == nil
+	n, lpad, err := pad(inputs, lim, st.hx, graphs)
 	if err != nil {
 		return nil, err
+	}
+	rows := n
+	if graphs {
+		rows = min((n+graphRowsStep-1)/graphRowsStep*graphRowsStep, lim.BatchMax)
 	}
 	for i, in := range inputs {
 		binary.LittleEndian.PutUint32(st.hlens[i*4:], uint32(len(in)))
 	}
+	// The rows past the batch are empty inputs: they read no bytes.
+	clear(st.hlens[n*4 : rows*4])
 	drv, s := d.drv, st.stream
 	if err := drv.MemcpyHtoDAsync(st.x, st.hx[:n*lpad], s); err != nil {
 		return nil, err
 	}
-	if err := drv.MemcpyHtoDAsync(st.lens, st.hlens[:n*4], s); err != nil {
+	if err := drv.MemcpyHtoDAsync(st.lens, st.hlens[:rows*4], s); err != nil {
 		return nil, err
 	}
-	w := st.weights
-	p := func(v cuDevPtr) uint64 { return uint64(v) }
-	launches := []launch{
-		{st.fn.embedPool, n * Embed, []uint64{p(st.x), p(st.lens), p(w[wEmbed]), p(st.p), uint64(n), uint64(lpad)}},
-		{st.fn.dense, n * Hidden, []uint64{p(st.p), p(w[wW1]), p(w[wB1]), p(st.h[0]), uint64(n), Embed, Hidden, 1}},
-		{st.fn.dense, n * Hidden, []uint64{p(st.h[0]), p(w[wW2]), p(w[wB2]), p(st.h[1]), uint64(n), Hidden, Hidden, 1}},
-		{st.fn.dense, n * Labels, []uint64{p(st.h[1]), p(w[wWL]), p(w[wBL]), p(st.logits), uint64(n), Hidden, Labels, 0}},
-	}
-	cur, next := st.h[1], st.h[2]
-	for t := range ContLen {
-		launches = append(launches,
-			launch{st.fn.dense, n * Vocab, []uint64{p(cur), p(w[wWO]), p(w[wBO]), p(st.o), uint64(n), Hidden, Vocab, 0}},
-			launch{st.fn.step, n * Hidden, []uint64{p(st.o), p(cur), p(w[wEmbed]), p(w[wWH]), p(w[wWX]), p(w[wBH]), p(next), p(st.cont), uint64(n), uint64(t)}},
-		)
-		cur, next = next, cur
-	}
-	for _, l := range launches {
-		grid := (l.threads + launchBlockThreads - 1) / launchBlockThreads
-		if grid < 1 || grid > launchGridBlocksMax {
-			panic(fmt.Sprintf("cudabridge: launch of %d threads", l.threads))
-		}
-		if err := drv.LaunchKernel(l.fn, uint32(grid), launchBlockThreads, s, l.params); err != nil {
-			return nil, err
-		}
+	if err := d.launch(st, graphShape{rows, lpad}, graphs); err != nil {
+		return nil, err
 	}
 	hlogits, hcont := st.hlogits[:n*Labels*4], st.hcont[:n*ContLen]
 	if err := drv.MemcpyDtoHAsync(hlogits, st.logits, s); err != nil {
@@ -516,6 +539,115 @@ type launch struct {
 	fn      cuFunction
 	threads int
 	params  []uint64
+}
+
+// graphShape is what a batch's launches depend on besides the context:
+// the rows the kernels run over and the padded input length.
+type graphShape struct{ rows, lpad int }
+
+// launches returns a batch's kernel launches over shape's rows.
+func (st *gpuState) launches(shape graphShape) []launch {
+	n, lpad := shape.rows, shape.lpad
+	w := st.weights
+	p := func(v cuDevPtr) uint64 { return uint64(v) }
+	ls := []launch{
+		{st.fn.embedPool, n * Embed, []uint64{p(st.x), p(st.lens), p(w[wEmbed]), p(st.p), uint64(n), uint64(lpad)}},
+		{st.fn.dense, n * Hidden, []uint64{p(st.p), p(w[wW1]), p(w[wB1]), p(st.h[0]), uint64(n), Embed, Hidden, 1}},
+		{st.fn.dense, n * Hidden, []uint64{p(st.h[0]), p(w[wW2]), p(w[wB2]), p(st.h[1]), uint64(n), Hidden, Hidden, 1}},
+		{st.fn.dense, n * Labels, []uint64{p(st.h[1]), p(w[wWL]), p(w[wBL]), p(st.logits), uint64(n), Hidden, Labels, 0}},
+	}
+	cur, next := st.h[1], st.h[2]
+	for t := range ContLen {
+		ls = append(ls,
+			launch{st.fn.dense, n * Vocab, []uint64{p(cur), p(w[wWO]), p(w[wBO]), p(st.o), uint64(n), Hidden, Vocab, 0}},
+			launch{st.fn.step, n * Hidden, []uint64{p(st.o), p(cur), p(w[wEmbed]), p(w[wWH]), p(w[wWX]), p(w[wBH]), p(next), p(st.cont), uint64(n), uint64(t)}},
+		)
+		cur, next = next, cur
+	}
+	return ls
+}
+
+// launchAll queues ls on s, one launch each.
+func launchAll(drv driver, s cuStream, ls []launch) error {
+	for _, l := range ls {
+		grid := (l.threads + launchBlockThreads - 1) / launchBlockThreads
+		if grid < 1 || grid > launchGridBlocksMax {
+			panic(fmt.Sprintf("cudabridge: launch of %d threads", l.threads))
+		}
+		if err := drv.LaunchKernel(l.fn, uint32(grid), launchBlockThreads, s, l.params); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// launch queues a batch's kernels over shape: as its graph when graphs
+// is set and the shape has one or gets one now, else one by one.
+func (d *Device) launch(st *gpuState, shape graphShape, graphs bool) error {
+	if graphs {
+		e, ok := st.graphs[shape]
+		if !ok && len(st.graphs) < graphsMax {
+			var err error
+			if e, err = d.buildGraph(st, shape); err != nil {
+				return err
+			}
+			ok = e != 0
+		}
+		if ok {
+			d.graphLaunches.Add(1)
+			return d.drv.GraphLaunch(e, st.stream)
+		}
+	}
+	return launchAll(d.drv, st.stream, st.launches(shape))
+}
+
+// buildGraph captures shape's launches on st's stream into a graph and
+// keeps it in st. A driver without graphs turns them off and returns no
+// graph and no error; any other failure is the batch's (a device fault),
+// and the graphFailuresMax'th turns graphs off too.
+func (d *Device) buildGraph(st *gpuState, shape graphShape) (cuGraphExec, error) {
+	drv, s := d.drv, st.stream
+	if err := drv.StreamBeginCapture(s); err != nil {
+		var ce *CUDAError
+		if errors.Is(err, errNoGraphs) || errors.As(err, &ce) && (ce.Code == cudaErrorNotSupported || ce.Code == cudaErrorCaptureUnsupported) {
+			d.graphsOff = err
+			return 0, nil
+		}
+		return 0, d.graphFailed(err)
+	}
+	// The capture always ends, so that the stream runs work again.
+	err := launchAll(drv, s, st.launches(shape))
+	g, endErr := drv.StreamEndCapture(s)
+	err = errors.Join(err, endErr)
+	var e cuGraphExec
+	if err == nil {
+		e, err = drv.GraphInstantiate(g)
+	}
+	if g != 0 {
+		// The executable graph keeps what it needs of the graph.
+		err = errors.Join(err, drv.GraphDestroy(g))
+	}
+	if err != nil {
+		if e != 0 {
+			_ = drv.GraphExecDestroy(e)
+		}
+		return 0, d.graphFailed(err)
+	}
+	if st.graphs == nil {
+		st.graphs = make(map[graphShape]cuGraphExec)
+	}
+	st.graphs[shape] = e
+	d.graphsBuilt.Add(1)
+	return e, nil
+}
+
+// graphFailed counts a failure to build a graph and returns it.
+func (d *Device) graphFailed(err error) error {
+	d.graphFailures++
+	if d.graphFailures >= graphFailuresMax {
+		d.graphsOff = fmt.Errorf("cudabridge: device %d: %d failures building CUDA graphs, the last: %w", d.cfg.Ordinal, d.graphFailures, err)
+	}
+	return fmt.Errorf("cudabridge: device %d: building a CUDA graph: %w", d.cfg.Ordinal, err)
 }
 
 // wait polls the stream until its work is done, ctx ends, or the batch

@@ -3,19 +3,28 @@ package cudabridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // openFake opens device 0 of a fresh fake driver with small polling
 // settings.
 func openFake(t *testing.T, lim Limits) (*Device, *fakeDriver) {
 	t.Helper()
-	f := newFakeDriver(2)
 	cfg := DefaultDeviceConfig(0)
 	cfg.Limits = lim
+	return openFakeConfig(t, newFakeDriver(2), cfg)
+}
+
+// openFakeConfig opens a Device of cfg (without its polling spin) on f,
+// closes it at the test's end and checks that f then holds nothing.
+func openFakeConfig(t *testing.T, f *fakeDriver, cfg DeviceConfig) (*Device, *fakeDriver) {
+	t.Helper()
 	cfg.PollSpin = 0
 	d, err := openDevice(f, cfg)
 	if err != nil {
@@ -64,31 +73,179 @@ func TestDeviceMatchesReference(t *testing.T) {
 }
 
 // TestDeviceBuffersOnceLaunchesPerBatch: setup allocates once; each batch
-// is two copies in (of the padded inputs and the lengths), 4+2·ContLen
-// launches and two copies out, and allocates nothing.
+// is two copies in (of the padded inputs and the lengths), its kernels and
+// two copies out, and allocates nothing. Without graphs the kernels are
+// 4+2·ContLen launches a batch. With them a batch is one graph launch, and
+// only a shape's first batch launches (into its capture): 5, 6 and 7
+// inputs of 10 bytes are one shape (8 rows of 16 bytes), 9 another.
 func TestDeviceBuffersOnceLaunchesPerBatch(t *testing.T) {
-	d, f := openFake(t, DefaultLimits())
-	allocs, hostAllocs, loads := f.count("MemAlloc"), f.count("MemAllocHost"), f.count("ModuleLoadData")
-	if allocs != wCount+9 || hostAllocs != 5 || loads != 1 {
-		t.Fatalf("setup: %d device allocations, %d host, %d module loads; want %d, 5, 1", allocs, hostAllocs, loads, wCount+9)
+	for _, graphs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graphs %v", graphs), func(t *testing.T) {
+			cfg := DefaultDeviceConfig(0)
+			cfg.Graphs = graphs
+			d, f := openFakeConfig(t, newFakeDriver(1), cfg)
+			allocs, hostAllocs, loads := f.count("MemAlloc"), f.count("MemAllocHost"), f.count("ModuleLoadData")
+			if allocs != wCount+9 || hostAllocs != 5 || loads != 1 {
+				t.Fatalf("setup: %d device allocations, %d host, %d module loads; want %d, 5, 1", allocs, hostAllocs, loads, wCount+9)
+			}
+			for i, n := range []int{5, 6, 9, 7} {
+				h2d, d2h, launches, graphLaunches := f.count("MemcpyHtoDAsync"), f.count("MemcpyDtoHAsync"), f.count("LaunchKernel"), f.count("GraphLaunch")
+				if _, err := d.Forward(context.Background(), ProfileInputs(n, 10)); err != nil {
+					t.Fatal(err)
+				}
+				if got := f.count("MemcpyHtoDAsync") - h2d; got != 2 {
+					t.Errorf("batch %d: %d copies in, want 2", i, got)
+				}
+				if got := f.count("MemcpyDtoHAsync") - d2h; got != 2 {
+					t.Errorf("batch %d: %d copies out, want 2", i, got)
+				}
+				wantLaunches, wantGraphLaunches := 4+2*ContLen, 0
+				if graphs {
+					wantGraphLaunches = 1
+					if n == 6 || n == 7 {
+						wantLaunches = 0
+					}
+				}
+				if got, gotG := f.count("LaunchKernel")-launches, f.count("GraphLaunch")-graphLaunches; got != wantLaunches || gotG != wantGraphLaunches {
+					t.Errorf("batch %d: %d launches and %d graph launches, want %d and %d", i, got, gotG, wantLaunches, wantGraphLaunches)
+				}
+			}
+			if f.count("MemAlloc") != allocs || f.count("MemAllocHost") != hostAllocs || f.count("ModuleLoadData") != loads {
+				t.Error("batches allocated or loaded again")
+			}
+			if c, want := d.Counters(), map[bool]uint64{false: 0, true: 2}[graphs]; c.Graphs != want || c.GraphLaunches != 2*want {
+				t.Errorf("counters %+v: want %d graphs, %d graph launches", c, want, 2*want)
+			}
+		})
 	}
+}
+
+// TestDeviceGraphsMatchLaunches: whatever the batch (its size, its inputs'
+// lengths, limits that are not powers of two, so that the rounded shapes
+// are capped), a device running graphs gives the outputs of one launching
+// each kernel, and both the reference's; it builds one graph per shape
+// and runs every batch as one.
+func TestDeviceGraphsMatchLaunches(t *testing.T) {
+	lim := Limits{BatchMax: 10, InputLenMax: 24}
+	cfg := DefaultDeviceConfig(0)
+	cfg.Limits = lim
+	g, _ := openFakeConfig(t, newFakeDriver(1), cfg)
+	cfg.Graphs = false
+	direct, _ := openFakeConfig(t, newFakeDriver(1), cfg)
+	w := NewWeights(WeightSeed)
+	shapes := map[graphShape]bool{}
+	batches := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		var batch []string
+		for _, in := range rapid.SliceOfN(rapid.SliceOfN(rapid.Byte(), 0, lim.InputLenMax), 1, lim.BatchMax).Draw(rt, "batch") {
+			batch = append(batch, string(in))
+		}
+		outs, err := g.Forward(context.Background(), batch)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		want, err := direct.Forward(context.Background(), batch)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for i, in := range batch {
+			if outs[i] != want[i] || outs[i] != w.Infer([]byte(in)) {
+				rt.Fatalf("item %d of %d (%d bytes): graphs %v, launches %v, reference %v", i, len(batch), len(in), outs[i], want[i], w.Infer([]byte(in)))
+			}
+		}
+		longest := 1
+		for _, in := range batch {
+			longest = max(longest, len(in))
+		}
+		rows, lpad := min((len(batch)+3)/4*4, lim.BatchMax), 1
+		for lpad < longest {
+			lpad *= 2
+		}
+		shapes[graphShape{rows, min(lpad, lim.InputLenMax)}] = true
+		batches++
+	})
+	if c := g.Counters(); c.Graphs != uint64(len(shapes)) || c.GraphLaunches != uint64(batches) {
+		t.Errorf("%d batches of %d shapes: %d graphs built, %d graph launches", batches, len(shapes), c.Graphs, c.GraphLaunches)
+	}
+}
+
+// TestDeviceWithoutGraphs: on a driver without graphs, a device that asks
+// for them launches each kernel, correctly, and asks only once.
+func TestDeviceWithoutGraphs(t *testing.T) {
+	f := newFakeDriver(1)
+	f.noGraphs = true
+	d, _ := openFakeConfig(t, f, DefaultDeviceConfig(0))
+	w := NewWeights(WeightSeed)
 	for i := range 3 {
-		h2d, d2h, launches := f.count("MemcpyHtoDAsync"), f.count("MemcpyDtoHAsync"), f.count("LaunchKernel")
-		if _, err := d.Forward(context.Background(), ProfileInputs(5+i, 10)); err != nil {
+		batch := ProfileInputs(3+i, 5)
+		launches := f.count("LaunchKernel")
+		outs, err := d.Forward(context.Background(), batch)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if got := f.count("MemcpyHtoDAsync") - h2d; got != 2 {
-			t.Errorf("batch %d: %d copies in, want 2", i, got)
-		}
-		if got := f.count("MemcpyDtoHAsync") - d2h; got != 2 {
-			t.Errorf("batch %d: %d copies out, want 2", i, got)
-		}
+		checkOutputs(t, w, batch, outs)
 		if got := f.count("LaunchKernel") - launches; got != 4+2*ContLen {
 			t.Errorf("batch %d: %d launches, want %d", i, got, 4+2*ContLen)
 		}
 	}
-	if f.count("MemAlloc") != allocs || f.count("MemAllocHost") != hostAllocs || f.count("ModuleLoadData") != loads {
-		t.Error("batches allocated or loaded again")
+	if c := d.Counters(); c.Graphs != 0 || c.GraphLaunches != 0 || !errors.Is(d.graphsOff, errNoGraphs) {
+		t.Errorf("counters %+v, graphs off for %v", c, d.graphsOff)
+	}
+}
+
+// TestDeviceGraphFaults: a failure building a graph, or launching one,
+// fails its batch as a device fault; the device resets, builds its graphs
+// again and is correct. After graphFailuresMax failures to build one it
+// launches kernels one by one.
+func TestDeviceGraphFaults(t *testing.T) {
+	d, f := openFake(t, DefaultLimits())
+	w := NewWeights(WeightSeed)
+	batch := []string{"one", "two", "three"}
+	inject := func(op string) {
+		f.mu.Lock()
+		f.failOp, f.failAt, f.failCode, f.sticky = op, f.counts[op]+1, 719, false
+		f.mu.Unlock()
+	}
+	// Each fault's batch is of a shape not built yet: 4, 8, 12, 16 rows.
+	fault := func(op string, n int) {
+		t.Helper()
+		inject(op)
+		_, err := d.Forward(context.Background(), ProfileInputs(n, 3))
+		var ce *CUDAError
+		if !errors.Is(err, ErrDeviceFault) || !errors.As(err, &ce) || ce.Code != 719 {
+			t.Fatalf("%s failed: err %v; want ErrDeviceFault wrapping the injected CUDA error", op, err)
+		}
+	}
+	ok := func() {
+		t.Helper()
+		outs, err := d.Forward(context.Background(), batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOutputs(t, w, batch, outs)
+	}
+	ok()
+	fault("GraphLaunch", 3)
+	built := d.Counters().Graphs
+	ok()
+	if d.Counters().Graphs != built+1 {
+		t.Error("the graph was not built again on the reset context")
+	}
+	for i, op := range []string{"GraphInstantiate", "StreamEndCapture"} {
+		fault(op, 5+4*i)
+		if d.graphsOff != nil {
+			t.Fatalf("graphs off after %d failures: %v", i+1, d.graphsOff)
+		}
+		ok()
+	}
+	fault("StreamBeginCapture", 13)
+	if d.graphsOff == nil {
+		t.Fatalf("graphs still on after %d failures to build one", graphFailuresMax)
+	}
+	launches, graphLaunches := f.count("LaunchKernel"), d.Counters().GraphLaunches
+	ok()
+	if f.count("LaunchKernel")-launches != 4+2*ContLen || d.Counters().GraphLaunches != graphLaunches {
+		t.Error("graphs off: the batch did not launch its kernels one by one")
 	}
 }
 

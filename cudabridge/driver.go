@@ -48,35 +48,40 @@ func (e *CUDAError) Error() string {
 
 // CUresult codes this package branches on.
 const (
-	cudaSuccess         = 0
-	cudaErrorStubLib    = 34  // CUDA_ERROR_STUB_LIBRARY: the toolkit's stub, not a driver
-	cudaErrorNoDevice   = 100 // CUDA_ERROR_NO_DEVICE
-	cudaErrorNotReady   = 600 // CUDA_ERROR_NOT_READY: cuStreamQuery's "still running"
-	streamNonBlocking   = 1   // CU_STREAM_NON_BLOCKING
-	jitInfoLogBuffer    = 3   // CU_JIT_INFO_LOG_BUFFER
-	jitInfoLogBytes     = 4   // CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
-	jitErrorLogBuffer   = 5   // CU_JIT_ERROR_LOG_BUFFER
-	jitErrorLogBytes    = 6   // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
-	jitLogBytesMax      = 8 << 10
-	deviceNameBytesMax  = 256
-	cStringBytesMax     = 1 << 10
-	kernelParamsMax     = 12 // the most parameters a kernel of model.cu takes
-	deviceCountMax      = 1 << 10
-	allocationBytesMax  = 1 << 30 // far above what the model's buffers need
-	launchBlockThreads  = 128
-	launchGridBlocksMax = 1<<31 - 1
+	cudaSuccess                 = 0
+	cudaErrorStubLib            = 34  // CUDA_ERROR_STUB_LIBRARY: the toolkit's stub, not a driver
+	cudaErrorNoDevice           = 100 // CUDA_ERROR_NO_DEVICE
+	cudaErrorNotReady           = 600 // CUDA_ERROR_NOT_READY: cuStreamQuery's "still running"
+	streamNonBlocking           = 1   // CU_STREAM_NON_BLOCKING
+	cudaErrorNotSupported       = 801 // CUDA_ERROR_NOT_SUPPORTED
+	cudaErrorCaptureUnsupported = 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+	streamCaptureModeRelaxed    = 2   // CU_STREAM_CAPTURE_MODE_RELAXED
+	jitInfoLogBuffer            = 3   // CU_JIT_INFO_LOG_BUFFER
+	jitInfoLogBytes             = 4   // CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
+	jitErrorLogBuffer           = 5   // CU_JIT_ERROR_LOG_BUFFER
+	jitErrorLogBytes            = 6   // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+	jitLogBytesMax              = 8 << 10
+	deviceNameBytesMax          = 256
+	cStringBytesMax             = 1 << 10
+	kernelParamsMax             = 12 // the most parameters a kernel of model.cu takes
+	deviceCountMax              = 1 << 10
+	allocationBytesMax          = 1 << 30 // far above what the model's buffers need
+	launchBlockThreads          = 128
+	launchGridBlocksMax         = 1<<31 - 1
 )
 
 // Opaque driver handles. They are plain values: a CUcontext, CUmodule,
 // CUfunction or CUstream is a pointer the driver owns, and a device pointer
 // is an address on the GPU, never dereferenced on the host.
 type (
-	cuDevice   int32
-	cuContext  uintptr
-	cuModule   uintptr
-	cuFunction uintptr
-	cuStream   uintptr
-	cuDevPtr   uint64
+	cuDevice    int32
+	cuContext   uintptr
+	cuModule    uintptr
+	cuFunction  uintptr
+	cuStream    uintptr
+	cuDevPtr    uint64
+	cuGraph     uintptr
+	cuGraphExec uintptr
 )
 
 // driver is the part of the CUDA driver API a Device uses: the real one
@@ -120,4 +125,15 @@ type driver interface {
 	// LaunchKernel queues f on s over grid blocks of block threads; every
 	// parameter is one 8-byte value (a device pointer or an int64).
 	LaunchKernel(f cuFunction, grid, block uint32, s cuStream, params []uint64) error
+
+	// CUDA graphs: the launches queued on s between StreamBeginCapture
+	// and StreamEndCapture are recorded, not run, into a graph, which
+	// GraphInstantiate makes launchable as one call (GraphLaunch). A
+	// driver without them returns errNoGraphs.
+	StreamBeginCapture(s cuStream) error
+	StreamEndCapture(s cuStream) (cuGraph, error)
+	GraphInstantiate(g cuGraph) (cuGraphExec, error)
+	GraphLaunch(e cuGraphExec, s cuStream) error
+	GraphExecDestroy(e cuGraphExec) error
+	GraphDestroy(g cuGraph) error
 }

@@ -32,6 +32,13 @@ type fakeDriver struct {
 	modules map[cuModule]bool
 	streams map[cuStream][]func() error
 	funcs   map[cuFunction]string
+	// capturing holds the work recorded on a stream being captured;
+	// graphs and execs the graphs made and instantiated from them.
+	capturing map[cuStream][]func() error
+	graphs    map[cuGraph][]func() error
+	execs     map[cuGraphExec][]func() error
+	// noGraphs makes the fake a driver without graphs.
+	noGraphs bool
 
 	// Injection: failOp fails the failAt'th call (1-based) of that op with
 	// failCode; sticky makes the failure stick until a primary context
@@ -60,6 +67,10 @@ func newFakeDriver(devices int) *fakeDriver {
 		streams: map[cuStream][]func() error{},
 		funcs:   map[cuFunction]string{},
 		counts:  map[string]int{},
+
+		capturing: map[cuStream][]func() error{},
+		graphs:    map[cuGraph][]func() error{},
+		execs:     map[cuGraphExec][]func() error{},
 	}
 }
 
@@ -172,6 +183,9 @@ func (f *fakeDriver) PrimaryCtxReset(dev cuDevice) error {
 	clear(f.modules)
 	clear(f.streams)
 	clear(f.funcs)
+	clear(f.capturing)
+	clear(f.graphs)
+	clear(f.execs)
 	return nil
 }
 
@@ -329,6 +343,9 @@ func (f *fakeDriver) StreamQuery(s cuStream) (bool, error) {
 	if !ok {
 		return false, fakeError("StreamQuery", 400)
 	}
+	if _, capturing := f.capturing[s]; capturing {
+		return false, fakeError("StreamQuery", cudaErrorCaptureUnsupported)
+	}
 	if f.hang && len(q) > 0 {
 		return false, nil
 	}
@@ -351,7 +368,107 @@ func (f *fakeDriver) enqueue(op string, s cuStream, fn func() error) error {
 	if _, ok := f.streams[s]; !ok {
 		return fakeError(op, 400)
 	}
+	if q, capturing := f.capturing[s]; capturing {
+		f.capturing[s] = append(q, fn)
+		return nil
+	}
 	f.streams[s] = append(f.streams[s], fn)
+	return nil
+}
+
+func (f *fakeDriver) StreamBeginCapture(s cuStream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noGraphs {
+		return errNoGraphs
+	}
+	if err := f.call("StreamBeginCapture", true); err != nil {
+		return err
+	}
+	if _, ok := f.streams[s]; !ok {
+		return fakeError("StreamBeginCapture", 400)
+	}
+	if _, ok := f.capturing[s]; ok {
+		return fakeError("StreamBeginCapture", 1)
+	}
+	f.capturing[s] = []func() error{}
+	return nil
+}
+
+func (f *fakeDriver) StreamEndCapture(s cuStream) (cuGraph, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, capturing := f.capturing[s]
+	if !capturing {
+		f.counts["StreamEndCapture"]++
+		return 0, fakeError("StreamEndCapture", 1)
+	}
+	delete(f.capturing, s)
+	if err := f.call("StreamEndCapture", true); err != nil {
+		return 0, err
+	}
+	g := cuGraph(f.alloc())
+	f.graphs[g] = q
+	return g, nil
+}
+
+func (f *fakeDriver) GraphInstantiate(g cuGraph) (cuGraphExec, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("GraphInstantiate", true); err != nil {
+		return 0, err
+	}
+	q, ok := f.graphs[g]
+	if !ok {
+		return 0, fakeError("GraphInstantiate", 400)
+	}
+	e := cuGraphExec(f.alloc())
+	f.execs[e] = slices.Clone(q)
+	return e, nil
+}
+
+// GraphLaunch queues the graph's work on s, in the order it was captured.
+func (f *fakeDriver) GraphLaunch(e cuGraphExec, s cuStream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, ok := f.execs[e]
+	if !ok {
+		f.counts["GraphLaunch"]++
+		return fakeError("GraphLaunch", 400)
+	}
+	return f.enqueue("GraphLaunch", s, func() error {
+		for _, op := range q {
+			if err := op(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (f *fakeDriver) GraphExecDestroy(e cuGraphExec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("GraphExecDestroy", true); err != nil {
+		return err
+	}
+	if _, ok := f.execs[e]; !ok {
+		return fakeError("GraphExecDestroy", 400)
+	}
+	delete(f.execs, e)
+	return nil
+}
+
+func (f *fakeDriver) GraphDestroy(g cuGraph) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("GraphDestroy", true); err != nil {
+		return err
+	}
+	if _, ok := f.graphs[g]; !ok {
+		return fakeError("GraphDestroy", 400)
+	}
+	delete(f.graphs, g)
 	return nil
 }
 
@@ -531,11 +648,11 @@ func (f *fakeDriver) live() string {
 	for _, r := range f.retains {
 		retains += r
 	}
-	if len(f.mem)+len(f.host)+len(f.modules)+len(f.streams)+retains == 0 {
+	if len(f.mem)+len(f.host)+len(f.modules)+len(f.streams)+len(f.capturing)+len(f.graphs)+len(f.execs)+retains == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d device allocations, %d host allocations, %d modules, %d streams, %d context retains",
-		len(f.mem), len(f.host), len(f.modules), len(f.streams), retains)
+	return fmt.Sprintf("%d device allocations, %d host allocations, %d modules, %d streams, %d captures, %d graphs, %d executable graphs, %d context retains",
+		len(f.mem), len(f.host), len(f.modules), len(f.streams), len(f.capturing), len(f.graphs), len(f.execs), retains)
 }
 
 // ptxParams returns how many parameters entry name of ptx declares and

@@ -103,7 +103,8 @@ func TestCUDACommandsChild(t *testing.T) {
 	if code, r := infer(t, base, cudabridge.ModelName, "hello"); code != http.StatusOK || r.Output != want {
 		t.Errorf("serve --backend cuda: %d %+v (error %+v), want %q", code, r, r.Error, want)
 	}
-	// The GPU's counters: the one batch, its time, and the GPU's part of it.
+	// The GPU's counters: the one batch, its time, the GPU's part of it,
+	// and the batch run as one graph launch.
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +115,8 @@ func TestCUDACommandsChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(body), `batchd_gpu_batches_total{gpu="0"} 1`+"\n") ||
-		!strings.Contains(string(body), `batchd_gpu_run_seconds_total{gpu="0"} `) || !strings.Contains(string(body), `batchd_gpu_wait_seconds_total{gpu="0"} `) {
+		!strings.Contains(string(body), `batchd_gpu_run_seconds_total{gpu="0"} `) || !strings.Contains(string(body), `batchd_gpu_wait_seconds_total{gpu="0"} `) ||
+		!strings.Contains(string(body), `batchd_gpu_graph_launches_total{gpu="0"} 1`+"\n") {
 		t.Errorf("serve --backend cuda: /metrics lacks the GPU's counters after one batch:\n%s", body)
 	}
 	if err := stop(); err != nil {

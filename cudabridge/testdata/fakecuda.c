@@ -24,6 +24,8 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
 
 enum { MAXALLOC = 256 };
 static struct alloc { char *p; size_t n; int host; } allocs[MAXALLOC];
@@ -71,9 +73,21 @@ static CUresult drop(void *p, int host) {
   return 1;
 }
 
+// Graphs: a capture records the launches on the stream (their kernel,
+// grid and parameter values) instead of running them; a graph and an
+// executable graph are copies of such a recording, run in order by
+// cuGraphLaunch.
+enum { MAXNODES = 32, MAXGRAPHS = 64, MAXPARAMS = 12 };
+struct node { int id; long long threads; long long vals[MAXPARAMS]; };
+struct recording { int used; int n; struct node nodes[MAXNODES]; };
+static struct recording graphs[MAXGRAPHS], execs[MAXGRAPHS], capture;
+static int capturing, graph_launches;
+int fakecuda_graph_launches(void) { return graph_launches; }
+
 // fakecuda_live: what is still allocated or held, for the leak check.
 int fakecuda_live(void) {
-  int n = retained + streams + modules;
+  int n = retained + streams + modules + capturing;
+  for (int i = 0; i < MAXGRAPHS; i++) n += graphs[i].used + execs[i].used;
   for (int i = 0; i < MAXALLOC; i++) n += allocs[i].p != NULL;
   return n;
 }
@@ -207,6 +221,7 @@ CUresult cuStreamDestroy_v2(CUstream s) {
 CUresult cuStreamQuery(CUstream s) {
   NEED_CTX;
   if (s != (CUstream)&stream_token) return 400;
+  if (capturing) return 900; // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
   if (not_ready > 0) {
     not_ready--;
     return 600; // CUDA_ERROR_NOT_READY
@@ -218,14 +233,14 @@ CUresult cuStreamQuery(CUstream s) {
 // host side must be page-locked memory.
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
   NEED_CTX;
-  if (s != (CUstream)&stream_token || !find((void *)(uintptr_t)dst, n, 0) || !find(src, n, 1)) return 1;
+  if (s != (CUstream)&stream_token || capturing || !find((void *)(uintptr_t)dst, n, 0) || !find(src, n, 1)) return 1;
   memcpy((void *)(uintptr_t)dst, src, n);
   not_ready = 2;
   return 0;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
   NEED_CTX;
-  if (s != (CUstream)&stream_token || !find((void *)(uintptr_t)src, n, 0) || !find(dst, n, 1)) return 1;
+  if (s != (CUstream)&stream_token || capturing || !find((void *)(uintptr_t)src, n, 0) || !find(dst, n, 1)) return 1;
   memcpy(dst, (void *)(uintptr_t)src, n);
   not_ready = 2;
   return 0;
@@ -240,6 +255,10 @@ static long long bn_host_index;
 
 #define P(i, T) (*(T *)params[i])
 
+// How many parameters each kernel (by id) takes: model.cu's signatures.
+static const int kernel_params[8] = {6, 8, 10, 8, 5, 10, 6, 5};
+static CUresult run_kernel(int id, long long threads, void **params);
+
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra) {
   NEED_CTX;
@@ -250,8 +269,21 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     return 1;
   long long threads = (long long)gx * bx;
   int id = *(int *)f;
+  if (id < 1 || id > 8) return 400;
+  if (capturing) {
+    if (capture.n == MAXNODES) return 2;
+    struct node *nd = &capture.nodes[capture.n++];
+    nd->id = id;
+    nd->threads = threads;
+    for (int i = 0; i < kernel_params[id - 1]; i++) nd->vals[i] = *(long long *)params[i];
+    return 0;
+  }
   launches++;
   not_ready = 2;
+  return run_kernel(id, threads, params);
+}
+
+static CUresult run_kernel(int id, long long threads, void **params) {
   for (long long t = 0; t < threads; t++) {
     bn_host_index = t;
     switch (id) {
@@ -309,4 +341,68 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
   case 218: *s = "a PTX JIT compilation failed"; return 0;
   }
   return 1;
+}
+
+static struct recording *slot(struct recording *rs) {
+  for (int i = 0; i < MAXGRAPHS; i++)
+    if (!rs[i].used) return &rs[i];
+  return NULL;
+}
+static int live_recording(struct recording *rs, void *p) {
+  struct recording *r = p;
+  return r >= rs && r < rs + MAXGRAPHS && r->used;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+  NEED_CTX;
+  if (s != (CUstream)&stream_token || capturing || mode != 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */) return 1;
+  capturing = 1;
+  capture.n = 0;
+  return 0;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+  NEED_CTX;
+  if (s != (CUstream)&stream_token || !capturing) return 1;
+  capturing = 0;
+  struct recording *r = slot(graphs);
+  if (!r) return 2;
+  *r = capture;
+  r->used = 1;
+  *g = r;
+  return 0;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+  NEED_CTX;
+  if (!live_recording(graphs, g) || flags != 0) return 400;
+  struct recording *r = slot(execs);
+  if (!r) return 2;
+  *r = *(struct recording *)g;
+  *e = r;
+  return 0;
+}
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  NEED_CTX;
+  if (!live_recording(execs, e) || s != (CUstream)&stream_token || capturing) return 400;
+  struct recording *r = e;
+  graph_launches++;
+  not_ready = 2;
+  for (int i = 0; i < r->n; i++) {
+    void *ptrs[MAXPARAMS];
+    for (int k = 0; k < MAXPARAMS; k++) ptrs[k] = &r->nodes[i].vals[k];
+    CUresult res = run_kernel(r->nodes[i].id, r->nodes[i].threads, ptrs);
+    if (res != 0) return res;
+  }
+  return 0;
+}
+CUresult cuGraphExecDestroy(CUgraphExec e) {
+  NEED_CTX;
+  if (!live_recording(execs, e)) return 400;
+  ((struct recording *)e)->used = 0;
+  return 0;
+}
+CUresult cuGraphDestroy(CUgraph g) {
+  NEED_CTX;
+  if (!live_recording(graphs, g)) return 400;
+  ((struct recording *)g)->used = 0;
+  return 0;
 }

@@ -281,12 +281,14 @@ func gpuCollectors(devs []*cudabridge.Device) []prometheus.Collector {
 	batches := prometheus.NewDesc("batchd_gpu_batches_total", "Batches the GPU ran (cuda backend).", []string{"gpu"}, nil)
 	run := prometheus.NewDesc("batchd_gpu_run_seconds_total", "Time in the GPU backend's batches, from the call to the formatted outputs (cuda backend).", []string{"gpu"}, nil)
 	wait := prometheus.NewDesc("batchd_gpu_wait_seconds_total", "Time the GPU backend's batches waited for the GPU once their work was queued (cuda backend).", []string{"gpu"}, nil)
-	return []prometheus.Collector{collectorFunc{descs: []*prometheus.Desc{batches, run, wait}, collect: func(ch chan<- prometheus.Metric) {
+	graphs := prometheus.NewDesc("batchd_gpu_graph_launches_total", "Batches whose kernels ran as one CUDA graph launch (cuda backend); the others launched each kernel.", []string{"gpu"}, nil)
+	return []prometheus.Collector{collectorFunc{descs: []*prometheus.Desc{batches, run, wait, graphs}, collect: func(ch chan<- prometheus.Metric) {
 		for _, d := range devs {
 			c, gpu := d.Counters(), strconv.Itoa(d.Ordinal())
 			ch <- prometheus.MustNewConstMetric(batches, prometheus.CounterValue, float64(c.Batches), gpu)
 			ch <- prometheus.MustNewConstMetric(run, prometheus.CounterValue, c.Run.Seconds(), gpu)
 			ch <- prometheus.MustNewConstMetric(wait, prometheus.CounterValue, c.Wait.Seconds(), gpu)
+			ch <- prometheus.MustNewConstMetric(graphs, prometheus.CounterValue, float64(c.GraphLaunches), gpu)
 		}
 	}}}
 }
