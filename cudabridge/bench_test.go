@@ -43,7 +43,14 @@ func BenchmarkCPUForward(b *testing.B) {
 	benchForward(b, c)
 }
 
+// BenchmarkGPUForward runs batches as CUDA graphs (the default),
+// BenchmarkGPUForwardLaunches with a launch a kernel.
 func BenchmarkGPUForward(b *testing.B) {
 	_, _, devs := gpuDevices(b)
+	benchForward(b, devs[0])
+}
+
+func BenchmarkGPUForwardLaunches(b *testing.B) {
+	_, _, devs := gpuDevicesGraphs(b, false)
 	benchForward(b, devs[0])
 }

@@ -23,6 +23,11 @@ var gpuOut = flag.String("gpu.out", "", "directory for the GPU tests' reports (p
 
 // gpuDevices opens every GPU, or skips the test naming what is missing.
 func gpuDevices(t testing.TB) (DriverVersion, []DeviceInfo, []*Device) {
+	return gpuDevicesGraphs(t, true)
+}
+
+// gpuDevicesGraphs is gpuDevices with DeviceConfig.Graphs set to graphs.
+func gpuDevicesGraphs(t testing.TB, graphs bool) (DriverVersion, []DeviceInfo, []*Device) {
 	t.Helper()
 	v, infos, err := ListDevices()
 	if err != nil {
@@ -30,7 +35,9 @@ func gpuDevices(t testing.TB) (DriverVersion, []DeviceInfo, []*Device) {
 	}
 	var devs []*Device
 	for _, info := range infos {
-		d, err := OpenDevice(DefaultDeviceConfig(info.Ordinal))
+		cfg := DefaultDeviceConfig(info.Ordinal)
+		cfg.Graphs = graphs
+		d, err := OpenDevice(cfg)
 		if err != nil {
 			t.Fatalf("device %d (%s): %v", info.Ordinal, info.Name, err)
 		}
@@ -64,13 +71,21 @@ func writeReport(t testing.TB, name, text string) {
 // of several sizes (so inputs meet different batch-mates and padding), and
 // requires identical labels and continuations and logits within 1e-5
 // relative; it reports how many were bit-exact and the largest difference.
+// It does so twice: with the kernels as CUDA graphs (the default), and
+// launched one by one.
 func TestGPUMatchesReference(t *testing.T) {
 	v, infos, devs := gpuDevices(t)
+	_, _, direct := gpuDevicesGraphs(t, false)
 	w := NewWeights(WeightSeed)
 	inputs := testInputs()
 	var report strings.Builder
 	fmt.Fprintf(&report, "# GPU vs CPU reference, %s, CUDA driver %v\n", time.Now().UTC().Format(time.RFC3339), v)
-	for k, d := range devs {
+	for k, d := range append(devs, direct...) {
+		how := "graphs"
+		if k >= len(devs) {
+			how = "launches"
+			k -= len(devs)
+		}
 		r := rand.New(rand.NewPCG(7, uint64(k)))
 		compared, exact, maxRel := 0, 0, 0.0
 		for _, size := range []int{1, 7, 64, BatchMax} {
@@ -101,8 +116,8 @@ func TestGPUMatchesReference(t *testing.T) {
 				}
 			}
 		}
-		line := fmt.Sprintf("device %d (%s): %d outputs compared, %d bit-exact, labels and continuations identical: %v, largest logit difference %.3g (relative, tolerance 1e-5)",
-			infos[k].Ordinal, infos[k].Name, compared, exact, !t.Failed(), maxRel)
+		line := fmt.Sprintf("device %d (%s), %s: %d outputs compared, %d bit-exact, labels and continuations identical: %v, largest logit difference %.3g (relative, tolerance 1e-5); %d graph launches",
+			infos[k].Ordinal, infos[k].Name, how, compared, exact, !t.Failed(), maxRel, d.Counters().GraphLaunches)
 		t.Log(line)
 		fmt.Fprintln(&report, line)
 	}
