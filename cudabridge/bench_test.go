@@ -43,14 +43,14 @@ func BenchmarkCPUForward(b *testing.B) {
 	benchForward(b, c)
 }
 
-// BenchmarkGPUForward runs batches as CUDA graphs (the default),
-// BenchmarkGPUForwardLaunches with a launch a kernel.
+// BenchmarkGPUForward launches each kernel (the default),
+// BenchmarkGPUForwardGraphs runs each batch as one CUDA graph launch.
 func BenchmarkGPUForward(b *testing.B) {
 	_, _, devs := gpuDevices(b)
 	benchForward(b, devs[0])
 }
 
-func BenchmarkGPUForwardLaunches(b *testing.B) {
-	_, _, devs := gpuDevicesGraphs(b, false)
+func BenchmarkGPUForwardGraphs(b *testing.B) {
+	_, _, devs := gpuDevicesGraphs(b, true)
 	benchForward(b, devs[0])
 }

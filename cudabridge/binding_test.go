@@ -81,7 +81,6 @@ func TestBindingAgainstCFake(t *testing.T) {
 	w := NewWeights(WeightSeed)
 	r := rand.New(rand.NewPCG(9, 9))
 	cfg := DefaultDeviceConfig(0)
-	cfg.Graphs = false
 	direct, err := openDevice(drv, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +89,8 @@ func TestBindingAgainstCFake(t *testing.T) {
 	if err := direct.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := openDevice(drv, DefaultDeviceConfig(0))
+	cfg.Graphs = true
+	d, err := openDevice(drv, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

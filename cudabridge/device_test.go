@@ -129,6 +129,7 @@ func TestDeviceGraphsMatchLaunches(t *testing.T) {
 	lim := Limits{BatchMax: 10, InputLenMax: 24}
 	cfg := DefaultDeviceConfig(0)
 	cfg.Limits = lim
+	cfg.Graphs = true
 	g, _ := openFakeConfig(t, newFakeDriver(1), cfg)
 	cfg.Graphs = false
 	direct, _ := openFakeConfig(t, newFakeDriver(1), cfg)
@@ -174,7 +175,9 @@ func TestDeviceGraphsMatchLaunches(t *testing.T) {
 func TestDeviceWithoutGraphs(t *testing.T) {
 	f := newFakeDriver(1)
 	f.noGraphs = true
-	d, _ := openFakeConfig(t, f, DefaultDeviceConfig(0))
+	cfg := DefaultDeviceConfig(0)
+	cfg.Graphs = true
+	d, _ := openFakeConfig(t, f, cfg)
 	w := NewWeights(WeightSeed)
 	for i := range 3 {
 		batch := ProfileInputs(3+i, 5)
@@ -198,7 +201,9 @@ func TestDeviceWithoutGraphs(t *testing.T) {
 // again and is correct. After graphFailuresMax failures to build one it
 // launches kernels one by one.
 func TestDeviceGraphFaults(t *testing.T) {
-	d, f := openFake(t, DefaultLimits())
+	cfg := DefaultDeviceConfig(0)
+	cfg.Graphs = true
+	d, f := openFakeConfig(t, newFakeDriver(1), cfg)
 	w := NewWeights(WeightSeed)
 	batch := []string{"one", "two", "three"}
 	inject := func(op string) {

@@ -8,10 +8,12 @@
 # carry a role label), and the net/http yardstick once.
 #   sh gpu-ab.sh OUT PROFILE BIN...
 # PROFILE is a latency table from `batchd profile --backend cuda --out`;
-# each BIN a batchd binary (built here with CGO_ENABLED=0). OUT gets
+# each BIN a batchd binary (built here with CGO_ENABLED=0), or
+# NAME=BIN,FLAG,... to serve it with those serve flags too (say
+# graphs=bin/batchd,--cuda-graphs beside bin/batchd). OUT gets
 # NAME-rR-{rest,grpc}.json (the load reports), NAME-rR-m{0,1,2}.txt (the
 # metrics before, between and after), profile.pprof and baseline.json,
-# NAME being the BIN's directory's name.
+# NAME being the given one or the BIN's directory's name.
 set -u
 out=$1
 profile=$2
@@ -20,6 +22,20 @@ rounds=${ROUNDS:-2}
 dur=${DURATION:-10s}
 mkdir -p "$out"
 . "$(dirname "$0")/gpu-host.sh"
+
+spec() { # BIN or NAME=BIN,FLAG,...: sets name, bin and flags
+	s=$1
+	name=
+	case $s in *=*)
+		name=${s%%=*}
+		s=${s#*=}
+		;;
+	esac
+	bin=${s%%,*}
+	flags=
+	case $s in *,*) flags=$(printf %s "${s#*,}" | tr , ' ') ;; esac
+	[ -n "$name" ] || name=$(basename "$(dirname "$bin")")
+}
 
 serve() { # bin, extra serve flags...
 	b=$1
@@ -45,17 +61,20 @@ loads() { # bin, name
 }
 
 for r in $(seq "$rounds"); do
-	for b in "$@"; do
-		name=$(basename "$(dirname "$b")")-r$r
-		echo "== $name"
-		serve "$b"
-		loads "$b" "$name"
+	for s in "$@"; do
+		spec "$s"
+		echo "== $name-r$r"
+		# shellcheck disable=SC2086
+		serve "$bin" $flags
+		loads "$bin" "$name-r$r"
 	done
 done
 
-first=$1
-echo "== profile of $first"
-serve "$first" --cpuprofile "$out/profile.pprof"
+spec "$1"
+first=$bin
+echo "== profile of $1"
+# shellcheck disable=SC2086
+serve "$first" --cpuprofile "$out/profile.pprof" $flags
 loads "$first" profiled
 
 echo "== the net/http yardstick"

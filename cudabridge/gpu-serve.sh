@@ -7,6 +7,7 @@
 # then on the GPU host: sh gpu-serve.sh BIN OUT [PROFILE] (gpu-host.sh beside it)
 # PROFILE is a latency table from `batchd profile --backend cuda --out`
 # (gpu-test.sh writes one); without it the server plans with its default.
+# SERVE_FLAGS are more flags for the server (say --cuda-graphs).
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
 # emulated function, so not checked), over REST and over the OIP's gRPC
 # (unary, and ModelStreamInfer streams: issue 22's 250k req/s target);
@@ -23,6 +24,7 @@ mkdir -p "$out"
 . "$(dirname "$0")/gpu-host.sh"
 table=""
 [ -n "$profile" ] && table="--latency-table $profile"
+table="$table ${SERVE_FLAGS:-}"
 
 load() { # name, flags...
 	name=$1

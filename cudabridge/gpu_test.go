@@ -23,7 +23,7 @@ var gpuOut = flag.String("gpu.out", "", "directory for the GPU tests' reports (p
 
 // gpuDevices opens every GPU, or skips the test naming what is missing.
 func gpuDevices(t testing.TB) (DriverVersion, []DeviceInfo, []*Device) {
-	return gpuDevicesGraphs(t, true)
+	return gpuDevicesGraphs(t, false)
 }
 
 // gpuDevicesGraphs is gpuDevices with DeviceConfig.Graphs set to graphs.
@@ -71,11 +71,11 @@ func writeReport(t testing.TB, name, text string) {
 // of several sizes (so inputs meet different batch-mates and padding), and
 // requires identical labels and continuations and logits within 1e-5
 // relative; it reports how many were bit-exact and the largest difference.
-// It does so twice: with the kernels as CUDA graphs (the default), and
-// launched one by one.
+// It does so twice: with the kernels as CUDA graphs, and launched one by
+// one (the default).
 func TestGPUMatchesReference(t *testing.T) {
-	v, infos, devs := gpuDevices(t)
-	_, _, direct := gpuDevicesGraphs(t, false)
+	v, infos, devs := gpuDevicesGraphs(t, true)
+	_, _, direct := gpuDevices(t)
 	w := NewWeights(WeightSeed)
 	inputs := testInputs()
 	var report strings.Builder

@@ -33,6 +33,8 @@ type ProfileRun struct {
 	TableLen int
 	// Command is the command line the table's header names.
 	Command string
+	// Graphs runs the GPUs' batches as CUDA graphs (DeviceConfig.Graphs).
+	Graphs bool
 }
 
 // TableLengthDefault is the input length a latency table is made for when
@@ -139,7 +141,9 @@ func (r ProfileRun) targets() (targets []profileTarget, closeAll func(), err err
 		}
 	}
 	for _, info := range infos {
-		d, err := OpenDevice(DefaultDeviceConfig(info.Ordinal))
+		cfg := DefaultDeviceConfig(info.Ordinal)
+		cfg.Graphs = r.Graphs
+		d, err := OpenDevice(cfg)
 		if err != nil {
 			closeAll()
 			return nil, nil, err

@@ -79,6 +79,7 @@ func TestProfileUsage(t *testing.T) {
 		{"--reps", "0"},
 		{"--sizes", "x"},
 		{"extra"},
+		{"--cuda-graphs"}, // the CPU backend has no graphs
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(append([]string{"profile", "--backend", "cpu"}, args...), &stdout, &stderr); code != exitUsage {

@@ -77,6 +77,8 @@ var serveFlags = []serveFlag{
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.Bind })},
 	{"data-addr", "cluster.data_addr", "with --node: where the node's data plane listens (host:port; needs cluster.secret_key_env): the engine batches each model at its owner across nodes (empty: membership only)",
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.DataAddr })},
+	{"cuda-graphs", "devices.cuda_graphs", "with --backend cuda: run each batch's kernels as one CUDA graph launch",
+		fileFlag((*flag.FlagSet).Bool, func(f *config.File) *bool { return &f.Devices.CUDAGraphs })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",

@@ -187,6 +187,9 @@ type Devices struct {
 	Backend string `yaml:"backend"`
 	// Count is the number of devices.
 	Count int `yaml:"count"`
+	// CUDAGraphs, with backend cuda, runs each batch's kernels as one
+	// CUDA graph launch (cudabridge.DeviceConfig.Graphs).
+	CUDAGraphs bool `yaml:"cuda_graphs"`
 	// Latency is a fixed time per batch of any size. LatencyModel, when
 	// given, replaces it.
 	Latency time.Duration `yaml:"latency"`

@@ -81,7 +81,7 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), []pr
 			backends = append(backends, c)
 		}
 	case config.BackendCUDA:
-		devs, err := openGPUs(lim)
+		devs, err := openGPUs(lim, f.Devices.CUDAGraphs)
 		if err != nil {
 			return engine.Config{}, noop, nil, fmt.Errorf("devices.backend cuda: %w", err)
 		}
@@ -249,8 +249,9 @@ func bytenetModel(f *config.File) (cudabridge.Limits, error) {
 	return lim, nil
 }
 
-// openGPUs opens every visible GPU, or none.
-func openGPUs(lim cudabridge.Limits) ([]*cudabridge.Device, error) {
+// openGPUs opens every visible GPU, or none; graphs runs their batches
+// as CUDA graphs.
+func openGPUs(lim cudabridge.Limits, graphs bool) ([]*cudabridge.Device, error) {
 	n, err := cudabridge.DeviceCount()
 	if err != nil {
 		return nil, err
@@ -259,6 +260,7 @@ func openGPUs(lim cudabridge.Limits) ([]*cudabridge.Device, error) {
 	for i := range n {
 		cfg := cudabridge.DefaultDeviceConfig(i)
 		cfg.Limits = lim
+		cfg.Graphs = graphs
 		d, err := cudabridge.OpenDevice(cfg)
 		if err != nil {
 			for _, o := range devs {
