@@ -69,17 +69,18 @@ type cudaDriver struct {
 	cuGraphLaunch uintptr
 }
 
+// symbol is an exported function of the driver and the field it binds:
+// a func for purego.RegisterFunc, or a *uintptr for its address.
+type symbol struct {
+	name string
+	fn   any
+}
+
 // symbols names the driver's exported function behind each field. The _v2
 // names are the ones cuda.h has mapped the plain names to since CUDA 4 (64-
 // bit sizes) and 11 (primary context release and reset).
-func (d *cudaDriver) symbols() []struct {
-	name string
-	fn   any
-} {
-	return []struct {
-		name string
-		fn   any
-	}{
+func (d *cudaDriver) symbols() []symbol {
+	return []symbol{
 		{"cuInit", &d.cuInit},
 		{"cuDriverGetVersion", &d.cuDriverGetVersion},
 		{"cuDeviceGetCount", &d.cuDeviceGetCount},
@@ -110,14 +111,8 @@ func (d *cudaDriver) symbols() []struct {
 
 // graphSymbols are the optional symbols: the graph API. The _v2 capture
 // is the one cuda.h maps cuStreamBeginCapture to since CUDA 10.1.
-func (d *cudaDriver) graphSymbols() []struct {
-	name string
-	fn   any
-} {
-	return []struct {
-		name string
-		fn   any
-	}{
+func (d *cudaDriver) graphSymbols() []symbol {
+	return []symbol{
 		{"cuStreamBeginCapture_v2", &d.cuStreamBeginCapture},
 		{"cuStreamEndCapture", &d.cuStreamEndCapture},
 		{"cuGraphInstantiateWithFlags", &d.cuGraphInstantiateWithFlags},
