@@ -39,7 +39,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the Poisson arrivals")
 	fs.DurationVar(&cfg.Interval, "interval", cfg.Interval, "width of the time series in --json")
 	fs.IntVar(&cfg.RSSPID, "rss-pid", 0, "sample this process's resident memory and CPU time (/proc/PID) every --interval")
-	fs.DurationVar(&cfg.SlowOver, "slow-over", 0, "split the time of the 200s slower than this (send lag, server, trip, read) in a row of its own")
+	fs.DurationVar(&cfg.SlowOver, "slow-over", 0, "split the time of the 200s slower than this (send lag, server, trip, read) in a row of its own; it reads each 200's own timeline, with or without --check")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator's run to this file (go tool pprof)")
 	// Hidden: the engine-overhead yardstick (see loadgen.Baseline), and with

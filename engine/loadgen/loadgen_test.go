@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -121,8 +122,15 @@ func TestOpenLoopPoisson(t *testing.T) {
 
 // TestSplit: the split of the 200s' time puts a server's own figure under
 // server and what it does not report (here a sleep after it) under the
-// trip; the row over SlowOver holds every slow request.
+// trip; the row over SlowOver holds every slow request. It does so with
+// the outputs checked and without (a real model's, on a GPU host).
 func TestSplit(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		t.Run(fmt.Sprintf("check %v", check), func(t *testing.T) { testSplit(t, check) })
+	}
+}
+
+func testSplit(t *testing.T, check bool) {
 	var n atomic.Int64
 	s := echoServer(t, 0, func(*http.Request, map[string]any) int {
 		if n.Add(1)%2 == 0 {
@@ -131,7 +139,7 @@ func TestSplit(t *testing.T) {
 		return http.StatusOK
 	})
 	c := cfgFor(s.URL)
-	c.Rate, c.Arrival, c.SlowOver = 100, Fixed, 30*time.Millisecond
+	c.Rate, c.Arrival, c.SlowOver, c.Check = 100, Fixed, 30*time.Millisecond, check
 	rep, err := Run(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)

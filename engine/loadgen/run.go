@@ -281,8 +281,14 @@ func (g *generator) one(c *conn, intended time.Time) {
 		return
 	}
 	r.status = resp.StatusCode()
-	if r.status == http.StatusOK && g.cfg.Check {
+	switch {
+	case r.status != http.StatusOK:
+	case g.cfg.Check:
 		r.wrong, r.server = g.checkOutput(resp.Body(), input)
+	case g.cfg.SlowOver > 0:
+		// Outputs not checked (a real model's), but the split is asked
+		// for: it needs the server's own timeline.
+		r.server = serverTimesOf(resp.Body())
 	}
 	g.rec.record(r)
 }
@@ -293,6 +299,16 @@ type serverTimes struct {
 	QueueMs   float64 `json:"queue_ms"`
 	ComputeMs float64 `json:"compute_ms"`
 	BatchSize int     `json:"batch_size"`
+}
+
+// serverTimesOf is the timeline a 200's body reports; zero when it has
+// none (the split then leaves the request out).
+func serverTimesOf(body []byte) serverTimes {
+	var t serverTimes
+	if json.Unmarshal(body, &t) != nil {
+		return serverTimes{}
+	}
+	return t
 }
 
 // checkOutput reports whether a 200's body does not carry the emulated
