@@ -11,7 +11,9 @@
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
 # emulated function, so not checked), over REST and over the OIP's gRPC
 # (unary, and ModelStreamInfer streams: issue 22's 250k req/s target);
-# OUT gets one JSON report per load and the server's log. When
+# OUT gets one JSON report per load and the server's log, which has a
+# line per garbage collection (GODEBUG=gctrace=1: its wall-clock phases,
+# to set beside an open loop's tail). When
 # BIN/generate.test is there (go test -c -o bin/generate.test
 # ./engine/generate), it then times the step end to the SSE flush at 256
 # streams on the server's cores (stream-256.txt).
@@ -36,7 +38,7 @@ load() { # name, flags...
 
 echo "== serve --backend cuda on cores $srv, load on $gen"
 # shellcheck disable=SC2086
-taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" --grpc-addr "$gaddr" $table >"$out/serve.log" 2>&1 &
+GODEBUG=gctrace=1 taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" --grpc-addr "$gaddr" $table >"$out/serve.log" 2>&1 &
 pid=$!
 for i in $(seq 100); do
 	curl -sf "http://$addr/v2/health/ready" >/dev/null 2>&1 && break
