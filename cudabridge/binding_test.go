@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/ebitengine/purego"
 	"pgregory.net/rapid"
+
+	"github.com/batchd/batchd/cudabridge/cudatest"
 )
 
 // TestBindingAgainstCFake runs the real purego binding (cudaDriver), not
@@ -180,21 +181,7 @@ func readDeviceFloats(t *rapid.T, d *Device, p cuDevPtr, n int) []float32 {
 // its path; it skips without a C compiler.
 func buildCFake(tb testing.TB) string {
 	tb.Helper()
-	cc := ""
-	for _, name := range []string{"cc", "gcc", "clang"} {
-		if p, err := exec.LookPath(name); err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		tb.Skip("no C compiler (cc, gcc or clang) to build testdata/fakecuda.c")
-	}
-	lib := filepath.Join(tb.TempDir(), "libcuda.so.1")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", lib, filepath.Join("testdata", "fakecuda.c")).CombinedOutput(); err != nil {
-		tb.Skipf("%s cannot build the fake driver: %v: %s", cc, err, out)
-	}
-	return lib
+	return cudatest.FakeDriver(tb, filepath.Join("testdata", "fakecuda.c"))
 }
 
 // BenchmarkBindingCall is one driver call through the binding, into the C

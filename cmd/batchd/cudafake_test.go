@@ -12,6 +12,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/cudabridge"
+	"github.com/batchd/batchd/cudabridge/cudatest"
 )
 
 // cudaChildEnv, set in a child test process, makes TestCUDACommandsChild
@@ -27,21 +28,7 @@ const cudaChildEnv = "BATCHD_CUDA_CHILD"
 // without one, or where a real driver would be found first.
 func TestCUDACommandsOnFakeDriver(t *testing.T) {
 	noDriver(t)
-	cc := ""
-	for _, name := range []string{"cc", "gcc", "clang"} {
-		if p, err := exec.LookPath(name); err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no C compiler (cc, gcc or clang) to build the fake libcuda.so.1")
-	}
-	dir := t.TempDir()
-	src := filepath.Join("..", "..", "cudabridge", "testdata", "fakecuda.c")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", filepath.Join(dir, "libcuda.so.1"), src).CombinedOutput(); err != nil {
-		t.Skipf("%s cannot build the fake driver: %v: %s", cc, err, out)
-	}
+	dir := filepath.Dir(cudatest.FakeDriver(t, filepath.Join("..", "..", "cudabridge", "testdata", "fakecuda.c")))
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDACommandsChild$", "-test.v")
 	cmd.Env = append(os.Environ(), cudaChildEnv+"="+dir, "LD_LIBRARY_PATH="+dir)
 	out, err := cmd.CombinedOutput()
