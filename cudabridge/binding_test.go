@@ -82,6 +82,7 @@ func TestBindingAgainstCFake(t *testing.T) {
 	w := NewWeights(WeightSeed)
 	r := rand.New(rand.NewPCG(9, 9))
 	cfg := DefaultDeviceConfig(0)
+	cfg.Graphs = false
 	direct, err := openDevice(drv, cfg)
 	if err != nil {
 		t.Fatal(err)

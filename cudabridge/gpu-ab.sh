@@ -10,7 +10,7 @@
 # PROFILE is a latency table from `batchd profile --backend cuda --out`;
 # each BIN a batchd binary (built here with CGO_ENABLED=0), or
 # NAME=BIN,FLAG,... to serve it with those serve flags too (say
-# graphs=bin/batchd,--cuda-graphs beside bin/batchd). OUT gets
+# launches=bin/batchd,--cuda-graphs=false beside bin/batchd). OUT gets
 # NAME-rR-{rest,grpc}.json (the load reports), NAME-rR-m{0,1,2}.txt (the
 # metrics before, between and after), profile.pprof and baseline.json,
 # NAME being the given one or the BIN's directory's name.

@@ -7,7 +7,7 @@
 # then on the GPU host: sh gpu-serve.sh BIN OUT [PROFILE] (gpu-host.sh beside it)
 # PROFILE is a latency table from `batchd profile --backend cuda --out`
 # (gpu-test.sh writes one); without it the server plans with its default.
-# SERVE_FLAGS are more flags for the server (say --cuda-graphs).
+# SERVE_FLAGS are more flags for the server (say --cuda-graphs=false).
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
 # emulated function, so not checked), over REST and over the OIP's gRPC
 # (unary, and ModelStreamInfer streams: issue 22's 250k req/s target);

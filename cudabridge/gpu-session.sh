@@ -2,12 +2,13 @@
 # One device call's worth of GPU figures for issue 22, sized to fit a
 # 15-minute lease in one call of about 6 minutes: the GPU checks (outputs
 # against the reference with CUDA graphs and without, the generation
-# kernels, both batch-time benchmarks), the latency table with graphs,
-# graphs side by side with one launch a kernel under the closed loops
-# (gpu-ab.sh, with a CPU profile of the graphs' server), then the live
-# figures with graphs (gpu-serve.sh). The device tool brings back at most 8
-# files, so everything goes into OUT/run.tgz, packed again after each step:
-# a call cut short still brings back what was done.
+# kernels, both batch-time benchmarks), the latency table with graphs (the
+# default), graphs side by side with one launch a kernel
+# (--cuda-graphs=false) under the closed loops (gpu-ab.sh, with a CPU
+# profile of the graphs' server), then the live figures (gpu-serve.sh).
+# The device tool brings back at most 8 files, so everything goes into
+# OUT/run.tgz, packed again after each step: a call cut short still brings
+# back what was done.
 #   CGO_ENABLED=0 go build -ldflags='-s -w' -o bin/batchd ./cmd/batchd
 #   CGO_ENABLED=0 go test -c -ldflags='-s -w' -o bin/cudabridge.test ./cudabridge
 #   then on the GPU host: sh cudabridge/gpu-session.sh bin OUT
@@ -30,17 +31,17 @@ timeout 180 "$bin/cudabridge.test" -test.v -test.count=1 -test.run 'TestGPUMatch
 	-test.bench 'GPUForward' -test.benchtime 300x -gpu.out "$r" >"$r/gpu-tests.txt" 2>&1
 grep -E '^(--- |ok|FAIL|PASS|Benchmark)|bit-exact' "$r/gpu-tests.txt"
 echo "== the latency table with graphs"
-timeout 120 "$bin/batchd" profile --backend cuda --cuda-graphs --sizes "$(seq -s, 1 100)" --lengths 16,128,1024 --reps 21 \
+timeout 120 "$bin/batchd" profile --backend cuda --sizes "$(seq -s, 1 100)" --lengths 16,128,1024 --reps 21 \
 	--out "$r/profile-cuda-graphs.txt" >"$r/profile-cuda-graphs-summary.txt" 2>&1
 tail -n 4 "$r/profile-cuda-graphs-summary.txt"
 pack
 profile=${PROFILE:-$r/profile-cuda-graphs.txt}
 [ -s "$profile" ] || profile=$here/measurements/h200-2026-11-28/profile-cuda.txt
 echo "== graphs beside one launch a kernel, planning with $profile"
-ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "graphs=$bin/batchd,--cuda-graphs" "launches=$bin/batchd" 2>&1 | grep -v '^-rw'
+ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "graphs=$bin/batchd" "launches=$bin/batchd,--cuda-graphs=false" 2>&1 | grep -v '^-rw'
 grep -h graph_launches_total "$r"/ab/*-r1-m2.txt
 pack
-echo "== the live figures with graphs"
-SERVE_FLAGS=--cuda-graphs sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
+echo "== the live figures"
+sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
 pack
 ls -l "$out"

@@ -11,8 +11,9 @@
 #                          (TestGPUGenMatchesGen)
 #   profile-gpuN.txt     each GPU's latency table, batch sizes 1..100 at
 #                          input lengths 16, 128, 1024 (TestGPUProfile)
-#   profile-cuda*.txt    the same through `batchd profile`, with its summary;
-#                          profile-cuda-graphs*.txt with --cuda-graphs
+#   profile-cuda*.txt    the same through `batchd profile`, with its summary
+#                          (CUDA graphs, the default); profile-cuda-launches*.txt
+#                          with --cuda-graphs=false (one launch a kernel)
 #   profile-cpu.txt      the CPU backend's table, for comparison
 #   throughput.txt       GPU vs CPU batches/s and items/s, and the generator's
 #                          ns per decode step at 1, 16, 64 sequences
@@ -47,9 +48,9 @@ if [ "$gpu" = yes ]; then
 	echo "== batchd profile --backend cuda"
 	"$bin/batchd" profile --backend cuda --sizes "$(seq -s, 1 100)" --lengths 16,128,1024 --reps 21 --out "$out/profile-cuda.txt" \
 		2>&1 | tee "$out/profile-cuda-summary.txt" || status=1
-	echo "== batchd profile --backend cuda --cuda-graphs"
-	"$bin/batchd" profile --backend cuda --cuda-graphs --sizes "$(seq -s, 1 100)" --lengths 16,128,1024 --reps 21 --out "$out/profile-cuda-graphs.txt" \
-		2>&1 | tee "$out/profile-cuda-graphs-summary.txt" || status=1
+	echo "== batchd profile --backend cuda --cuda-graphs=false"
+	"$bin/batchd" profile --backend cuda --cuda-graphs=false --sizes "$(seq -s, 1 100)" --lengths 16,128,1024 --reps 21 --out "$out/profile-cuda-launches.txt" \
+		2>&1 | tee "$out/profile-cuda-launches-summary.txt" || status=1
 fi
 
 echo "== batchd profile --backend cpu"

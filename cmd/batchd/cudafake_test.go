@@ -85,13 +85,14 @@ func TestCUDACommandsChild(t *testing.T) {
 	// A generous SLO: the request must not miss its deadline on a loaded
 	// machine under the race detector (the planning cost is the fixed
 	// default latency, 100 ms).
-	base, stop := startServe(t, "devices:\n  backend: cuda\n  count: 3\n  cuda_graphs: true\npolicy:\n  slo: 5s\n", &stdout)
+	base, stop := startServe(t, "devices:\n  backend: cuda\n  count: 3\npolicy:\n  slo: 5s\n", &stdout)
 	want := cudabridge.NewWeights(cudabridge.WeightSeed).Infer([]byte("hello")).String()
 	if code, r := infer(t, base, cudabridge.ModelName, "hello"); code != http.StatusOK || r.Output != want {
 		t.Errorf("serve --backend cuda: %d %+v (error %+v), want %q", code, r, r.Error, want)
 	}
 	// The GPU's counters: the one batch, its time, the GPU's part of it,
-	// and the batch run as one graph launch (devices.cuda_graphs).
+	// and the batch run as one graph launch (devices.cuda_graphs, on by
+	// default).
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 	path := fs.String("config", "", "a serve configuration file: measure device 0 of its devices.backend (a worker process, an upstream server) on its first model, as serve would run it")
 	fs.StringVar(&o.Out, "out", "", "profile file to write (with several GPUs, one per GPU: FILE.gpuN); empty: print only the summary")
 	fs.IntVar(&o.Device, "device", -1, "with --backend cuda, only this GPU (-1: all)")
-	fs.BoolVar(&o.Graphs, "cuda-graphs", false, "with --backend cuda: run each batch as one CUDA graph launch (as devices.cuda_graphs: true)")
+	fs.BoolVar(&o.Graphs, "cuda-graphs", cudabridge.DefaultDeviceConfig(0).Graphs, "with --backend cuda: run each batch as one CUDA graph launch (as devices.cuda_graphs; false: one launch a kernel)")
 	sizes := fs.String("sizes", joinInts(cudabridge.DefaultProfileSizes()), "batch sizes to measure, increasing, 1 to 100")
 	lengths := fs.String("lengths", "16,128,1024", "input lengths in bytes to measure, 0 to 1024")
 	fs.IntVar(&o.TableLen, "table-length", 0, "input length whose latencies make the table: one of --lengths (default: the one closest to 128)")
@@ -96,10 +96,11 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 	if c.Lengths, err = intList(*lengths); err != nil {
 		return o, usagef("--lengths: %v", err)
 	}
-	backendSet, tableSet := false, false
+	backendSet, tableSet, graphsSet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		backendSet = backendSet || f.Name == "backend"
 		tableSet = tableSet || f.Name == "table-length"
+		graphsSet = graphsSet || f.Name == "cuda-graphs"
 	})
 	switch {
 	case *path != "":
@@ -115,7 +116,9 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 			return o, usagef("--backend %s, but %s says devices.backend %s", o.Backend, *path, kind)
 		}
 		o.Backend = kind
-		o.Graphs = o.Graphs || o.file.Devices.CUDAGraphs
+		if !graphsSet {
+			o.Graphs = o.file.Devices.CUDAGraphs
+		}
 	case o.Backend != "cuda" && o.Backend != "cpu":
 		return o, usagef("--backend %q: want cuda or cpu, or --config FILE whose devices say how to reach the backend", o.Backend)
 	default:
@@ -123,8 +126,11 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 			return o, usageError{err}
 		}
 	}
-	if o.Graphs && o.Backend != config.BackendCUDA {
-		return o, usagef("--cuda-graphs: only with --backend cuda, not %s", o.Backend)
+	if o.Backend != config.BackendCUDA {
+		if graphsSet {
+			return o, usagef("--cuda-graphs: only with --backend cuda, not %s", o.Backend)
+		}
+		o.Graphs = false // the other backends have no kernels
 	}
 	if !tableSet {
 		o.TableLen = cudabridge.TableLength(c.Lengths)
@@ -137,8 +143,8 @@ func parseProfile(args []string, stdout io.Writer) (profileOptions, error) {
 	}
 	o.Command = fmt.Sprintf("batchd profile %s --sizes %s --lengths %s --reps %d --warmup %d",
 		target, joinInts(c.Sizes), joinInts(c.Lengths), c.Reps, c.Warmup)
-	if o.Graphs {
-		o.Command += " --cuda-graphs"
+	if o.Backend == config.BackendCUDA && !o.Graphs {
+		o.Command += " --cuda-graphs=false"
 	}
 	return o, nil
 }

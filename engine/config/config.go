@@ -188,7 +188,8 @@ type Devices struct {
 	// Count is the number of devices.
 	Count int `yaml:"count"`
 	// CUDAGraphs, with backend cuda, runs each batch's kernels as one
-	// CUDA graph launch (cudabridge.DeviceConfig.Graphs).
+	// CUDA graph launch (cudabridge.DeviceConfig.Graphs); default true.
+	// The other backends have no kernels and do not read it.
 	CUDAGraphs bool `yaml:"cuda_graphs"`
 	// Latency is a fixed time per batch of any size. LatencyModel, when
 	// given, replaces it.

@@ -171,7 +171,6 @@ func TestErrors(t *testing.T) {
 		{"backend", "devices:\n  backend: tpu\n", []string{`bad.yaml:2: devices.backend: "tpu": want emulated, cpu, cuda, worker, upstream or fanout`}},
 		{"worker without cmd", "devices:\n  backend: worker\n", []string{"bad.yaml:1: devices.worker.cmd: missing: the program each device runs"}},
 		{"worker cmd unused", "devices:\n  worker:\n    cmd: [python3, model.py]\n", []string{`bad.yaml:3: devices.worker.cmd: set, but devices.backend is "emulated"`}},
-		{"cuda graphs unused", "devices:\n  cuda_graphs: true\n", []string{`bad.yaml:2: devices.cuda_graphs: true, but devices.backend is "emulated"`}},
 		{"worker key typo", "devices:\n  worker:\n    cwd: [x]\n", []string{`bad.yaml:3: devices.worker.cwd: unknown key (did you mean "cmd"?)`}},
 		{"worker dir missing", "devices:\n  backend: worker\n  worker:\n    cmd: [x]\n    dir: /nonexistent/models\n", []string{`bad.yaml:5: devices.worker.dir: "/nonexistent/models": not a directory here`}},
 		{"worker env name", "devices:\n  backend: worker\n  worker:\n    cmd: [x]\n    env: {\"A=B\": c}\n", []string{`bad.yaml:5: devices.worker.env.A=B: "A=B": want a name without '='`}},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/schema"
+	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine"
 )
 
@@ -30,6 +31,7 @@ func Default() *File {
 		Devices: Devices{
 			Backend:     BackendEmulated,
 			Count:       e.Devices,
+			CUDAGraphs:  cudabridge.DefaultDeviceConfig(0).Graphs,
 			Latency:     d.Latency.Base,
 			WarmModels:  d.Models,
 			Supervision: schema.SupervisionOf(d),

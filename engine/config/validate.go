@@ -135,9 +135,6 @@ func (v *validator) devices() {
 	default:
 		v.Bad("devices.backend", "%q: want emulated, cpu, cuda, worker, upstream or fanout", d.Backend)
 	}
-	if d.CUDAGraphs && d.Backend != BackendCUDA {
-		v.Bad("devices.cuda_graphs", "true, but devices.backend is %q (graphs are the cuda backend's)", d.Backend)
-	}
 	v.checkWorker()
 	v.checkUpstream()
 	v.IntIn("devices.count", d.Count, 1, min(v.f.Policy.DevicesMax, schema.DevicesCountMax))
