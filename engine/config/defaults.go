@@ -5,7 +5,6 @@ import (
 
 	"github.com/batchd/batchd/actors"
 	"github.com/batchd/batchd/actors/schema"
-	"github.com/batchd/batchd/cudabridge"
 	"github.com/batchd/batchd/engine"
 )
 
@@ -31,7 +30,7 @@ func Default() *File {
 		Devices: Devices{
 			Backend:     BackendEmulated,
 			Count:       e.Devices,
-			CUDAGraphs:  cudabridge.DefaultDeviceConfig(0).Graphs,
+			CUDAGraphs:  true, // cudabridge.DefaultDeviceConfig's, which engine/ may not import (engine/server's tests hold them equal)
 			Latency:     d.Latency.Base,
 			WarmModels:  d.Models,
 			Supervision: schema.SupervisionOf(d),

@@ -132,3 +132,12 @@ func TestDeviceFaultRequeued(t *testing.T) {
 		t.Errorf("reply %+v: want completed with %q on attempt 2, after the injected fault", r, want)
 	}
 }
+
+// TestCUDAGraphsDefault: the configuration's default for devices.cuda_graphs
+// is cudabridge's own (engine/config may not import cudabridge, so the two
+// are written apart).
+func TestCUDAGraphsDefault(t *testing.T) {
+	if got, want := config.Default().Devices.CUDAGraphs, cudabridge.DefaultDeviceConfig(0).Graphs; got != want {
+		t.Errorf("devices.cuda_graphs defaults to %v, cudabridge.DeviceConfig.Graphs to %v", got, want)
+	}
+}
