@@ -8,6 +8,9 @@
 # PROFILE is a latency table from `batchd profile --backend cuda --out`
 # (gpu-test.sh writes one); without it the server plans with its default.
 # SERVE_FLAGS are more flags for the server (say --cuda-graphs=false).
+# LOADS, when set, names the loads to run (say "open-30k open-60k"), the
+# others skipped, the yardstick too unless named (baseline-closed-256 ...).
+# GEN is the generator's binary (default BIN/batchd).
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
 # emulated function, so not checked), over REST and over the OIP's gRPC
 # (unary, and ModelStreamInfer streams: issue 22's 250k req/s target);
@@ -28,11 +31,17 @@ table=""
 [ -n "$profile" ] && table="--latency-table $profile"
 table="$table ${SERVE_FLAGS:-}"
 
+wanted() { # name
+	case " ${LOADS:-$1} " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+
 load() { # name, flags...
 	name=$1
 	shift
+	wanted "$name" || return 0
 	echo "== $name: batchd load $*"
-	taskset -c "$gen" "$bin/batchd" load --url "http://$addr" --model bytenet --check=false --duration "$dur" --json "$@" >"$out/$name.json" 2>"$out/$name.err"
+	taskset -c "$gen" "${GEN:-$bin/batchd}" load --url "http://$addr" --model bytenet --check=false --duration "$dur" --json "$@" >"$out/$name.json" 2>"$out/$name.err"
 	tail -n 3 "$out/$name.err"
 }
 
@@ -63,16 +72,18 @@ curl -s "http://$addr/metrics" >"$out/metrics.txt" 2>&1
 kill -TERM "$pid"
 wait "$pid"
 
-echo "== the net/http yardstick on cores $srv"
-taskset -c "$srv" "$bin/batchd" load --baseline-server "$addr" >"$out/baseline.log" 2>&1 &
-bpid=$!
-sleep 1
-load baseline-closed-256 --connections 256 --rss-pid "$bpid"
-load baseline-closed-1024 --connections 1024 --rss-pid "$bpid"
-kill -TERM "$bpid"
-wait "$bpid" 2>/dev/null
+if wanted baseline-closed-256 || wanted baseline-closed-1024; then
+	echo "== the net/http yardstick on cores $srv"
+	taskset -c "$srv" "$bin/batchd" load --baseline-server "$addr" >"$out/baseline.log" 2>&1 &
+	bpid=$!
+	sleep 1
+	load baseline-closed-256 --connections 256 --rss-pid "$bpid"
+	load baseline-closed-1024 --connections 1024 --rss-pid "$bpid"
+	kill -TERM "$bpid"
+	wait "$bpid" 2>/dev/null
+fi
 
-if [ -x "$bin/generate.test" ]; then
+if [ -x "$bin/generate.test" ] && [ -z "${LOADS:-}" ]; then
 	echo "== generation: step end to SSE flush, 256 streams, on cores $srv"
 	BATCHD_GEN_STREAM_CLIENTS=256 taskset -c "$srv" "$bin/generate.test" -test.run TestStreamLatencyFigures -test.v -test.count=1 >"$out/stream-256.txt" 2>&1
 	tail -n 4 "$out/stream-256.txt"

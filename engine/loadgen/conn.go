@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -26,11 +27,13 @@ import (
 // conns is the senders' connections, so that a cut run can end the
 // exchanges in flight at once.
 type conns struct {
-	mu   sync.Mutex
-	set  map[*conn]struct{}
-	cut  bool
-	addr string
-	tls  *tls.Config // nil for http
+	// dials counts the connections made.
+	dials atomic.Int64
+	mu    sync.Mutex
+	set   map[*conn]struct{}
+	cut   bool
+	addr  string
+	tls   *tls.Config // nil for http
 }
 
 // conn is one sender's connection; nil c means not (or no longer) dialled.
@@ -77,6 +80,7 @@ func (c *conn) dial() error {
 	if err != nil {
 		return err
 	}
+	c.owner.dials.Add(1)
 	nc = withStamps(nc)
 	tcp := nc
 	if c.owner.tls != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,7 +28,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // echoServer answers like the engine's emulated backend after delay.
 func echoServer(t *testing.T, delay time.Duration, check func(r *http.Request, body map[string]any) int) *httptest.Server {
 	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := httptest.NewServer(echoHandler(delay, check))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// echoHandler is echoServer's handler.
+func echoHandler(delay time.Duration, check func(r *http.Request, body map[string]any) int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
@@ -45,9 +53,7 @@ func echoServer(t *testing.T, delay time.Duration, check func(r *http.Request, b
 		in, _ := body["input"].(string)
 		_ = json.NewEncoder(w).Encode(map[string]any{"output": actors.EmulatedOutput(model, "v7", in), "model": model, "version": "v7",
 			"latency_ms": 3.5, "queue_ms": 1.25, "compute_ms": 2, "batch_size": 4})
-	}))
-	t.Cleanup(s.Close)
-	return s
+	})
 }
 
 func cfgFor(url string) Config {
@@ -159,9 +165,59 @@ func testSplit(t *testing.T, check bool) {
 	if runtime.GOOS == "linux" && (sp.All.Trip < 36.5/3 || sp.Over.Trip < sp.All.Trip) {
 		t.Errorf("trip: all %.2f ms, over %.2f; want at least a third of the unreported 36.5 (half the requests carry it), and more over", sp.All.Trip, sp.Over.Trip)
 	}
+	// The time series places the slow requests: as many as the split's
+	// row over SlowOver, and the slowest at least the 40 ms sleep.
+	var slow int64
+	var slowest float64
+	for _, iv := range rep.Intervals {
+		slow += iv.Slow
+		slowest = max(slowest, iv.LatencyMaxMs)
+	}
+	if slow != sp.Over.Count || slowest < 40 || slowest > rep.Latency["ok"].Max+0.01 {
+		t.Errorf("time series: %d slow, slowest %.2f ms; want %d, at least 40 ms and at most the max %.2f", slow, slowest, sp.Over.Count, rep.Latency["ok"].Max)
+	}
 	var b strings.Builder
 	if err := rep.WriteTable(&b); err != nil || !strings.Contains(b.String(), "over 30ms") {
 		t.Errorf("table lacks the split's row (%v):\n%s", err, b.String())
+	}
+}
+
+// TestConnectionsOpened: the report counts the connections the generator
+// dialled, as many as the server accepted, in both loops.
+func TestConnectionsOpened(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("closed %v", closed), func(t *testing.T) {
+			var accepted atomic.Int64
+			s := httptest.NewUnstartedServer(echoHandler(5*time.Millisecond, nil))
+			s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					accepted.Add(1)
+				}
+			}
+			s.Start()
+			c := cfgFor(s.URL)
+			c.Rate, c.Arrival = 200, Fixed
+			if closed {
+				c.Connections = 3
+			}
+			rep, err := Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A connection dialled just before the end may wait in the
+			// listener's queue a moment: wait for it, bounded.
+			for end := time.Now().Add(5 * time.Second); accepted.Load() < rep.ConnectionsOpened && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
+			}
+			s.Close()
+			if got := rep.ConnectionsOpened; got == 0 || got != accepted.Load() || closed && got != 3 {
+				t.Errorf("%d connections opened, the server accepted %d", got, accepted.Load())
+			}
+			var b strings.Builder
+			if err := rep.WriteTable(&b); err != nil || !strings.Contains(b.String(), fmt.Sprintf("%d opened", rep.ConnectionsOpened)) {
+				t.Errorf("table lacks the connections (%v):\n%s", err, b.String())
+			}
+		})
 	}
 }
 

@@ -86,6 +86,12 @@ type Interval struct {
 	Rejected int64   `json:"rejected"`
 	Other    int64   `json:"other"`
 	Dropped  int64   `json:"dropped,omitempty"`
+	// Slow counts the measured 200s slower than Config.SlowOver that
+	// completed in the interval, and LatencyMaxMs is the slowest measured
+	// request's latency: where in the run a tail happened (a start-up, a
+	// stall) that the percentiles cannot say.
+	Slow         int64   `json:"slow,omitempty"`
+	LatencyMaxMs float64 `json:"latency_max_ms,omitempty"`
 	// RSSKiB is the sampled process's VmRSS in the interval (last sample).
 	RSSKiB int64 `json:"rss_kib,omitempty"`
 }
@@ -156,7 +162,12 @@ func (r *recorder) record(res result) {
 		return // warmup
 	}
 	r.sent++
-	_ = r.latency[class].RecordValue(max(res.done.Sub(res.intended).Microseconds(), 1))
+	latency := res.done.Sub(res.intended)
+	iv.LatencyMaxMs = max(iv.LatencyMaxMs, float64(latency.Microseconds())/1000)
+	if class == classOK && r.cfg.SlowOver > 0 && latency > r.cfg.SlowOver {
+		iv.Slow++
+	}
+	_ = r.latency[class].RecordValue(max(latency.Microseconds(), 1))
 	_ = r.service[class].RecordValue(max(res.done.Sub(res.sent).Microseconds(), 1))
 	// arrived is the kernel's wall-clock time, with no monotonic reading,
 	// so this difference is taken on the wall clock: a step of the clock
@@ -182,7 +193,7 @@ func (r *recorder) record(res result) {
 	}
 	if st := res.server; st.BatchSize > 0 {
 		r.splitAll.add(res, at)
-		if r.cfg.SlowOver > 0 && res.done.Sub(res.intended) > r.cfg.SlowOver {
+		if r.cfg.SlowOver > 0 && latency > r.cfg.SlowOver {
 			r.splitSlow.add(res, at)
 		}
 		_ = r.srvLatency.RecordValue(max(int64(st.LatencyMs*1000), 1))
@@ -266,6 +277,11 @@ type Report struct {
 	Server *ServerTimes `json:"server,omitempty"`
 	// Split is where the 200s' time went, on average (with Check).
 	Split *Split `json:"split,omitempty"`
+
+	// ConnectionsOpened is how many HTTP connections the generator
+	// dialled over the run: about one per in-flight request an open loop
+	// needed at its peak, and each a connection the server holds.
+	ConnectionsOpened int64 `json:"connections_opened,omitempty"`
 
 	// GeneratorCPUS is the CPU time the generator itself used, in
 	// seconds: on a machine it shares with the server, the load it can
@@ -668,6 +684,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		r := rep.RSS
 		fmt.Fprintf(tw, "pid %d\trss (KiB) first %d, at 10s %d, max %d, after 10s %d to %d, last %d; cpu %.2fs (%.1f µs a request) %s\n",
 			r.PID, r.First, r.At10s, r.Max, r.MinAfter10s, r.MaxAfter10s, r.Last, r.CPUS, r.CPUUSPerRequest, r.Err)
+	}
+	if rep.ConnectionsOpened > 0 {
+		fmt.Fprintf(tw, "connections\t%d opened\n", rep.ConnectionsOpened)
 	}
 	cpus := "CPUs"
 	if rep.GeneratorCores == 1 {
