@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/batchd/batchd/actors"
@@ -201,6 +202,10 @@ func New(cfg Config) *Metrics {
 		models: newLabelSet(cfg.Models, cfg.ModelLabelsMax),
 	}
 	m.reg.MustRegister(m.requests, m.responses, m.grpcResps, m.queueWait, m.compute, m.latency, m.batchSize)
+	// The process's own series, as every Go service exports them: its
+	// heap, allocations, collections and goroutines (go_*), and its
+	// resident memory, CPU time and file descriptors (process_*).
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(cfg.Collectors...)
 	if cfg.Signals != nil {
 		m.reg.MustRegister(newSignalsCollector(cfg.Signals, cfg.ScrapeTimeout, cfg.Devices))
