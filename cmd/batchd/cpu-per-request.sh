@@ -9,8 +9,10 @@
 # streams (`--grpc-stream`) and no baseline. The server is pinned to CPU 0
 # and the generator to CPU 1 (taskset), so the server's CPU is one
 # core's. Prints each run's CPU a request (µs, from /proc/PID/stat via
-# --rss-pid), p99 and req/s, each build's ratios to the baseline of its
-# round, their medians, and B/A per round. Usage: sh cpu-per-request.sh
+# --rss-pid), p99, req/s and the bytes the server allocated a request
+# (go_memstats_alloc_bytes_total on its /metrics, before and after; "-"
+# for the baseline and for builds without it), each build's ratios to the
+# baseline of its round, their medians, and B/A per round. Usage: sh cpu-per-request.sh
 # BATCHD_A BATCHD_B (ROUNDS=8 RATE=2000 DURATION=8s CONNS= GRPC=). Not
 # part of make test: it takes 3 x ROUNDS x DURATION of real time and both
 # cores, and on a shared machine only ratios from the same round compare.
@@ -31,20 +33,33 @@ gaddr=127.0.0.1:18098
 base=127.0.0.1:18097
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
+# allocated prints the server's bytes allocated so far, or nothing.
+allocated() {
+	curl -s "http://$addr/metrics" 2>/dev/null | awk '/^go_memstats_alloc_bytes_total /{printf "%.0f", $2}'
+}
 measure() { # label, pid, load flags...
 	label=$1
 	pid=$2
 	shift 2
+	a0=
+	[ "$label" = base ] || a0=$(allocated)
 	if [ -n "$conns" ]; then
 		set -- "$@" --connections "$conns"
 	else
 		set -- "$@" --rate "$rate"
 	fi
 	taskset -c 1 "$b" load "$@" --duration "$dur" --warmup 2s --rss-pid "$pid" --json >"$data/out.json"
-	python3 - "$label" "$data/out.json" <<'PY'
+	a1=
+	[ -z "$a0" ] || a1=$(allocated)
+	python3 - "$label" "$data/out.json" "$a0" "$a1" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[2]))
-print(f"{sys.argv[1]}\t{d['rss']['cpu_us_per_request']:.1f}\t{d['latency_ms']['ok']['p99']:.2f}\t{d['throughput']['ok_per_s']:.0f}")
+rss = d['rss']
+alloc = "-"
+if sys.argv[3] and sys.argv[4] and rss['cpu_us_per_request'] > 0:
+    made = rss['cpu_s'] / rss['cpu_us_per_request'] * 1e6  # every request made, warmup included
+    alloc = f"{(float(sys.argv[4]) - float(sys.argv[3])) / made:.0f}"
+print(f"{sys.argv[1]}\t{rss['cpu_us_per_request']:.1f}\t{d['latency_ms']['ok']['p99']:.2f}\t{d['throughput']['ok_per_s']:.0f}\t{alloc}")
 PY
 }
 serve() { # label, binary
@@ -62,7 +77,7 @@ serve() { # label, binary
 	kill -TERM $pid
 	wait $pid || true
 }
-printf "run\tcpu_us_per_request\tp99_ms\treq_s\n"
+printf "run\tcpu_us_per_request\tp99_ms\treq_s\talloc_bytes_per_request\n"
 for r in $(seq "$rounds"); do
 	echo "# round $r, $(uptime | sed 's/.*load/load/')"
 	if [ -z "$grpc" ]; then
@@ -92,9 +107,9 @@ for line in open(sys.argv[1]):
     if line.startswith("#"):
         rounds.append({})
         continue
-    if len(f) != 4 or f[0] == "run":
+    if len(f) != 5 or f[0] == "run":
         continue
-    rounds[-1][f[0]] = (float(f[1]), float(f[3]))
+    rounds[-1][f[0]] = (float(f[1]), float(f[3]), None if f[4].strip() == "-" else float(f[4]))
 def med(v):
     return statistics.median(v)
 for k in "AB":
@@ -107,6 +122,10 @@ for k in "AB":
     print(line)
 ba = [x["B"][0] / x["A"][0] for x in rounds]
 print(f"B/A CPU per round {' '.join(f'{v:.3f}' for v in ba)}; median {med(ba):.3f}")
+for k in "AB":
+    al = [x[k][2] for x in rounds if x[k][2] is not None]
+    if al:
+        print(f"{k}: {med(al):.0f} bytes allocated a request (median of {len(al)})")
 if all("base" in x for x in rounds):
     print(f"baseline median {med([x['base'][0] for x in rounds]):.1f} µs a request")
 PY

@@ -27,6 +27,12 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	blank  *http.Request // no fields but the context
+	// req, url and heads are the request being served, reused from one
+	// request to the next: the handler keeps none of them once it has
+	// returned (it waits for the engine's answer in Await).
+	req   http.Request
+	url   url.URL
+	heads headStore
 
 	buf  []byte // buf[r:w] is read and not consumed
 	r, w int
@@ -90,7 +96,7 @@ func (c *conn) serve() {
 		var h head
 		ok := n > 0
 		if ok {
-			h, ok = parseHead(c.buf[c.r:c.r+n], c.s.cfg.BodyMaxBytes)
+			h, ok = parseHeadInto(c.buf[c.r:c.r+n], c.s.cfg.BodyMaxBytes, &c.heads)
 		}
 		if !ok || !c.s.cfg.Fast(h.method, h.target) {
 			handedOff = c.handOff()
@@ -242,10 +248,12 @@ func (c *conn) handOff() bool {
 // writes its response, and reports whether the connection serves on.
 func (c *conn) serveOne(h *head, n int) bool {
 	// A copy of the connection's blank request, which holds its
-	// context: one allocation, where WithContext would be a second.
-	req := new(http.Request)
+	// context, in the connection's own: no allocation, where
+	// WithContext would be two.
+	req := &c.req
 	*req = *c.blank
-	req.Method, req.URL, req.RequestURI = h.method, &url.URL{Path: h.target}, h.target
+	c.url = url.URL{Path: h.target}
+	req.Method, req.URL, req.RequestURI = h.method, &c.url, h.target
 	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/1.1", 1, 1
 	req.Header, req.Host, req.RemoteAddr = h.header, h.host, c.remote
 	req.ContentLength, req.Close, req.Body = int64(h.contentLength), h.close, http.NoBody

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +120,14 @@ func handler(eng *fakeEngine) http.Handler {
 		}
 		_, _ = io.WriteString(w, "answered")
 	})
+	// The request as the handler sees it: its path and its fields.
+	mux.HandleFunc("/fast/fields/", func(w http.ResponseWriter, r *http.Request) {
+		keys := slices.Sorted(maps.Keys(r.Header))
+		for i, k := range keys {
+			keys[i] = k + "=" + strings.Join(r.Header[k], ",")
+		}
+		_, _ = io.WriteString(w, r.URL.Path+" "+r.Host+" "+strings.Join(keys, " "))
+	})
 	mux.HandleFunc("/fast/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
 	mux.HandleFunc("/fast/empty", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
@@ -228,6 +238,28 @@ func TestKeepAlive(t *testing.T) {
 	for _, want := range []string{"a", "bb", "ccc"} {
 		if _, got := c.read(); got != want {
 			t.Fatalf("pipelined: %q, want %q", got, want)
+		}
+	}
+}
+
+// TestReusedRequest: a connection's requests in a row, served in the
+// connection's one request, header map and field array, each see their
+// own path, host and fields only, none of the last one's.
+func TestReusedRequest(t *testing.T) {
+	r := newRig(t)
+	c := r.dial(t)
+	for _, tc := range []struct{ head, want string }{
+		{"POST /fast/fields/one HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\nContent-Length: 0\r\n\r\n",
+			"/fast/fields/one a Content-Length=0 X-A=1,3 X-B=2"},
+		{"POST /fast/fields/two HTTP/1.1\r\nHost: b\r\nX-C: 4\r\nContent-Length: 0\r\n\r\n",
+			"/fast/fields/two b Content-Length=0 X-C=4"},
+		{"POST /fast/fields/3 HTTP/1.1\r\nHost: c\r\nX-B: 5\r\nX-A: 6\r\nContent-Length: 0\r\n\r\n",
+			"/fast/fields/3 c Content-Length=0 X-A=6 X-B=5"},
+	} {
+		c.send(tc.head)
+		resp, got := c.read()
+		if resp.StatusCode != 200 || got != tc.want {
+			t.Errorf("%d %q, want %q", resp.StatusCode, got, tc.want)
 		}
 	}
 }

@@ -15,6 +15,13 @@ type head struct {
 	close          bool // Connection: close
 }
 
+// headStore is a connection's header map and value array, which
+// parseHeadInto reuses.
+type headStore struct {
+	header http.Header
+	values []string
+}
+
 // crlf2 ends a request's head.
 var crlf2 = []byte("\r\n\r\n")
 
@@ -29,6 +36,15 @@ var crlf2 = []byte("\r\n\r\n")
 // Expect or Upgrade; a Connection other than keep-alive or close; more
 // than fieldsMax fields.
 func parseHead(b []byte, bodyMax int) (head, bool) {
+	return parseHeadInto(b, bodyMax, nil)
+}
+
+// parseHeadInto is parseHead with the fields put in hs's header map and
+// value array, cleared first, in place of new ones, when hs is not nil: a
+// connection's, reused from one request to the next (two of a request's
+// allocations). What the handler was given of them is not used once it
+// has returned.
+func parseHeadInto(b []byte, bodyMax int, hs *headStore) (head, bool) {
 	var h head
 	// One allocation for the head's text: the method, target and field
 	// values are substrings of it.
@@ -47,8 +63,17 @@ func parseHead(b []byte, bodyMax int) (head, bool) {
 	// The fields' values share a backing array (a typical head's in one):
 	// a field's own slice is capped at its value, so that a repeated
 	// field's append copies.
-	values := make([]string, 0, 8)
-	h.header = make(http.Header, 8)
+	var values []string
+	if hs != nil {
+		if hs.header == nil {
+			hs.header = make(http.Header, 8)
+		}
+		clear(hs.header)
+		values, h.header = hs.values[:0], hs.header
+		defer func() { hs.values = values[:0] }()
+	} else {
+		values, h.header = make([]string, 0, 8), make(http.Header, 8)
+	}
 	hosts := 0
 	for n := 0; ; n++ {
 		line, rest, ok = strings.Cut(rest, "\r\n")

@@ -85,24 +85,41 @@ func (h *Handler) keepInferRoute(path string, fn http.HandlerFunc) http.HandlerF
 }
 
 // inferRoute is the handler of an infer route r's path matches, with the
-// request's Pattern and path values set as the mux sets them; nil for
-// any other path, or one with escapes (the mux's then). The mux's
-// matching was 6.8% of a saturated server's CPU (1.7 µs a request).
+// request's Pattern set as the mux sets it; nil for any other path, or
+// one with escapes (the mux's then). The mux's matching was 6.8% of a
+// saturated server's CPU (1.7 µs a request). The path values are not set
+// (SetPathValue allocates a map, a request's largest allocation but
+// two): pathValue reads them from the path.
 func (h *Handler) inferRoute(r *http.Request) http.HandlerFunc {
 	if r.URL.RawPath != "" {
 		return nil
 	}
-	pattern, model, version := inferPath(r.URL.Path)
+	pattern, _, _ := inferPath(r.URL.Path)
 	fn := h.inferRoutes[pattern]
 	if fn == nil {
 		return nil
 	}
 	r.Pattern = pattern
-	r.SetPathValue("model", model)
-	if version != "" {
-		r.SetPathValue("version", version)
-	}
 	return fn
+}
+
+// pathValue is r's path value name ("model", "version"): the mux's, or,
+// for a request inferRoute routed, the one its path holds.
+func pathValue(r *http.Request, name string) string {
+	if v := r.PathValue(name); v != "" {
+		return v
+	}
+	switch r.Pattern {
+	case v1InferPattern, v2InferPattern, v2VersionInferPattern:
+		_, model, version := inferPath(r.URL.Path)
+		switch name {
+		case "model":
+			return model
+		case "version":
+			return version
+		}
+	}
+	return ""
 }
 
 // inferPath matches an infer route's path (/v1/models/{m}/infer,

@@ -7,7 +7,8 @@ import (
 )
 
 // TestInferRouteIsTheMuxs: for every path, inferRoute picks the pattern
-// and path values the mux would, or leaves the path to the mux.
+// the mux would, and pathValue then gives the path values the mux would,
+// or inferRoute leaves the path to the mux.
 func TestInferRouteIsTheMuxs(t *testing.T) {
 	h, err := New(nullDoor{}, DefaultConfig())
 	if err != nil {
@@ -44,8 +45,8 @@ func TestInferRouteIsTheMuxs(t *testing.T) {
 		}
 		gotModel, gotVersion = "", ""
 		values.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", path, nil))
-		if r.PathValue("model") != gotModel || r.PathValue("version") != gotVersion {
-			t.Errorf("%s: model %q version %q, the mux's %q %q", path, r.PathValue("model"), r.PathValue("version"), gotModel, gotVersion)
+		if m, v := pathValue(r, "model"), pathValue(r, "version"); m != gotModel || v != gotVersion {
+			t.Errorf("%s: model %q version %q, the mux's %q %q", path, m, v, gotModel, gotVersion)
 		}
 	}
 }

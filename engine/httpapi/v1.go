@@ -56,7 +56,7 @@ func (h *Handler) admit(r *http.Request) (*tenantKey, *modelInfo, string, *apiEr
 	if aerr != nil {
 		return nil, nil, "", aerr
 	}
-	model := r.PathValue("model")
+	model := pathValue(r, "model")
 	mi, aerr := h.model(k, model)
 	if aerr != nil {
 		return nil, nil, "", aerr

@@ -103,7 +103,7 @@ func (h *Handler) v2Model(r *http.Request) (*tenantKey, *modelInfo, string, stri
 	if aerr != nil {
 		return nil, nil, "", "", aerr
 	}
-	version := r.PathValue("version")
+	version := pathValue(r, "version")
 	if aerr := mi.checkVersion(version); aerr != nil {
 		return nil, nil, "", "", aerr
 	}
