@@ -204,9 +204,9 @@ type frontEntry struct {
 	expireAt time.Duration
 	done     bool
 	// held is the current submission's refusal (Rejected, Expired), kept
-	// while the superseded one may still complete (holding).
-	held    Reply
-	holding bool
+	// while the superseded one may still complete; nil when there is none
+	// (nearly always: a pointer keeps the entry, one a request, small).
+	held *Reply
 }
 
 // frontTick is the front's one timer: the next expiry.
@@ -324,10 +324,10 @@ func (f *Front) send(ctx Context, e *frontEntry, owner placement) {
 	id := f.idBase | f.seq&(1<<40-1)
 	if e.cur != 0 {
 		e.old = append(e.old, e.cur)
-		if !e.holding {
+		if e.held == nil {
 			e.prev = e.owner
 		} // else the current one refused: the one before stays the one that may complete
-		e.holding = false
+		e.held = nil
 	}
 	e.cur, e.owner = id, owner
 	f.byID[id] = e
@@ -364,8 +364,8 @@ func (f *Front) reply(ctx Context, m Reply) {
 		// refusal, now that nothing else will).
 		f.stats.Duplicates++
 		e.prev = placement{}
-		if e.holding {
-			f.finish(ctx, e, e.held)
+		if e.held != nil {
+			f.finish(ctx, e, *e.held)
 		}
 		return
 	}
@@ -373,7 +373,8 @@ func (f *Front) reply(ctx Context, m Reply) {
 		// The new owner cannot take it, but the old one may still be
 		// running it (a hand-over: the old owner left or is alive):
 		// wait for that answer, or the deadline.
-		e.held, e.holding = m, true
+		held := m // its own copy: &m would move every reply's m to the heap
+		e.held = &held
 		return
 	}
 	f.finish(ctx, e, m)
@@ -440,8 +441,8 @@ func (f *Front) replace(ctx Context) {
 		if e.done {
 			continue
 		}
-		if e.holding && !f.mayComplete(e) {
-			f.finish(ctx, e, e.held) // the old owner died or restarted
+		if e.held != nil && !f.mayComplete(e) {
+			f.finish(ctx, e, *e.held) // the old owner died or restarted
 			continue
 		}
 		to, seen := owners[e.req.Model]
@@ -514,9 +515,9 @@ func (f *Front) expire(ctx Context) {
 			return
 		}
 		switch {
-		case !e.done && e.holding:
+		case !e.done && e.held != nil:
 			// The superseded submission did not complete either.
-			f.finish(ctx, e, e.held)
+			f.finish(ctx, e, *e.held)
 		case !e.done:
 			// Answered while still in the heap, as every entry is: the
 			// pop below takes it off the count again.
