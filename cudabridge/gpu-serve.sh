@@ -10,7 +10,9 @@
 # SERVE_FLAGS are more flags for the server (say --cuda-graphs=false).
 # LOADS, when set, names the loads to run (say "open-30k open-60k"), the
 # others skipped, the yardstick too unless named (baseline-closed-256 ...).
-# GEN is the generator's binary (default BIN/batchd).
+# GEN is the generator's binary (default BIN/batchd); LOAD_FLAGS are more
+# flags for every load (say --warmup 2s); SERVE_GOGC the server's GOGC
+# (the generator's stays its own).
 # Each load runs DURATION (10s) against model bytenet (outputs are not the
 # emulated function, so not checked), over REST and over the OIP's gRPC
 # (unary, and ModelStreamInfer streams: issue 22's 250k req/s target);
@@ -41,13 +43,14 @@ load() { # name, flags...
 	shift
 	wanted "$name" || return 0
 	echo "== $name: batchd load $*"
-	taskset -c "$gen" "${GEN:-$bin/batchd}" load --url "http://$addr" --model bytenet --check=false --duration "$dur" --json "$@" >"$out/$name.json" 2>"$out/$name.err"
+	# shellcheck disable=SC2086
+	taskset -c "$gen" "${GEN:-$bin/batchd}" load --url "http://$addr" --model bytenet --check=false --duration "$dur" --json "$@" ${LOAD_FLAGS:-} >"$out/$name.json" 2>"$out/$name.err"
 	tail -n 3 "$out/$name.err"
 }
 
 echo "== serve --backend cuda on cores $srv, load on $gen"
 # shellcheck disable=SC2086
-GODEBUG=gctrace=1 taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" --grpc-addr "$gaddr" $table >"$out/serve.log" 2>&1 &
+env GODEBUG=gctrace=1 ${SERVE_GOGC:+GOGC=$SERVE_GOGC} taskset -c "$srv" "$bin/batchd" serve --backend cuda --addr "$addr" --grpc-addr "$gaddr" $table >"$out/serve.log" 2>&1 &
 pid=$!
 for i in $(seq 100); do
 	curl -sf "http://$addr/v2/health/ready" >/dev/null 2>&1 && break

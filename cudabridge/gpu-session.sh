@@ -1,11 +1,13 @@
 #!/bin/sh
 # One device call's worth of GPU figures for issue 22, sized to fit a
-# 15-minute lease in one call of about 6 minutes: the GPU checks (outputs
+# 15-minute lease in one call of about 9 minutes: the GPU checks (outputs
 # against the reference with CUDA graphs and without, the generation
 # kernels, both batch-time benchmarks), the latency table with graphs (the
 # default), graphs side by side with one launch a kernel
 # (--cuda-graphs=false) under the closed loops (gpu-ab.sh, with a CPU
-# profile of the graphs' server), then the live figures (gpu-serve.sh).
+# profile of the graphs' server), then the live figures (gpu-serve.sh),
+# then the open loop at 30,000 req/s six times on fresh servers (as it
+# is, its start not counted, the collector at GOGC=1600): about 9 minutes.
 # The device tool brings back at most 8 files, so everything goes into
 # OUT/run.tgz, packed again after each step: a call cut short still brings
 # back what was done.
@@ -44,4 +46,16 @@ pack
 echo "== the live figures"
 sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
 pack
+# The open loop at 30,000 req/s, each on a fresh server: as it is, twice;
+# the first 2 s not counted (the start, while the generator opens its
+# connections: most of run 6's tail), twice; and with the collector at
+# GOGC=1600, twice (a quarter of the collections: the rest of the tail).
+echo "== the open loop's tail: the start, and the collections"
+for i in 1 2; do
+	LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-$i" "$profile" >/dev/null 2>&1
+	LOADS=open-30k LOAD_FLAGS="--warmup 2s" sh "$here/gpu-serve.sh" "$bin" "$r/open-warm-$i" "$profile" >/dev/null 2>&1
+	SERVE_GOGC=1600 LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-gogc1600-$i" "$profile" >/dev/null 2>&1
+	pack
+done
+python3 "$here/gpu-table.py" "$r"/open-* 2>/dev/null | grep -E "^/|open-30k"
 ls -l "$out"
