@@ -135,7 +135,7 @@ type OIPInput struct {
 // elements not answered yet.
 func (h *Handler) OIPInfer(ctx context.Context, c Caller, m OIPModel, in OIPInput, timeout time.Duration) (string, []string, *CallError) {
 	start := h.eng.Now()
-	reqs, aerr := h.oipRequests(c, m, in, timeout, start)
+	reqs, aerr := h.oipRequests(nil, c, m, in, timeout, start)
 	if aerr != nil {
 		return "", nil, callError(aerr)
 	}
@@ -162,7 +162,8 @@ type OIPCall struct {
 func (h *Handler) OIPSubmit(c Caller, m OIPModel, in OIPInput, timeout time.Duration, done func(*OIPCall)) *OIPCall {
 	start := h.eng.Now()
 	call := &OIPCall{engineCall: engineCall{h: h, start: start}}
-	reqs, aerr := h.oipRequests(c, m, in, timeout, start)
+	// One element, the common case, goes in the call's own array.
+	reqs, aerr := h.oipRequests(call.req1[:0], c, m, in, timeout, start)
 	if aerr != nil {
 		call.err = aerr
 		done(call)
@@ -210,7 +211,7 @@ func (c *OIPCall) Outcome(ctx context.Context) (string, []string, *CallError) {
 
 // oipRequests checks an OIP input tensor (see OIPInfer) and makes the
 // engine requests of its elements, one version for all.
-func (h *Handler) oipRequests(c Caller, m OIPModel, in OIPInput, timeout time.Duration, start time.Duration) ([]actors.Request, *apiError) {
+func (h *Handler) oipRequests(dst []actors.Request, c Caller, m OIPModel, in OIPInput, timeout time.Duration, start time.Duration) ([]actors.Request, *apiError) {
 	lim := h.limitsFor(m.mi)
 	name := truncate(in.Name)
 	n, aerr := tensorElements(name, in.Datatype, in.Shape, lim)
@@ -244,7 +245,7 @@ func (h *Handler) oipRequests(c Caller, m OIPModel, in OIPInput, timeout time.Du
 		return nil, badRequest("timeout %v: must be positive", timeout)
 	}
 	cm := common{version: m.version, timeout: min(timeout, h.cfg.TimeoutMax)}
-	return v2Requests(c.k, m.mi, m.name, cm, inputs, start), nil
+	return v2Requests(dst, c.k, m.mi, m.name, cm, inputs, start), nil
 }
 
 // oipOutcome is what OIPInfer returns for its elements' results: the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -210,7 +211,7 @@ func (h *Handler) v2Infer(w http.ResponseWriter, r *http.Request) {
 // and returns their results in order, or the first failed element's
 // error.
 func (h *Handler) runV2(w http.ResponseWriter, r *http.Request, k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) ([]doResult, *apiError) {
-	results := h.runFor(w, r, v2Requests(k, mi, model, c, inputs, start), start)
+	results := h.runFor(w, r, v2Requests(nil, k, mi, model, c, inputs, start), start)
 	if aerr := v2Failure(results); aerr != nil {
 		return nil, aerr
 	}
@@ -219,14 +220,15 @@ func (h *Handler) runV2(w http.ResponseWriter, r *http.Request, k *tenantKey, mi
 
 // v2Requests makes the engine requests of an OIP input tensor's
 // elements, all on one version: c's, or one drawn by the routing
-// weights.
-func v2Requests(k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) []actors.Request {
+// weights. They are appended to dst (a caller's array for one element,
+// or nil).
+func v2Requests(dst []actors.Request, k *tenantKey, mi *modelInfo, model string, c common, inputs []string, start time.Duration) []actors.Request {
 	if c.version == "" && mi != nil {
 		c.version = mi.pick()
 	}
-	reqs := make([]actors.Request, len(inputs))
-	for i, input := range inputs {
-		reqs[i] = request(k, model, c, input, start)
+	reqs := slices.Grow(dst[:0], len(inputs))
+	for _, input := range inputs {
+		reqs = append(reqs, request(k, model, c, input, start))
 	}
 	return reqs
 }
