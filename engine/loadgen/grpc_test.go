@@ -48,9 +48,26 @@ func TestGRPCLoad(t *testing.T) {
 		}
 		<-served
 	}()
+	// An HTTP listener at the run's URL: a gRPC run opens nothing there.
+	httpInner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpLn := &countingListener{Listener: httpInner}
+	defer httpLn.Close()
+	go func() {
+		for {
+			c, err := httpLn.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	for _, conns := range []int{1, 3} {
 		for _, stream := range []bool{false, true} {
 			cfg := DefaultConfig()
+			cfg.URL = "http://" + httpLn.Addr().String()
 			cfg.GRPC, cfg.GRPCStream, cfg.GRPCConns = ln.Addr().String(), stream, conns
 			cfg.Rate, cfg.Duration, cfg.Interval, cfg.Arrival = 400, 500*time.Millisecond, 100*time.Millisecond, Fixed
 			before := ln.accepted.Load()
@@ -63,6 +80,9 @@ func TestGRPCLoad(t *testing.T) {
 			}
 			if n := ln.accepted.Load() - before; n != int64(conns) {
 				t.Errorf("stream %v: %d connections to the server, want %d", stream, n, conns)
+			}
+			if n := httpLn.accepted.Load(); n != 0 || rep.ConnectionsOpened != 0 {
+				t.Errorf("stream %v: %d HTTP connections accepted, %d reported opened, by a gRPC run", stream, n, rep.ConnectionsOpened)
 			}
 		}
 	}
