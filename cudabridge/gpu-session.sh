@@ -34,10 +34,10 @@ timeout 180 "$bin/cudabridge.test" -test.v -test.count=1 -test.run 'TestGPUMatch
 grep -E '^(--- |ok|FAIL|PASS|Benchmark)|bit-exact' "$r/gpu-tests.txt"
 echo "== the latency table with graphs"
 timeout 120 "$bin/batchd" profile --backend cuda --sizes "$(seq -s, 1 100)" --lengths 16,128,1024 --reps 21 \
-	--out "$r/profile-cuda-graphs.txt" >"$r/profile-cuda-graphs-summary.txt" 2>&1
-tail -n 4 "$r/profile-cuda-graphs-summary.txt"
+	--out "$r/profile-cuda.txt" >"$r/profile-cuda-summary.txt" 2>&1
+tail -n 4 "$r/profile-cuda-summary.txt"
 pack
-profile=${PROFILE:-$r/profile-cuda-graphs.txt}
+profile=${PROFILE:-$r/profile-cuda.txt}
 [ -s "$profile" ] || profile=$here/measurements/h200-2026-11-28/profile-cuda.txt
 echo "== graphs beside one launch a kernel, planning with $profile"
 ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "graphs=$bin/batchd" "launches=$bin/batchd,--cuda-graphs=false" 2>&1 | grep -v '^-rw'

@@ -3,6 +3,8 @@ package loadgen
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,26 +50,16 @@ func TestGRPCLoad(t *testing.T) {
 		}
 		<-served
 	}()
-	// An HTTP listener at the run's URL: a gRPC run opens nothing there.
-	httpInner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpLn := &countingListener{Listener: httpInner}
-	defer httpLn.Close()
-	go func() {
-		for {
-			c, err := httpLn.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	// An HTTP server at the run's URL: a gRPC run opens nothing there.
+	web := httptest.NewUnstartedServer(http.NotFoundHandler())
+	httpLn := &countingListener{Listener: web.Listener}
+	web.Listener = httpLn
+	web.Start()
+	defer web.Close()
 	for _, conns := range []int{1, 3} {
 		for _, stream := range []bool{false, true} {
 			cfg := DefaultConfig()
-			cfg.URL = "http://" + httpLn.Addr().String()
+			cfg.URL = web.URL
 			cfg.GRPC, cfg.GRPCStream, cfg.GRPCConns = ln.Addr().String(), stream, conns
 			cfg.Rate, cfg.Duration, cfg.Interval, cfg.Arrival = 400, 500*time.Millisecond, 100*time.Millisecond, Fixed
 			before := ln.accepted.Load()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -187,14 +186,11 @@ func testSplit(t *testing.T, check bool) {
 func TestConnectionsOpened(t *testing.T) {
 	for _, closed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("closed %v", closed), func(t *testing.T) {
-			var accepted atomic.Int64
 			s := httptest.NewUnstartedServer(echoHandler(5*time.Millisecond, nil))
-			s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-				if st == http.StateNew {
-					accepted.Add(1)
-				}
-			}
+			ln := &countingListener{Listener: s.Listener}
+			s.Listener = ln
 			s.Start()
+			accepted := &ln.accepted
 			c := cfgFor(s.URL)
 			c.Rate, c.Arrival = 200, Fixed
 			if closed {

@@ -163,8 +163,9 @@ func (r *recorder) record(res result) {
 	}
 	r.sent++
 	latency := res.done.Sub(res.intended)
+	slow := class == classOK && r.cfg.SlowOver > 0 && latency > r.cfg.SlowOver
 	iv.LatencyMaxMs = max(iv.LatencyMaxMs, float64(latency.Microseconds())/1000)
-	if class == classOK && r.cfg.SlowOver > 0 && latency > r.cfg.SlowOver {
+	if slow {
 		iv.Slow++
 	}
 	_ = r.latency[class].RecordValue(max(latency.Microseconds(), 1))
@@ -193,7 +194,7 @@ func (r *recorder) record(res result) {
 	}
 	if st := res.server; st.BatchSize > 0 {
 		r.splitAll.add(res, at)
-		if r.cfg.SlowOver > 0 && latency > r.cfg.SlowOver {
+		if slow {
 			r.splitSlow.add(res, at)
 		}
 		_ = r.srvLatency.RecordValue(max(int64(st.LatencyMs*1000), 1))
