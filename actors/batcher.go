@@ -64,6 +64,9 @@ type Batcher struct {
 	devOrder []*devState
 	ready    []*devState // idle devices, in the order they became idle
 	healthy  int         // registered and not quarantined
+	// asking is how many on ready are busy, asking for their next batch
+	// ahead (devState.early).
+	asking int
 
 	queued   int // items waiting in key queues
 	held     int // items queued or on a device: what QueueTotalMax bounds
@@ -192,6 +195,19 @@ type devState struct {
 	// batch; the node drains, so the batch runs to its end (BatchDone),
 	// after which the device is out. It no longer counts as healthy.
 	leaving bool
+	// Asked ahead (DeviceConfig.AskAhead): early is set while the busy
+	// device, which asked for its next batch before inflight's end, is on
+	// the ready list; next is the batch sent it then, which it starts when
+	// inflight ends (BatchDone).
+	early bool
+	next  *aheadBatch
+}
+
+// aheadBatch is a batch sent ahead to a busy device (devState.next).
+type aheadBatch struct {
+	batch  Batch
+	owners []owner
+	cost   time.Duration
 }
 
 type owner struct {
@@ -273,23 +289,43 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			break // stale: that batch was already settled
 		}
 		if b.cfg.LearnOverrun {
-			b.overrun.Observe(ctx.Now(), ctx.Now()-d.inflight.Dispatch, d.cost, b.cfg.OverrunMax)
+			b.overrun.Observe(ctx.Now(), ctx.Now()-d.busySince, d.cost, b.cfg.OverrunMax)
 		}
 		b.rememberPoison(ctx, d, m)
 		b.settle(d, nil, ctx.Now())
 		if d.leaving {
 			// Its node left: the drained device is out.
+			b.dropAhead(ctx, d, "node left")
 			d.leaving, d.phase = false, devQuarantined
 			b.freeValid = false
 			break
 		}
-		b.setIdle(d)
+		switch {
+		case d.next != nil:
+			// The batch sent ahead runs now.
+			a := d.next
+			d.next = nil
+			d.inflight, d.owners, d.cost = a.batch, a.owners, a.cost
+			d.busySince = ctx.Now()
+			d.freeAt = ctx.Now() + a.cost + b.overrun.Learnt()
+			b.freeValid = false
+		case d.early:
+			// On the ready list already.
+			d.early = false
+			b.asking--
+			d.phase = devIdle
+			d.freeAt = 0
+			b.freeValid = false
+		default:
+			b.setIdle(d)
+		}
 	case drainDue:
 		d := b.devs[m.device]
 		if d == nil || !d.leaving || d.phase != devBusy || d.inflight.ID != m.batch {
 			break // it ended
 		}
 		b.abort(ctx, d, ids(d.inflight.Items), "node left before its batch ended")
+		b.dropAhead(ctx, d, "node left before its batch ended")
 		d.leaving, d.phase = false, devQuarantined
 		b.freeValid = false
 	case BatchAborted:
@@ -298,6 +334,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			break // stale
 		}
 		b.abort(ctx, d, m.Pending, m.Reason)
+		b.dropAhead(ctx, d, m.Reason)
 		if d.leaving {
 			d.leaving, d.phase = false, devQuarantined // its node left
 			b.freeValid = false
@@ -312,6 +349,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			break // stale
 		}
 		b.requeue(ctx, d, ids(d.inflight.Items), "declined", false)
+		b.dropAhead(ctx, d, "declined")
 		if d.leaving {
 			d.leaving, d.phase = false, devQuarantined // its node left
 			b.freeValid = false
@@ -341,8 +379,9 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		d := b.devs[m.To]
 		switch rb, isBatch := m.Msg.(RunBatch); {
 		case d == nil:
-		case isBatch && d.phase == devBusy && d.inflight.ID == rb.Batch.ID:
+		case isBatch && d.phase == devBusy && (d.inflight.ID == rb.Batch.ID || d.next != nil && d.next.batch.ID == rb.Batch.ID):
 			b.abort(ctx, d, ids(d.inflight.Items), "device's node unreachable")
+			b.dropAhead(ctx, d, "device's node unreachable")
 			d.phase = devQuarantined // until it announces itself again
 			if !d.leaving {
 				b.healthy--
@@ -366,6 +405,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 			b.unready(d)
 		case devBusy:
 			b.abort(ctx, d, ids(d.inflight.Items), "device quarantined")
+			b.dropAhead(ctx, d, "device quarantined")
 		}
 		d.phase = devQuarantined
 		if !d.leaving {
@@ -481,7 +521,7 @@ func (b *Batcher) batchesOf(q *keyQueue) (n int, work time.Duration) {
 // waitBehind is how long a batch waits for a device behind ahead batches
 // of work in all: each takes the next device to come free.
 func (b *Batcher) waitBehind(ahead int, work, now time.Duration) time.Duration {
-	if ahead < len(b.ready) {
+	if ahead < len(b.ready)-b.asking {
 		// An idle device takes it: freeTimes would start with at least
 		// ahead+1 zeros. Below capacity this is most admissions, and it
 		// spares a large fleet the sort.
@@ -727,6 +767,18 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 		nodeInc = u.Inc
 	}
 	d := b.devs[m.Device]
+	if m.Running != 0 {
+		// A busy device asks for its next batch ahead of Running's end.
+		// Stale if that batch is settled (the BatchDone came first), or
+		// the device restarted since (its DeviceReady came first).
+		if d != nil && d.phase == devBusy && d.incarnation == m.Incarnation && d.inflight.ID == m.Running &&
+			!d.early && d.next == nil && !d.leaving && !d.offers {
+			d.early = true
+			b.asking++
+			b.ready = append(b.ready, d)
+		}
+		return
+	}
 	if d != nil {
 		d.nodeInc = nodeInc
 	}
@@ -755,9 +807,11 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 		// ClusterHeartbeat: idle a batch time past the batch's predicted
 		// end, it never got the batch, or its BatchDone was lost.
 		b.abort(ctx, d, ids(d.inflight.Items), "batch lost on the way")
+		b.dropAhead(ctx, d, "batch lost on the way")
 	case d.phase == devBusy:
 		// A new incarnation forgot the batch the old one was running.
 		b.abort(ctx, d, ids(d.inflight.Items), "device restarted")
+		b.dropAhead(ctx, d, "device restarted")
 	}
 	d.incarnation = m.Incarnation
 	d.models = m.Models
@@ -791,7 +845,7 @@ func (b *Batcher) pick(d *devState, now time.Duration) (best *keyQueue, anyDue b
 			continue
 		}
 		anyDue = true
-		if !d.holds(q.key.Model) {
+		if !d.holds(q.key.Model) || !b.takesAhead(d, q) {
 			continue
 		}
 		head := q.best(now, b.cfg.PriorityAging)
@@ -800,6 +854,15 @@ func (b *Batcher) pick(d *devState, now time.Duration) (best *keyQueue, anyDue b
 		}
 	}
 	return best, anyDue
+}
+
+// takesAhead reports whether d may take q's batch: an idle device any due
+// batch, a busy one asking ahead only a full one (or any when draining). A
+// partial batch sent ahead would take no more requests while it waits for
+// the device, where one sent when the device is idle takes those that came
+// meanwhile.
+func (b *Batcher) takesAhead(d *devState, q *keyQueue) bool {
+	return !d.early || b.draining || q.n >= q.model.batchMax
 }
 
 // membership applies a cluster membership update: the devices of a node
@@ -838,6 +901,7 @@ func (b *Batcher) membership(ctx Context, u member.Update) {
 			b.unready(d)
 		case d.phase == devBusy:
 			b.abort(ctx, d, ids(d.inflight.Items), why)
+			b.dropAhead(ctx, d, why)
 		}
 		d.phase = devQuarantined
 		if !wasLeaving {
@@ -885,9 +949,31 @@ func (b *Batcher) abort(ctx Context, d *devState, pending []uint64, reason strin
 // requeue is abort; ran says whether the batch ran (a declined batch did
 // not: its items keep the attempt they had).
 func (b *Batcher) requeue(ctx Context, d *devState, pending []uint64, reason string, ran bool) {
-	now := ctx.Now()
 	items, owners := d.inflight.Items, d.owners
-	b.settle(d, pending, now)
+	b.settle(d, pending, ctx.Now())
+	b.putBack(ctx, items, owners, pending, reason, ran)
+}
+
+// dropAhead takes back what d was to run after its batch in flight, which
+// ended early (failed, lost, or out): a batch sent ahead goes back to its
+// queues, the attempts of its items as they were (it never ran), and a
+// request for one is forgotten. The device drops the batch if it comes.
+func (b *Batcher) dropAhead(ctx Context, d *devState, reason string) {
+	if d.early {
+		d.early = false
+		b.asking--
+		b.unready(d)
+	}
+	if a := d.next; a != nil {
+		d.next = nil
+		b.putBack(ctx, a.batch.Items, a.owners, ids(a.batch.Items), reason, false)
+	}
+}
+
+// putBack puts the pending items of a batch taken off its device back in
+// their queues, or answers them if they are out of attempts or time.
+func (b *Batcher) putBack(ctx Context, items []Item, owners []owner, pending []uint64, reason string, ran bool) {
+	now := ctx.Now()
 	for i, it := range items {
 		if !slices.Contains(pending, it.Req.ID) {
 			continue
@@ -905,7 +991,7 @@ func (b *Batcher) requeue(ctx Context, d *devState, pending []uint64, reason str
 			if o.t.queued == 0 {
 				o.t.served = b.levelled(o.t, o.q.model.batchMax)
 			}
-			o.q.push(o.t, it)
+			o.q.restore(o.t, it)
 			b.where[it.Req.ID] = o.q
 			b.queued++
 			b.stats.Retried++
@@ -1065,7 +1151,11 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 			}
 		}
 	}
-	items, owners = b.trimLate(ctx, items, owners, now)
+	start := now
+	if d.early {
+		start = max(now, d.freeAt) // after the batch in flight
+	}
+	items, owners = b.trimLate(ctx, items, owners, start)
 	if len(items) == 0 {
 		return false
 	}
@@ -1097,7 +1187,6 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	q.sig.batch(len(items))
 	b.batchSeq++
 	b.stats.Batches++
-	d.phase = devBusy
 	// The batch's key is its longest bucket present: trimming may have
 	// taken every item of q's own bucket, leaving merged shorter ones.
 	key := owners[0].q.key
@@ -1106,14 +1195,24 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 			key = o.q.key
 		}
 	}
-	d.inflight = Batch{ID: b.batchSeq, Key: key, Items: items, Dispatch: now}
-	d.owners = owners
-	d.busySince = now
-	d.cost = cost
-	d.freeAt = now + cost + b.overrun.Learnt() // as predict has it
+	batch := Batch{ID: b.batchSeq, Key: key, Items: items, Dispatch: now}
+	if d.early {
+		// Ahead of the batch in flight, which it follows.
+		d.early = false
+		b.asking--
+		d.next = &aheadBatch{batch: batch, owners: owners, cost: cost}
+		d.freeAt = start + cost + b.overrun.Learnt()
+	} else {
+		d.phase = devBusy
+		d.inflight = batch
+		d.owners = owners
+		d.busySince = now
+		d.cost = cost
+		d.freeAt = now + cost + b.overrun.Learnt() // as predict has it
+	}
 	b.freeValid = false
 	// The device and the batcher share items from here on; neither writes it.
-	rb := RunBatch{Batch: d.inflight, From: ctx.Self()}
+	rb := RunBatch{Batch: batch, From: ctx.Self(), Incarnation: d.incarnation}
 	if d.offers {
 		rb.Share = Share{Charges: charges, VTime: b.vtime, Demand: b.demand(now), Queued: b.queuedTenants()}
 	}
@@ -1247,13 +1346,14 @@ func (b *Batcher) peersAhead(t *Tenant, now time.Duration) (ahead int, work time
 	return ahead, work
 }
 
-// trimLate answers Expired the items that this batch's own predicted cost
-// would finish past their deadline: each was feasible alone, but run here it
-// would take device time and still be late. Dropping one can shorten the
-// batch, so it repeats until what is left fits (at most len(items) rounds).
-func (b *Batcher) trimLate(ctx Context, items []Item, owners []owner, now time.Duration) ([]Item, []owner) {
+// trimLate answers Expired the items that this batch's own predicted cost,
+// from start, would finish past their deadline: each was feasible alone,
+// but run here it would take device time and still be late. Dropping one
+// can shorten the batch, so it repeats until what is left fits (at most
+// len(items) rounds).
+func (b *Batcher) trimLate(ctx Context, items []Item, owners []owner, start time.Duration) ([]Item, []owner) {
 	for len(items) > 0 {
-		end := now + b.predict(len(items), maxInput(items))
+		end := start + b.predict(len(items), maxInput(items))
 		w := 0
 		for i, it := range items {
 			if it.Req.Deadline >= end {

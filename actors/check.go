@@ -88,19 +88,35 @@ func (b *Batcher) Check(now time.Duration) error {
 		if d.phase == devBusy {
 			running += len(d.inflight.Items)
 		}
+		if d.next != nil {
+			running += len(d.next.batch.Items)
+		}
+		switch {
+		case (d.early || d.next != nil) && d.phase != devBusy:
+			return fmt.Errorf("batcher check: device %v has a batch ahead or asked for one while not busy", d.addr)
+		case d.early && d.next != nil:
+			return fmt.Errorf("batcher check: device %v asks for a batch ahead and has one", d.addr)
+		}
 	}
 	if running != b.held-b.queued || healthy != b.healthy {
 		return fmt.Errorf("batcher check: %d items on devices, %d held less queued; %d healthy devices, %d counted", running, b.held-b.queued, healthy, b.healthy)
 	}
+	asking := 0
 	for _, d := range b.ready {
-		if d.phase != devIdle {
+		if d.early {
+			asking++
+		}
+		if d.phase != devIdle && !d.early {
 			return fmt.Errorf("batcher check: device %v is ready but not idle", d.addr)
 		}
 		for _, q := range b.order {
-			if d.holds(q.key.Model) && b.due(q, now) {
+			if d.holds(q.key.Model) && b.takesAhead(d, q) && b.due(q, now) {
 				return fmt.Errorf("batcher check: key %+v is due while device %v idles", q.key, d.addr)
 			}
 		}
+	}
+	if asking != b.asking {
+		return fmt.Errorf("batcher check: %d devices ready asking ahead, %d counted", asking, b.asking)
 	}
 	return nil
 }

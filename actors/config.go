@@ -366,6 +366,18 @@ type DeviceConfig struct {
 	// link latencies; on one node (a split in the simulator) a microsecond
 	// is enough.
 	OfferWindow time.Duration
+	// AskAhead is how long before its batch's predicted end a device asks
+	// its batcher for the next batch (DeviceReady.Running) and holds it, so
+	// that the next starts as soon as this one ends, without the batcher's
+	// turn and two messages in between. A run predicted to take no longer
+	// than AskAhead asks as it starts (then a device holds two batches, one
+	// running, one waiting); a longer one asks on a timer. The next batch
+	// is formed that much earlier, so the batcher sends ahead only a full
+	// batch (or any when draining): a partial one waits for the device to
+	// be idle, as without asking ahead, and takes what comes meanwhile. A
+	// device still runs one batch at a time. Default 0: a device asks once idle. Only a device
+	// with one batcher asks ahead (not one shared in a cluster or a split).
+	AskAhead time.Duration
 }
 
 // DefaultDeviceConfig returns the configuration of an emulated seeds' GPU.
@@ -391,6 +403,8 @@ func (c DeviceConfig) Validate() error {
 		return fmt.Errorf("device config: QuarantineAfter and QuarantineFor must be positive")
 	case c.OfferWindow < 0 || c.OfferWindow > time.Second:
 		return fmt.Errorf("device config: OfferWindow %v: want 0 to 1s", c.OfferWindow)
+	case c.AskAhead < 0 || c.AskAhead > time.Minute:
+		return fmt.Errorf("device config: AskAhead %v: want 0 to 1m", c.AskAhead)
 	}
 	if err := c.Latency.Validate(); err != nil {
 		return fmt.Errorf("device config: %w", err)

@@ -63,6 +63,13 @@ type Device struct {
 	// that failed alone once and run alone a second time, so that a
 	// transient error is not taken for a poison.
 	answered, again []bool
+	// Asking ahead (DeviceConfig.AskAhead): asked is set while the device
+	// has asked for its next batch before the running one's end; ahead is
+	// the batch that came (ID 0: none), from aheadFrom, which starts as
+	// soon as the running one ends.
+	asked     bool
+	ahead     Batch
+	aheadFrom Address
 }
 
 type devicePhase uint8
@@ -76,6 +83,10 @@ const (
 
 type watchdogFired struct{ job uint64 }
 type restartDue struct{ gen uint64 }
+
+// askDue is when the device asks for its next batch while run job runs
+// (DeviceConfig.AskAhead).
+type askDue struct{ job uint64 }
 
 // NewDevice returns a Device that serves the batcher at batcher.
 func NewDevice(cfg DeviceConfig, batcher Address) (*Device, error) {
@@ -346,6 +357,18 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			d.route(ctx)
 		}
 	case RunBatch:
+		if d.asksAhead() && (m.Incarnation != 0 && m.Incarnation != d.incarnation || d.phase == deviceRestarting) {
+			// Sent ahead before the device failed: the batcher heard of
+			// the failure first (BatchAborted) and re-queued the batch.
+			return
+		}
+		if d.phase == deviceRunning && d.asked {
+			if len(m.Batch.Items) == 0 {
+				panic(fmt.Sprintf("batchd: device %v got empty batch %d", ctx.Self(), m.Batch.ID))
+			}
+			d.ahead, d.aheadFrom, d.asked = m.Batch, m.From, false
+			return
+		}
 		shared := d.cluster != nil || len(d.batchers) > 1
 		if d.phase != deviceIdle && d.phase != deviceClaiming && shared {
 			ctx.Send(m.From, BatchDeclined{Device: ctx.Self(), BatchID: m.Batch.ID})
@@ -361,25 +384,11 @@ func (d *Device) Receive(ctx Context, msg Message) {
 		if len(m.Batch.Items) == 0 {
 			panic(fmt.Sprintf("batchd: device %v got empty batch %d", ctx.Self(), m.Batch.ID))
 		}
-		d.phase = deviceRunning
-		d.batch = m.Batch
-		d.from = m.From
-		if d.from.IsZero() {
-			d.from = d.batcher
+		d.begin(ctx, m.Batch, m.From, m.Share)
+	case askDue:
+		if m.job == d.job && d.phase == deviceRunning && len(d.todo) == 0 && d.answered == nil && !d.asked && d.ahead.ID == 0 {
+			d.askAhead(ctx)
 		}
-		busy := DeviceBusy{Device: ctx.Self(), Incarnation: d.incarnation, From: d.from, Share: m.Share,
-			FreeAt: ctx.Now() + d.cfg.Latency.Predict(len(m.Batch.Items), maxInput(m.Batch.Items))}
-		for _, b := range d.batchers {
-			if b != d.from {
-				ctx.Send(b, busy)
-			}
-		}
-		all := make([]int, len(m.Batch.Items))
-		for i := range all {
-			all[i] = i
-		}
-		d.todo = append(d.todo[:0], all)
-		d.next(ctx)
 	case JobDone:
 		if m.ID != d.job {
 			return // the result of an abandoned run
@@ -430,25 +439,68 @@ func (d *Device) ready(ctx Context) {
 	d.toBatchers(ctx, DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models, Offers: len(d.batchers) > 1})
 }
 
+// asksAhead reports whether the device asks for its next batch before the
+// running one ends (DeviceConfig.AskAhead): only with one batcher.
+func (d *Device) asksAhead() bool {
+	return d.cfg.AskAhead > 0 && d.cluster == nil && len(d.batchers) == 1
+}
+
+// begin starts batch b, sent by from (zero: the device's batcher).
+func (d *Device) begin(ctx Context, b Batch, from Address, share Share) {
+	d.phase = deviceRunning
+	d.batch = b
+	d.from = from
+	if d.from.IsZero() {
+		d.from = d.batcher
+	}
+	busy := DeviceBusy{Device: ctx.Self(), Incarnation: d.incarnation, From: d.from, Share: share,
+		FreeAt: ctx.Now() + d.cfg.Latency.Predict(len(b.Items), maxInput(b.Items))}
+	for _, bt := range d.batchers {
+		if bt != d.from {
+			ctx.Send(bt, busy)
+		}
+	}
+	all := make([]int, len(b.Items))
+	for i := range all {
+		all[i] = i
+	}
+	d.todo = append(d.todo[:0], all)
+	d.next(ctx)
+}
+
+// done reports the batch done, and starts the batch sent ahead if there is
+// one.
+func (d *Device) done(ctx Context) {
+	d.failures = 0
+	d.phase = deviceIdle
+	id := d.batch.ID
+	d.batch = Batch{}
+	ctx.Send(d.from, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
+	d.isolated, d.answered, d.again = nil, nil, nil // sent: the batcher reads it, no one writes it
+	d.asked = false                                 // an ask unanswered is undone by the BatchDone
+	if len(d.batchers) != 1 || d.batchers[0] != d.from {
+		// The others it serves may have had a batch declined.
+		d.reannounce = true
+	}
+	if d.ahead.ID != 0 {
+		b, from := d.ahead, d.aheadFrom
+		d.ahead, d.aheadFrom = Batch{}, Address{}
+		b.Dispatch = ctx.Now() // it reaches the device now, not when it was formed
+		d.begin(ctx, b, from, Share{})
+		return // a reannouncement waits for this batch's end
+	}
+	if d.reannounce {
+		// A batcher that (re)started meanwhile does not know this
+		// batch, and ignores its BatchDone.
+		d.reannounce = false
+		d.ready(ctx)
+	}
+}
+
 // next starts the next run of the batch, or reports the batch done.
 func (d *Device) next(ctx Context) {
 	if len(d.todo) == 0 {
-		d.failures = 0
-		d.phase = deviceIdle
-		id := d.batch.ID
-		d.batch = Batch{}
-		ctx.Send(d.from, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
-		d.isolated, d.answered, d.again = nil, nil, nil // sent: the batcher reads it, no one writes it
-		if len(d.batchers) != 1 || d.batchers[0] != d.from {
-			// The others it serves may have had a batch declined.
-			d.reannounce = true
-		}
-		if d.reannounce {
-			// A batcher that (re)started meanwhile does not know this
-			// batch, and ignores its BatchDone.
-			d.reannounce = false
-			d.ready(ctx)
-		}
+		d.done(ctx)
 		return
 	}
 	run := d.todo[len(d.todo)-1]
@@ -479,9 +531,27 @@ func (d *Device) next(ctx Context) {
 	}
 	d.jobSeq++
 	d.job = d.jobSeq
+	predict := d.cfg.Latency.Predict(len(inputs), longest)
+	// The batch's last run (a split one's is not: it may split again)
+	// asks for the next batch ahead: at once if the run is predicted to
+	// take no more than AskAhead, before the job (in a live runtime the
+	// goroutine woken last runs first: the job's, not the batcher's), else
+	// on a timer.
+	ask := d.asksAhead() && len(d.todo) == 0 && d.answered == nil && d.ahead.ID == 0 && !d.asked
+	if ask && predict <= d.cfg.AskAhead {
+		d.askAhead(ctx)
+	}
 	ctx.Exec(Job{ID: d.job, Model: d.batch.Key.Model, Version: d.batch.Key.Version, Inputs: inputs})
-	limit := max(time.Duration(d.cfg.WatchdogMultiple)*d.cfg.Latency.Predict(len(inputs), longest), d.cfg.WatchdogMin)
-	d.watchdog = ctx.After(limit, watchdogFired{job: d.job})
+	d.watchdog = ctx.After(max(time.Duration(d.cfg.WatchdogMultiple)*predict, d.cfg.WatchdogMin), watchdogFired{job: d.job})
+	if ask && predict > d.cfg.AskAhead {
+		ctx.After(predict-d.cfg.AskAhead, askDue{job: d.job})
+	}
+}
+
+// askAhead asks the batcher for the next batch while this one runs.
+func (d *Device) askAhead(ctx Context) {
+	d.asked = true
+	ctx.Send(d.batchers[0], DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models, Running: d.batch.ID})
 }
 
 func (d *Device) finish(ctx Context, m JobDone) {
@@ -574,6 +644,9 @@ func (d *Device) fail(ctx Context, reason string) {
 	}
 	ctx.Send(d.from, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
 	d.batch, d.todo, d.cur, d.isolated, d.answered, d.again = Batch{}, d.todo[:0], nil, nil, nil, nil
+	// The batch sent ahead never ran: the batcher re-queues it with the
+	// BatchAborted, and one still on its way is dropped (see RunBatch).
+	d.ahead, d.aheadFrom, d.asked = Batch{}, Address{}, false
 	d.reannounce = false // the restart announces it
 	d.failures++
 	d.phase = deviceRestarting

@@ -67,10 +67,22 @@ func (q *keyQueue) holds(t *Tenant) int {
 	return 0
 }
 
-// push queues it, a new request or a retry (put back by its age).
+// push queues it, a new request.
 func (q *keyQueue) push(t *Tenant, it Item) {
+	q.put(t, it, true)
+}
+
+// restore queues an item back that was taken for a batch (a failed or
+// dropped one), in its place by its first enqueue time: not an arrival.
+// (Its attempt does not tell: a batch that never ran gives its items back
+// their first.)
+func (q *keyQueue) restore(t *Tenant, it Item) {
+	q.put(t, it, false)
+}
+
+func (q *keyQueue) put(t *Tenant, it Item, arrival bool) {
 	s := q.sub(t, it.Req.Priority)
-	if it.Attempt == 0 {
+	if arrival {
 		s.items.pushBack(it)
 		s.arrived.arrival(it.Enqueue, q.model.slo)
 	} else {

@@ -167,6 +167,12 @@ type Batch struct {
 type RunBatch struct {
 	Batch Batch
 	From  Address
+	// Incarnation is the device's, as the batcher knew it when it sent the
+	// batch (0: unknown, any). A device that failed since drops the batch:
+	// the batcher heard of the failure first (BatchAborted) and re-queued
+	// it. Only a batch sent ahead (DeviceReady.Running) can cross a
+	// failure that way.
+	Incarnation uint64
 	// Share is what the batcher tells the other batchers of a device that
 	// serves several (DeviceReady.Offers); the device passes it on in its
 	// DeviceBusy. Empty otherwise.
@@ -245,6 +251,11 @@ type DeviceReady struct {
 	// sends an Offer instead of the batch, and the batch only when the
 	// device Claims it.
 	Offers bool
+	// Running, when not 0, is the batch the device still runs: it asks for
+	// its next batch ahead of that one's end (DeviceConfig.AskAhead), and
+	// holds what it gets until then. A batcher that no longer has that
+	// batch on the device ignores it.
+	Running uint64
 }
 
 // Offer tells a device that offered itself (DeviceReady.Offers) that From

@@ -10,6 +10,8 @@
 # SERVE_FLAGS are more flags for the server (say --cuda-graphs=false).
 # LOADS, when set, names the loads to run (say "open-30k open-60k"), the
 # others skipped, the yardstick too unless named (baseline-closed-256 ...).
+# baseline-open-30k, the open loop of 30,000 req/s against the yardstick,
+# runs only when named.
 # GEN is the generator's binary (default BIN/batchd); LOAD_FLAGS are more
 # flags for every load (say --warmup 2s); SERVE_GOGC the server's GOGC
 # (the generator's stays its own).
@@ -75,13 +77,21 @@ curl -s "http://$addr/metrics" >"$out/metrics.txt" 2>&1
 kill -TERM "$pid"
 wait "$pid"
 
-if wanted baseline-closed-256 || wanted baseline-closed-1024; then
+named() { # name: in LOADS by name (not run by default)
+	case " ${LOADS:-} " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+
+if wanted baseline-closed-256 || wanted baseline-closed-1024 || named baseline-open-30k; then
 	echo "== the net/http yardstick on cores $srv"
-	taskset -c "$srv" "$bin/batchd" load --baseline-server "$addr" >"$out/baseline.log" 2>&1 &
+	env GODEBUG=gctrace=1 taskset -c "$srv" "$bin/batchd" load --baseline-server "$addr" >"$out/baseline.log" 2>&1 &
 	bpid=$!
 	sleep 1
 	load baseline-closed-256 --connections 256 --rss-pid "$bpid"
 	load baseline-closed-1024 --connections 1024 --rss-pid "$bpid"
+	if named baseline-open-30k; then
+		load baseline-open-30k --rate 30000 --rss-pid "$bpid" --slow-over 5ms --duration 30s
+	fi
 	kill -TERM "$bpid"
 	wait "$bpid" 2>/dev/null
 fi

@@ -1,13 +1,15 @@
 #!/bin/sh
 # One device call's worth of GPU figures for issue 22, sized to fit a
-# 15-minute lease in one call of about 9 minutes: the GPU checks (outputs
+# 15-minute lease in one call of about 8 minutes: the GPU checks (outputs
 # against the reference with CUDA graphs and without, the generation
 # kernels, both batch-time benchmarks), the latency table with graphs (the
-# default), graphs side by side with one launch a kernel
-# (--cuda-graphs=false) under the closed loops (gpu-ab.sh, with a CPU
-# profile of the graphs' server), then the live figures (gpu-serve.sh),
-# then the open loop at 30,000 req/s six times on fresh servers (as it
-# is, its start not counted, the collector at GOGC=1600): about 9 minutes.
+# default), devices asking ahead for their next batch (--ask-ahead=1ms,
+# longer than a batch: each asks as its batch starts) side by side with
+# the default under the closed loops (gpu-ab.sh, with a CPU profile of the
+# default's server), then the live figures (gpu-serve.sh), the targets'
+# loads again with --ask-ahead=1ms, then the open loop at 30,000 req/s on
+# fresh servers: as it is, its start not counted, the collector at
+# GOGC=1600, and against the net/http yardstick.
 # The device tool brings back at most 8 files, so everything goes into
 # OUT/run.tgz, packed again after each step: a call cut short still brings
 # back what was done.
@@ -39,23 +41,26 @@ tail -n 4 "$r/profile-cuda-summary.txt"
 pack
 profile=${PROFILE:-$r/profile-cuda.txt}
 [ -s "$profile" ] || profile=$here/measurements/h200-2026-11-28/profile-cuda.txt
-echo "== graphs beside one launch a kernel, planning with $profile"
-ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "graphs=$bin/batchd" "launches=$bin/batchd,--cuda-graphs=false" 2>&1 | grep -v '^-rw'
-grep -h graph_launches_total "$r"/ab/*-r1-m2.txt
+echo "== asking ahead beside the default, planning with $profile"
+ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "default=$bin/batchd" "ahead=$bin/batchd,--ask-ahead=1ms" 2>&1 | grep -v '^-rw'
 pack
 echo "== the live figures"
 sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
 pack
-# The open loop at 30,000 req/s, each on a fresh server: as it is, twice;
-# the first 2 s not counted (the start, while the generator opens its
-# connections: most of run 6's tail), twice; and with the collector at
-# GOGC=1600, twice (a quarter of the collections: the rest of the tail).
-echo "== the open loop's tail: the start, and the collections"
-for i in 1 2; do
-	LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-$i" "$profile" >/dev/null 2>&1
-	LOADS=open-30k LOAD_FLAGS="--warmup 2s" sh "$here/gpu-serve.sh" "$bin" "$r/open-warm-$i" "$profile" >/dev/null 2>&1
-	SERVE_GOGC=1600 LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-gogc1600-$i" "$profile" >/dev/null 2>&1
-	pack
-done
+echo "== the targets' loads, asking ahead"
+SERVE_FLAGS=--ask-ahead=1ms LOADS="closed-256 closed-1024 grpc-stream-closed-1024 grpc-stream-open-250k" \
+	sh "$here/gpu-serve.sh" "$bin" "$r/serve-ahead" "$profile" 2>&1 | grep -v '^-rw'
+pack
+# The open loop at 30,000 req/s, each on a fresh server: as it is; the
+# first 2 s not counted (the start, while the generator opens its
+# connections: most of run 6's tail); with the collector at GOGC=1600 (a
+# quarter of the collections: the rest of the tail); and the yardstick's
+# (is the tail the server's, or the generator's and the host's?).
+echo "== the open loop's tail: the start, the collections, the yardstick"
+LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-1" "$profile" >/dev/null 2>&1
+LOADS=open-30k LOAD_FLAGS="--warmup 2s" sh "$here/gpu-serve.sh" "$bin" "$r/open-warm-1" "$profile" >/dev/null 2>&1
+SERVE_GOGC=1600 LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-gogc1600-1" "$profile" >/dev/null 2>&1
+LOADS=baseline-open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-yardstick-1" "$profile" >/dev/null 2>&1
+pack
 python3 "$here/gpu-table.py" "$r"/open-* 2>/dev/null | grep -E "^/|open-30k"
 ls -l "$out"

@@ -170,6 +170,12 @@ func drawConfig(t *rapid.T, o genOpts) Config {
 	// engine's does; here it learns the network's delay, when there is
 	// one, and the faults' slow runs.
 	b.LearnOverrun = rapid.Bool().Draw(t, "learn_overrun")
+	// Half the runs have the devices ask for their next batch ahead of the
+	// running one's end, some as soon as it starts (two batches in a
+	// device at once, one of them waiting).
+	if rapid.Bool().Draw(t, "ask_ahead") {
+		d.AskAhead = max(frac(t, full, 0, 1.2, "ask_ahead_per_batch"), 1)
+	}
 	// A livelock guard far above what these runs need.
 	cfg.EventsMax = 50_000_000
 	return cfg
@@ -357,6 +363,14 @@ type propReq struct {
 type propDev struct {
 	batch uint64 // outstanding on the device; 0 for none
 	since time.Duration
+	// Asking ahead (DeviceConfig.AskAhead), as the device does it: it
+	// holds one batch it asked for ahead of batch's end (askedFor) and
+	// starts it at batch's BatchDone; after a BatchAborted it drops what
+	// comes until a new incarnation, and a batch sent to an older one.
+	incarnation uint64
+	askedFor    uint64
+	ahead       *actors.Batch
+	dropping    bool
 }
 
 func newPropRecorder(resolved Config) *propRecorder {
@@ -407,18 +421,32 @@ func (r *propRecorder) Deliver(at time.Duration, from, to actors.Address, msg ac
 			r.fail(ledger.ViolationCausality, "request %d: arrival %v after its submit's delivery at %v", m.Req.ID, m.Req.Arrival, at)
 		}
 	case actors.RunBatch:
-		r.runBatch(at, to, &m.Batch)
+		r.runBatch(at, to, m)
 	case actors.BatchDone:
 		if d := r.dev(m.Device); d.batch == m.BatchID {
-			d.batch = 0
+			next := d.ahead
+			d.batch, d.askedFor, d.ahead = 0, 0, nil
+			if next != nil {
+				r.start(at, to, d, next)
+			}
 		}
 	case actors.BatchAborted:
 		if d := r.dev(m.Device); d.batch == m.BatchID {
-			d.batch = 0
+			d.batch, d.askedFor, d.ahead, d.dropping = 0, 0, nil, true
 		}
 	case actors.DeviceReady:
-		// A (re)started device holds no batch.
-		r.dev(m.Device).batch = 0
+		d := r.dev(m.Device)
+		if m.Running != 0 {
+			if d.batch == m.Running && d.incarnation == m.Incarnation {
+				d.askedFor = m.Running
+			}
+			return
+		}
+		if d.incarnation != m.Incarnation {
+			// A (re)started device holds no batch.
+			d.batch, d.askedFor, d.ahead, d.dropping = 0, 0, nil, false
+		}
+		d.incarnation = m.Incarnation
 	case actors.Reply:
 		if to == LedgerAddr {
 			r.replyTo(at, &m)
@@ -426,16 +454,24 @@ func (r *propRecorder) Deliver(at time.Duration, from, to actors.Address, msg ac
 	}
 }
 
-func (r *propRecorder) runBatch(at time.Duration, to actors.Address, b *actors.Batch) {
+func (r *propRecorder) runBatch(at time.Duration, to actors.Address, rb actors.RunBatch) {
+	b := &rb.Batch
 	bmax := r.cfg.Batcher.BatchMax
 	if n := len(b.Items); n < 1 || n > bmax {
 		r.fail(ledger.ViolationBatch, "batch %d: %d items, BatchMax %d", b.ID, n, bmax)
 	}
 	d := r.dev(to)
-	if d.batch != 0 {
+	startNow := false
+	switch {
+	case rb.Incarnation != 0 && rb.Incarnation != d.incarnation || d.dropping:
+		// Sent ahead before the device failed: it drops it.
+	case d.batch == 0:
+		startNow = true
+	case d.askedFor == d.batch && d.ahead == nil:
+		d.ahead = b
+	default:
 		r.fail(ledger.ViolationBatch, "device %v got batch %d at %v while batch %d (since %v) was outstanding", to, b.ID, at, d.batch, d.since)
 	}
-	d.batch, d.since = b.ID, at
 	if b.Dispatch > at {
 		r.fail(ledger.ViolationCausality, "batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
 	}
@@ -450,9 +486,6 @@ func (r *propRecorder) runBatch(at time.Duration, to actors.Address, b *actors.B
 			r.fail(ledger.ViolationOther, "batch %d: request %d never submitted", b.ID, it.Req.ID)
 			continue
 		}
-		if q.replies > 0 {
-			r.fail(ledger.ViolationDuplicate, "batch %d: request %d runs after its reply", b.ID, it.Req.ID)
-		}
 		if it.Req.Input != q.req.Input || it.Req.Model != q.req.Model ||
 			(it.Req.Version != q.req.Version && q.req.Version != "") {
 			r.fail(ledger.ViolationOutput, "batch %d: request %d altered in flight", b.ID, it.Req.ID)
@@ -460,9 +493,30 @@ func (r *propRecorder) runBatch(at time.Duration, to actors.Address, b *actors.B
 		if !(q.req.Arrival <= it.Enqueue && it.Enqueue <= b.Dispatch) {
 			r.fail(ledger.ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v", it.Req.ID, q.req.Arrival, it.Enqueue, b.Dispatch)
 		}
-		q.runs = append(q.runs, to)
 		q.key = b.Key
-		if len(q.runs) > r.cfg.Batcher.AttemptMax || it.Attempt > r.cfg.Batcher.AttemptMax {
+		if it.Attempt > r.cfg.Batcher.AttemptMax {
+			r.fail(ledger.ViolationAttempts, "request %d: attempt %d, AttemptMax %d", it.Req.ID, it.Attempt, r.cfg.Batcher.AttemptMax)
+		}
+	}
+	if startNow {
+		r.start(at, to, d, b)
+	}
+}
+
+// start has device to run b from at.
+func (r *propRecorder) start(at time.Duration, to actors.Address, d *propDev, b *actors.Batch) {
+	d.batch, d.since = b.ID, at
+	for i := range b.Items {
+		it := &b.Items[i]
+		q := r.get(it.Req.ID)
+		if q == nil || !q.submitted {
+			continue // runBatch said so
+		}
+		if q.replies > 0 {
+			r.fail(ledger.ViolationDuplicate, "batch %d: request %d runs after its reply", b.ID, it.Req.ID)
+		}
+		q.runs = append(q.runs, to)
+		if len(q.runs) > r.cfg.Batcher.AttemptMax {
 			r.fail(ledger.ViolationAttempts, "request %d: run %d (attempt %d), AttemptMax %d", it.Req.ID, len(q.runs), it.Attempt, r.cfg.Batcher.AttemptMax)
 		}
 	}

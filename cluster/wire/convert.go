@@ -168,12 +168,12 @@ func encodeMsg(msg actors.Message, top bool) (*Message, error) {
 		for _, it := range m.Batch.Items {
 			b.Items = append(b.Items, &Item{Req: request(it.Req), EnqueueNs: ns(it.Enqueue), Attempt: int64(it.Attempt), Group: it.Group})
 		}
-		return &Message{Body: &Message_RunBatch{RunBatch: &RunBatch{Batch: b, From: addr(m.From)}}}, nil
+		return &Message{Body: &Message_RunBatch{RunBatch: &RunBatch{Batch: b, From: addr(m.From), Incarnation: m.Incarnation}}}, nil
 	case actors.BatchDeclined:
 		return &Message{Body: &Message_BatchDeclined{BatchDeclined: &BatchDeclined{Device: addr(m.Device), BatchId: m.BatchID}}}, nil
 	case actors.DeviceReady:
 		return &Message{Body: &Message_DeviceReady{DeviceReady: &DeviceReady{Device: addr(m.Device), Incarnation: m.Incarnation,
-			Models: strs(m.Models), Offers: m.Offers}}}, nil
+			Models: strs(m.Models), Offers: m.Offers, Running: m.Running}}}, nil
 	case actors.Offer:
 		return &Message{Body: &Message_Offer{Offer: &Offer{Device: addr(m.Device), From: addr(m.From), Level: int32(m.Level), SlackNs: ns(m.Slack)}}}, nil
 	case actors.Claim:
@@ -240,14 +240,14 @@ func decodeMsg(m *Message, top bool) (actors.Message, error) {
 			batch.Items[i] = actors.Item{Req: r, Enqueue: dur(it.GetEnqueueNs()), Attempt: int(it.GetAttempt()), Group: it.GetGroup()}
 		}
 		from, err := address(b.RunBatch.GetFrom())
-		return actors.RunBatch{Batch: batch, From: from}, err
+		return actors.RunBatch{Batch: batch, From: from, Incarnation: b.RunBatch.GetIncarnation()}, err
 	case *Message_BatchDeclined:
 		dev, err := address(b.BatchDeclined.GetDevice())
 		return actors.BatchDeclined{Device: dev, BatchID: b.BatchDeclined.GetBatchId()}, err
 	case *Message_DeviceReady:
 		dev, err := address(b.DeviceReady.GetDevice())
 		return actors.DeviceReady{Device: dev, Incarnation: b.DeviceReady.GetIncarnation(),
-			Models: unstrs(b.DeviceReady.GetModels()), Offers: b.DeviceReady.GetOffers()}, err
+			Models: unstrs(b.DeviceReady.GetModels()), Offers: b.DeviceReady.GetOffers(), Running: b.DeviceReady.GetRunning()}, err
 	case *Message_Offer:
 		o := b.Offer
 		lvl, err := int8Of(o.GetLevel(), "offer level")

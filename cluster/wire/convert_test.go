@@ -102,12 +102,12 @@ func message(nested bool) *rapid.Generator[actors.Message] {
 			}), "items")
 			return actors.RunBatch{Batch: actors.Batch{ID: rapid.Uint64().Draw(t, "id"),
 				Key:   actors.Key{Model: genStr.Draw(t, "m"), Version: genStr.Draw(t, "v"), Params: genStr.Draw(t, "p"), Bucket: rapid.Int().Draw(t, "bucket")},
-				Items: items, Dispatch: genDur.Draw(t, "dispatch")}, From: genAddr.Draw(t, "from")}
+				Items: items, Dispatch: genDur.Draw(t, "dispatch")}, From: genAddr.Draw(t, "from"), Incarnation: rapid.Uint64().Draw(t, "inc")}
 		case i == 5:
 			return actors.BatchDeclined{Device: genAddr.Draw(t, "device"), BatchID: rapid.Uint64().Draw(t, "batch")}
 		case i == 6:
 			return actors.DeviceReady{Device: genAddr.Draw(t, "device"), Incarnation: rapid.Uint64().Draw(t, "inc"),
-				Models: nilIfEmpty(t, genStr, "models"), Offers: rapid.Bool().Draw(t, "offers")}
+				Models: nilIfEmpty(t, genStr, "models"), Offers: rapid.Bool().Draw(t, "offers"), Running: rapid.Uint64().Draw(t, "running")}
 		case i == 7:
 			return actors.Offer{Device: genAddr.Draw(t, "device"), From: genAddr.Draw(t, "from"), Level: rapid.Int8().Draw(t, "level"), Slack: genDur.Draw(t, "slack")}
 		case i == 8:

@@ -1317,9 +1317,12 @@ func (x *Batch) GetDispatchNs() int64 {
 }
 
 type RunBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batch         *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
-	From          *Address               `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Batch *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	From  *Address               `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// The device's incarnation the batch was sent to (0: any); see
+	// actors.RunBatch.
+	Incarnation   uint64 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1366,6 +1369,13 @@ func (x *RunBatch) GetFrom() *Address {
 		return x.From
 	}
 	return nil
+}
+
+func (x *RunBatch) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type BatchDeclined struct {
@@ -1421,11 +1431,14 @@ func (x *BatchDeclined) GetBatchId() uint64 {
 }
 
 type DeviceReady struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Device        *Address               `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Models        [][]byte               `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
-	Offers        bool                   `protobuf:"varint,4,opt,name=offers,proto3" json:"offers,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Device      *Address               `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Models      [][]byte               `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
+	Offers      bool                   `protobuf:"varint,4,opt,name=offers,proto3" json:"offers,omitempty"`
+	// A busy device asking for its next batch ahead of this one's end (0:
+	// idle); see actors.DeviceReady.
+	Running       uint64 `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1486,6 +1499,13 @@ func (x *DeviceReady) GetOffers() bool {
 		return x.Offers
 	}
 	return false
+}
+
+func (x *DeviceReady) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
 }
 
 type Offer struct {
@@ -2108,18 +2128,20 @@ const file_wire_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\v2\x16.batchd.cluster.v1.KeyR\x03key\x12-\n" +
 	"\x05items\x18\x03 \x03(\v2\x17.batchd.cluster.v1.ItemR\x05items\x12\x1f\n" +
 	"\vdispatch_ns\x18\x04 \x01(\x03R\n" +
-	"dispatchNs\"j\n" +
+	"dispatchNs\"\x8c\x01\n" +
 	"\bRunBatch\x12.\n" +
 	"\x05batch\x18\x01 \x01(\v2\x18.batchd.cluster.v1.BatchR\x05batch\x12.\n" +
-	"\x04from\x18\x02 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x04from\"^\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x04from\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"^\n" +
 	"\rBatchDeclined\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12\x19\n" +
-	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\"\x93\x01\n" +
+	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\"\xad\x01\n" +
 	"\vDeviceReady\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x16\n" +
 	"\x06models\x18\x03 \x03(\fR\x06models\x12\x16\n" +
-	"\x06offers\x18\x04 \x01(\bR\x06offers\"\x9c\x01\n" +
+	"\x06offers\x18\x04 \x01(\bR\x06offers\x12\x18\n" +
+	"\arunning\x18\x05 \x01(\x04R\arunning\"\x9c\x01\n" +
 	"\x05Offer\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x04from\x12\x14\n" +

@@ -79,6 +79,8 @@ var serveFlags = []serveFlag{
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.DataAddr })},
 	{"cuda-graphs", "devices.cuda_graphs", "with --backend cuda: run each batch's kernels as one CUDA graph launch",
 		fileFlag((*flag.FlagSet).Bool, func(f *config.File) *bool { return &f.Devices.CUDAGraphs })},
+	{"ask-ahead", "devices.ask_ahead", "how long before a batch's predicted end its device asks for the next one, which then starts as soon as it ends (0: once idle)",
+		fileFlag((*flag.FlagSet).Duration, func(f *config.File) *time.Duration { return &f.Devices.AskAhead })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},
 	{"latency", "devices.latency", "fixed emulated time per batch (replaces the file's latency_model)",

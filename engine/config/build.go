@@ -45,13 +45,14 @@ func (f *File) BatcherConfig() actors.BatcherConfig {
 }
 
 // DeviceConfig is the devices' configuration: the live defaults (a
-// watchdog minimum) with the file's cost model, supervision and warm
-// models.
+// watchdog minimum) with the file's cost model, supervision, warm models
+// and ask-ahead.
 func (f *File) DeviceConfig() actors.DeviceConfig {
 	d := engine.DefaultConfig().Device
 	d.Latency = f.Latency()
 	f.Devices.Supervision.Apply(&d)
 	d.Models = append([]string(nil), f.Devices.WarmModels...)
+	d.AskAhead = f.Devices.AskAhead
 	return d
 }
 

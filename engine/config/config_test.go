@@ -153,7 +153,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"unknown section", "htp:\n  addr: x\n", []string{`bad.yaml:1: htp: unknown key (did you mean "http"?)`}},
 		{"unknown nested key", "policy:\n  batchmax: 5\n", []string{`bad.yaml:2: policy.batchmax: unknown key (did you mean "batch_max"?)`}},
-		{"unknown key, no near name", "devices:\n  colour: red\n", []string{`bad.yaml:2: devices.colour: unknown key (known: backend, count,`}},
+		{"unknown key, no near name", "devices:\n  colour: red\n", []string{`bad.yaml:2: devices.colour: unknown key (known: ask_ahead, backend, count,`}},
 		{"unknown key in a list item", "models:\n  - name: m\n    verions: [{name: v1}]\n", []string{`bad.yaml:3: models[0].verions: unknown key (did you mean "versions"?)`}},
 		{"unknown key in a tenant", "tenants:\n  - name: a\n    api_key: abcdefgh\n    wieght: 2\n", []string{`bad.yaml:4: tenants[0].wieght: unknown key (did you mean "weight"?)`}},
 		{"unknown key deep", "devices:\n  faults:\n    crash: 0.1\n", []string{`bad.yaml:3: devices.faults.crash: unknown key`}},

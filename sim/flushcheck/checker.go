@@ -37,7 +37,11 @@ type Config struct {
 //     BatchAborted makes it not idle (restarting), a DeviceDown
 //     quarantines it. Healthy devices are those registered (a DeviceReady
 //     was received) and not quarantined, as the batcher counts them for the
-//     linger;
+//     linger. A busy device that asks for its next batch (a DeviceReady
+//     whose Running is its batch in flight) can take a full batch (any
+//     while the batcher drains); the RunBatch sent it then starts at the
+//     BatchDone of the one in flight, and goes back to the queue whole if
+//     that one ends otherwise;
 //   - requests: a Submit queues its request; a Reply the batcher sends, or
 //     a RunBatch that carries the request, takes it out of the queue (so a
 //     request answered Rejected at its own Submit was never queued); the
@@ -186,9 +190,32 @@ type fcDev struct {
 	models      []string
 	batchID     uint64
 	inflight    []*fcItem
-	// dispatched is when the batch in flight was sent, and predicted its
-	// cost in the batcher's model: for LearnOverrun.
+	// dispatched is when the batch in flight was sent (or, sent ahead,
+	// started), and predicted its cost in the batcher's model: for
+	// LearnOverrun.
 	dispatched, predicted time.Duration
+	// early: the busy device asked for its next batch (DeviceReady.Running)
+	// and can take one, as an idle device can; next is the batch sent it
+	// then (nil: none), which starts when the one in flight ends.
+	early bool
+	next  *fcBatch
+}
+
+// fcBatch is a batch sent ahead to a busy device.
+type fcBatch struct {
+	id        uint64
+	items     []*fcItem
+	predicted time.Duration
+}
+
+// free reports whether d can take a batch at the batcher: idle, or busy
+// and asking for the next.
+func (d *fcDev) free() bool { return d.phase == fcIdle || d.early }
+
+// takes reports whether d can take k's batch: an idle device any, a busy
+// one asking ahead a full one only, or any while the batcher drains.
+func (d *fcDev) takes(k *fcKey, draining bool) bool {
+	return d.phase == fcIdle || d.early && (draining || len(k.items) >= k.model.batchMax)
 }
 
 func (d *fcDev) holds(model string) bool {
@@ -352,7 +379,7 @@ func (f *Checker) check(next time.Duration) {
 			continue
 		}
 		for _, d := range f.devOrder {
-			if d.phase != fcIdle || !d.holds(k.key.Model) {
+			if !d.takes(k, f.draining) || !d.holds(k.key.Model) {
 				continue
 			}
 			f.violationsN++
@@ -508,6 +535,13 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		f.draining = true
 	case actors.DeviceReady:
 		d := f.devs[m.Device]
+		if m.Running != 0 {
+			if d != nil && d.phase == fcBusy && d.incarnation == m.Incarnation && d.batchID == m.Running && !d.early && d.next == nil {
+				d.early = true
+				f.idle++
+			}
+			return
+		}
 		switch {
 		case d == nil:
 			if len(f.devOrder) >= c.DevicesMax {
@@ -526,6 +560,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 			return // re-announced (Reannounce) while its batch is on the way
 		case d.phase == fcBusy:
 			f.endBatch(d, nil, true)
+			f.dropAhead(d)
 		}
 		d.incarnation, d.models = m.Incarnation, m.Models
 		f.setPhase(d, fcIdle)
@@ -538,13 +573,26 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 			f.overrun.Observe(at, at-d.dispatched, d.predicted, c.OverrunMax)
 		}
 		f.endBatch(d, nil, false)
-		f.setPhase(d, fcIdle)
+		switch {
+		case d.next != nil:
+			a := d.next
+			d.next = nil
+			d.inflight, d.batchID = a.items, a.id
+			d.dispatched, d.predicted = at, a.predicted
+		case d.early:
+			d.early = false
+			f.idle-- // counted as free already
+			f.setPhase(d, fcIdle)
+		default:
+			f.setPhase(d, fcIdle)
+		}
 	case actors.BatchAborted:
 		d := f.devs[m.Device]
 		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {
 			return
 		}
 		f.endBatch(d, m.Pending, false)
+		f.dropAhead(d)
 		f.setPhase(d, fcDown)
 	case actors.DeviceDown:
 		d := f.devs[m.Device]
@@ -553,6 +601,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		}
 		if d.phase == fcBusy {
 			f.endBatch(d, nil, true)
+			f.dropAhead(d)
 		}
 		f.setPhase(d, fcQuarantined)
 		f.healthy--
@@ -572,6 +621,21 @@ func (f *Checker) endBatch(d *fcDev, pending []uint64, all bool) {
 		}
 	}
 	d.inflight, d.batchID = nil, 0
+}
+
+// dropAhead takes back what d was to run next when its batch in flight
+// ended early: a batch sent ahead goes back to its queues whole.
+func (f *Checker) dropAhead(d *fcDev) {
+	if d.early {
+		d.early = false
+		f.idle--
+	}
+	if a := d.next; a != nil {
+		d.next = nil
+		for _, it := range a.items {
+			f.enqueue(it)
+		}
+	}
 }
 
 func containsID(s []uint64, id uint64) bool {
@@ -597,14 +661,14 @@ func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 	switch m := e.msg.(type) {
 	case actors.RunBatch:
 		d := f.devs[e.to]
-		if d == nil || d.phase != fcIdle {
+		if d == nil || !d.free() {
 			f.inconsistency("batch %d sent at %v to device %v, which is not idle at the batcher", m.Batch.ID, at, e.to)
 			if d == nil {
 				return
 			}
 			f.endBatch(d, nil, false)
 		}
-		d.inflight = make([]*fcItem, 0, len(m.Batch.Items))
+		items := make([]*fcItem, 0, len(m.Batch.Items))
 		bk := m.Batch.Key
 		for i := range m.Batch.Items {
 			id := m.Batch.Items[i].Req.ID
@@ -620,14 +684,22 @@ func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 				(k.Bucket < bk.Bucket && !f.cfg.Config.BucketMerge) {
 				f.inconsistency("batch %d at %v, key %+v, carries request %d of key %+v", m.Batch.ID, at, bk, id, k)
 			}
-			d.inflight = append(d.inflight, it)
+			items = append(items, it)
 		}
-		d.batchID = m.Batch.ID
 		maxLen := 0
 		for i := range m.Batch.Items {
 			maxLen = max(maxLen, len(m.Batch.Items[i].Req.Input))
 		}
-		d.dispatched, d.predicted = at, f.cfg.Config.Latency.Predict(len(m.Batch.Items), maxLen)
+		predicted := f.cfg.Config.Latency.Predict(len(m.Batch.Items), maxLen)
+		if d.early {
+			// Ahead of the batch in flight: it starts at that one's end.
+			d.early = false
+			f.idle--
+			d.next = &fcBatch{id: m.Batch.ID, items: items, predicted: predicted}
+			return
+		}
+		d.inflight, d.batchID = items, m.Batch.ID
+		d.dispatched, d.predicted = at, predicted
 		f.setPhase(d, fcBusy)
 	case actors.Reply:
 		it := f.dequeue(m.ID)

@@ -87,7 +87,8 @@ type record struct {
 	// arrival and deadline are the request's; reply is when its first
 	// reply was delivered.
 	arrival, deadline, reply time.Duration
-	// runs counts the RunBatch messages that carried this request;
+	// runs counts the batches that carried this request and started on
+	// their device (not those it dropped);
 	// replies its replies, saturating (only 0, 1 and more matter).
 	runs    uint16
 	replies uint8
@@ -108,6 +109,14 @@ type devState struct {
 	busy        bool
 	batchID     uint64
 	since       time.Duration
+	// Asking ahead: askedFor is the running batch the device asked for its
+	// next batch ahead of (DeviceReady.Running), ahead the batch that came
+	// then, which starts at the running one's BatchDone. After a
+	// BatchAborted the device drops what comes until it announces a new
+	// incarnation (dropping), and a batch sent to an earlier incarnation.
+	askedFor uint64
+	ahead    *actors.Batch
+	dropping bool
 	// models are the warm models of its last DeviceReady; empty: any.
 	models []string
 	// registered is when its first DeviceReady was delivered: when the
@@ -316,16 +325,22 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 			r.cancelled = true
 		}
 	case actors.RunBatch:
-		l.runBatch(at, to, &m.Batch)
+		l.runBatch(at, to, m)
 	case actors.BatchDone:
-		l.deviceFree(m.Device, m.BatchID)
+		l.deviceFree(at, m.Device, m.BatchID, false)
 	case actors.BatchAborted:
-		l.deviceFree(m.Device, m.BatchID)
+		l.deviceFree(at, m.Device, m.BatchID, true)
 	case actors.DeviceReady:
 		d := l.dev(m.Device)
+		if m.Running != 0 {
+			if d.known && d.busy && d.batchID == m.Running && d.incarnation == m.Incarnation {
+				d.askedFor = m.Running
+			}
+			return
+		}
 		if !d.known || d.incarnation != m.Incarnation {
 			// A new incarnation has lost whatever the old one held.
-			d.busy = false
+			d.busy, d.askedFor, d.ahead, d.dropping = false, 0, nil, false
 		}
 		if !d.known {
 			d.registered = at
@@ -397,13 +412,40 @@ func (l *Ledger) dev(a actors.Address) *devState {
 	return d
 }
 
-func (l *Ledger) deviceFree(a actors.Address, batchID uint64) {
-	if d := l.devs[a]; d != nil && d.busy && d.batchID == batchID {
-		d.busy = false
+// deviceFree ends the device's batch batchID: the batch sent ahead starts
+// (BatchDone), or is dropped with it (aborted).
+func (l *Ledger) deviceFree(at time.Duration, a actors.Address, batchID uint64, aborted bool) {
+	d := l.devs[a]
+	if d == nil || !d.busy || d.batchID != batchID {
+		return
+	}
+	d.busy, d.askedFor = false, 0
+	next := d.ahead
+	d.ahead = nil
+	switch {
+	case aborted:
+		d.dropping = true
+	case next != nil:
+		l.start(at, d, next)
 	}
 }
 
-func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) {
+// start has d run b.
+func (l *Ledger) start(at time.Duration, d *devState, b *actors.Batch) {
+	d.busy, d.batchID, d.since = true, b.ID, at
+	for i := range b.Items {
+		id := b.Items[i].Req.ID
+		if r := l.rec(id); r != nil {
+			r.runs++
+			if int(r.runs) > l.cfg.AttemptMax {
+				l.violate(ViolationAttempts, "request %d: run %d times, AttemptMax %d", id, r.runs, l.cfg.AttemptMax)
+			}
+		}
+	}
+}
+
+func (l *Ledger) runBatch(at time.Duration, to actors.Address, rb actors.RunBatch) {
+	b := &rb.Batch
 	n := len(b.Items)
 	l.batches++
 	l.batchItems += int64(n)
@@ -414,10 +456,6 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 		l.batchSizes[n]++
 	}
 	d := l.dev(to)
-	if d.busy {
-		l.violate(ViolationBatch, "device %v sent batch %d at %v while batch %d (since %v) is outstanding", to, b.ID, at, d.batchID, d.since)
-	}
-	d.busy, d.batchID, d.since = true, b.ID, at
 	if b.Dispatch > at {
 		l.violate(ViolationCausality, "batch %d: dispatch %v after its delivery at %v", b.ID, b.Dispatch, at)
 	}
@@ -462,10 +500,6 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 			// be of the version it resolved to.
 			r.key, r.resolved = l.intern(actors.Key{Model: k.Model, Version: b.Key.Version}), true
 		}
-		r.runs++
-		if int(r.runs) > l.cfg.AttemptMax {
-			l.violate(ViolationAttempts, "request %d: run %d times, AttemptMax %d", q.ID, r.runs, l.cfg.AttemptMax)
-		}
 		if !(r.arrival <= it.Enqueue && it.Enqueue <= b.Dispatch) {
 			l.violate(ViolationCausality, "request %d: arrival %v, enqueue %v, dispatch %v out of order", q.ID, r.arrival, it.Enqueue, b.Dispatch)
 		}
@@ -473,6 +507,19 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, b *actors.Batch) 
 	if n > 0 && !ownBucket {
 		// A batch leaves for its own key's sake: merging only tops it up.
 		l.violate(ViolationBatch, "batch %d: no item in its key's bucket %d", b.ID, b.Key.Bucket)
+	} // What the device does with it: it drops a batch sent to an earlier
+	// incarnation, or to one that failed since (only a batch sent ahead
+	// can be on its way then); it holds a batch it asked for ahead; a
+	// batch sent to a busy device otherwise breaks "one at a time".
+	switch {
+	case rb.Incarnation != 0 && d.known && rb.Incarnation != d.incarnation || d.dropping:
+	case !d.busy:
+		l.start(at, d, b)
+	case d.askedFor == d.batchID && d.ahead == nil:
+		d.ahead = b
+	default:
+		l.violate(ViolationBatch, "device %v sent batch %d at %v while batch %d (since %v) is outstanding", to, b.ID, at, d.batchID, d.since)
+		l.start(at, d, b)
 	}
 }
 

@@ -274,6 +274,7 @@ func TestLedgerDetects(t *testing.T) {
 				at := time.Duration(i) * 10 * ms1
 				h.runBatch(at, dev0, i, mKey, 1, a)
 				h.deliver(at+ms1, dev0, batcherAddr, actors.BatchAborted{Device: dev0, BatchID: i, Pending: []uint64{1}})
+				h.deliver(at+2*ms1, dev0, batcherAddr, actors.DeviceReady{Device: dev0, Incarnation: i + 1}) // restarted
 			}
 		}},
 		{"reply after too many attempts", "reply after 3 attempts", func(h *ledgerHarness) {
