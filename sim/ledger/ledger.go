@@ -507,7 +507,8 @@ func (l *Ledger) runBatch(at time.Duration, to actors.Address, rb actors.RunBatc
 	if n > 0 && !ownBucket {
 		// A batch leaves for its own key's sake: merging only tops it up.
 		l.violate(ViolationBatch, "batch %d: no item in its key's bucket %d", b.ID, b.Key.Bucket)
-	} // What the device does with it: it drops a batch sent to an earlier
+	}
+	// What the device does with it: it drops a batch sent to an earlier
 	// incarnation, or to one that failed since (only a batch sent ahead
 	// can be on its way then); it holds a batch it asked for ahead; a
 	// batch sent to a busy device otherwise breaks "one at a time".
