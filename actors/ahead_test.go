@@ -117,11 +117,17 @@ func TestDeviceDropsABatchSentAheadOfAFailure(t *testing.T) {
 	}
 }
 
-func TestBatcherSendsAheadAndTakesItBack(t *testing.T) {
+// aheadBatcher is newTestBatcher with one device, batches of batchMax and
+// an SLO of slo.
+func aheadBatcher(t *testing.T, batchMax int, slo time.Duration) (*Batcher, *fakeCtx) {
+	t.Helper()
 	cfg := DefaultBatcherConfig()
-	cfg.BatchMax = 2
-	cfg.SLO = time.Second
-	b, c := newTestBatcher(t, cfg, 1)
+	cfg.BatchMax, cfg.SLO = batchMax, slo
+	return newTestBatcher(t, cfg, 1)
+}
+
+func TestBatcherSendsAheadAndTakesItBack(t *testing.T) {
+	b, c := aheadBatcher(t, 2, time.Second)
 	dev := Address{ID: 100}
 	for id := uint64(1); id <= 4; id++ {
 		submit(b, c, id)
@@ -172,10 +178,7 @@ func TestBatcherSendsAheadAndTakesItBack(t *testing.T) {
 }
 
 func TestBatcherPromotesTheBatchAhead(t *testing.T) {
-	cfg := DefaultBatcherConfig()
-	cfg.BatchMax = 1
-	cfg.SLO = time.Second
-	b, c := newTestBatcher(t, cfg, 1)
+	b, c := aheadBatcher(t, 1, time.Second)
 	dev := Address{ID: 100}
 	submit(b, c, 1)
 	submit(b, c, 2)
@@ -201,10 +204,7 @@ func TestBatcherPromotesTheBatchAhead(t *testing.T) {
 // A busy device that asks ahead is on the ready list, but a request waits
 // for its batch's end: admission counts that wait.
 func TestBatcherAdmitsAgainstTheBatchInFlight(t *testing.T) {
-	cfg := DefaultBatcherConfig()
-	cfg.BatchMax = 1
-	cfg.SLO = 150 * ms
-	b, c := newTestBatcher(t, cfg, 1)
+	b, c := aheadBatcher(t, 1, 150*ms)
 	submit(b, c, 1)
 	one := ofType[RunBatch](c.take())[0].Batch.ID
 	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 1, Running: one})
@@ -218,16 +218,13 @@ func TestBatcherAdmitsAgainstTheBatchInFlight(t *testing.T) {
 // A partial batch is not sent ahead: it waits for the device to be idle,
 // taking what comes meanwhile.
 func TestBatcherSendsOnlyAFullBatchAhead(t *testing.T) {
-	cfg := DefaultBatcherConfig()
-	cfg.BatchMax = 2
-	cfg.SLO = time.Second
-	b, c := newTestBatcher(t, cfg, 1)
+	b, c := aheadBatcher(t, 2, time.Second)
 	submit(b, c, 1)
 	submit(b, c, 2)
 	one := ofType[RunBatch](c.take())[0].Batch.ID
 	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 1, Running: one})
 	submit(b, c, 3)
-	c.advance(b, cfg.Linger(1, 1)) // request 3 is due
+	c.advance(b, b.cfg.Linger(1, 1)) // request 3 is due
 	if q := b.order[0]; !b.due(q, c.now) {
 		t.Fatalf("request 3 not due at %v", c.now)
 	}
