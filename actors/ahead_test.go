@@ -73,19 +73,11 @@ func TestDeviceAsksAheadAndStartsTheNextAtTheEnd(t *testing.T) {
 	}
 }
 
-func TestDeviceAsksAheadOnATimer(t *testing.T) {
+func TestDeviceAsksWithItsLead(t *testing.T) {
 	d, c := newAheadDevice(t, 30*ms)
 	d.Receive(c, RunBatch{Batch: testBatch(1, "a"), Incarnation: 1})
-	if got := asks(c.take()); len(got) != 0 {
-		t.Fatalf("asked at the start of a 100 ms batch, 30 ms ahead: %+v", got)
-	}
-	c.advance(d, 70*ms-1)
-	if got := asks(c.take()); len(got) != 0 {
-		t.Fatalf("asked before 70 ms: %+v", got)
-	}
-	c.advance(d, 70*ms)
-	if got := asks(c.take()); len(got) != 1 || got[0].Running != 1 {
-		t.Fatalf("want one ask at 70 ms, got %+v", got)
+	if got := asks(c.take()); len(got) != 1 || got[0].Running != 1 || got[0].Ahead != 30*ms {
+		t.Fatalf("want an ask ahead of batch 1, 30 ms before its end, as it starts; got %+v", got)
 	}
 }
 
@@ -215,24 +207,24 @@ func TestBatcherAdmitsAgainstTheBatchInFlight(t *testing.T) {
 	}
 }
 
-// A partial batch is not sent ahead: it waits for the device to be idle,
-// taking what comes meanwhile.
-func TestBatcherSendsOnlyAFullBatchAhead(t *testing.T) {
-	b, c := aheadBatcher(t, 2, time.Second)
+// A partial batch goes ahead only from the device's lead before the
+// running batch's predicted end; a full one at once.
+func TestBatcherSendsAPartialBatchAheadAtItsLead(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax, cfg.SLO, cfg.LingerMax = 2, time.Second, 20*ms
+	b, c := newTestBatcher(t, cfg, 1)
 	submit(b, c, 1)
 	submit(b, c, 2)
-	one := ofType[RunBatch](c.take())[0].Batch.ID
-	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 1, Running: one})
-	submit(b, c, 3)
-	c.advance(b, b.cfg.Linger(1, 1)) // request 3 is due
-	if q := b.order[0]; !b.due(q, c.now) {
-		t.Fatalf("request 3 not due at %v", c.now)
-	}
+	one := ofType[RunBatch](c.take())[0].Batch.ID // free at 100 ms
+	b.Receive(c, DeviceReady{Device: Address{ID: 100}, Incarnation: 1, Running: one, Ahead: 30 * ms})
+	submit(b, c, 3) // due at 20 ms
+	c.advance(b, 70*ms-1)
 	if rb := ofType[RunBatch](c.take()); len(rb) != 0 {
-		t.Fatalf("a partial batch went ahead: %+v", rb)
+		t.Fatalf("a partial batch went ahead before 70 ms: %+v", rb)
 	}
-	submit(b, c, 4)
-	if rb := ofType[RunBatch](c.take()); len(rb) != 1 || len(rb[0].Batch.Items) != 2 {
-		t.Fatalf("want the full batch of 3 and 4 sent ahead, got %+v", rb)
+	c.advance(b, 70*ms)
+	rb := ofType[RunBatch](c.take())
+	if len(rb) != 1 || len(rb[0].Batch.Items) != 1 || rb[0].Batch.Dispatch != 70*ms {
+		t.Fatalf("want request 3 sent ahead at 70 ms, got %+v", rb)
 	}
 }

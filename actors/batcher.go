@@ -201,6 +201,9 @@ type devState struct {
 	// inflight ends (BatchDone).
 	early bool
 	next  *aheadBatch
+	// lead is DeviceReady.Ahead of its last ask: a partial batch goes
+	// ahead from freeAt-lead.
+	lead time.Duration
 }
 
 // aheadBatch is a batch sent ahead to a busy device (devState.next).
@@ -773,7 +776,7 @@ func (b *Batcher) deviceReady(ctx Context, m DeviceReady) {
 		// the device restarted since (its DeviceReady came first).
 		if d != nil && d.phase == devBusy && d.incarnation == m.Incarnation && d.inflight.ID == m.Running &&
 			!d.early && d.next == nil && !d.leaving && !d.offers {
-			d.early = true
+			d.early, d.lead = true, m.Ahead
 			b.asking++
 			b.ready = append(b.ready, d)
 		}
@@ -845,7 +848,7 @@ func (b *Batcher) pick(d *devState, now time.Duration) (best *keyQueue, anyDue b
 			continue
 		}
 		anyDue = true
-		if !d.holds(q.key.Model) || !b.takesAhead(d, q) {
+		if !d.holds(q.key.Model) || !b.takesAhead(d, q, now) {
 			continue
 		}
 		head := q.best(now, b.cfg.PriorityAging)
@@ -856,13 +859,12 @@ func (b *Batcher) pick(d *devState, now time.Duration) (best *keyQueue, anyDue b
 	return best, anyDue
 }
 
-// takesAhead reports whether d may take q's batch: an idle device any due
-// batch, a busy one asking ahead only a full one (or any when draining). A
-// partial batch sent ahead would take no more requests while it waits for
-// the device, where one sent when the device is idle takes those that came
-// meanwhile.
-func (b *Batcher) takesAhead(d *devState, q *keyQueue) bool {
-	return !d.early || b.draining || q.n >= q.model.batchMax
+// takesAhead reports whether d may take q's due batch now: an idle device
+// any, a busy one asking ahead a full one, or a partial one from its lead
+// before the running batch's predicted end (any when draining). A partial
+// batch sent ahead takes no more requests while it waits for the device.
+func (b *Batcher) takesAhead(d *devState, q *keyQueue, now time.Duration) bool {
+	return !d.early || b.draining || q.n >= q.model.batchMax || now >= d.freeAt-d.lead
 }
 
 // membership applies a cluster membership update: the devices of a node
@@ -1459,6 +1461,16 @@ func (b *Batcher) arm(ctx Context, now time.Duration) {
 				continue
 			}
 			wake = min(wake, q.oldest()+b.linger(q), now+b.slack(q, now))
+		}
+	}
+	if b.asking > 0 && b.queued > 0 {
+		// A device asking ahead takes a partial batch from its lead
+		// before its batch's end. (Woken with nothing to send, the
+		// batcher re-arms.)
+		for _, d := range b.ready {
+			if at := d.freeAt - d.lead; d.early && at > now {
+				wake = min(wake, at)
+			}
 		}
 	}
 	if wake == time.Duration(math.MaxInt64) {

@@ -110,7 +110,7 @@ func (b *Batcher) Check(now time.Duration) error {
 			return fmt.Errorf("batcher check: device %v is ready but not idle", d.addr)
 		}
 		for _, q := range b.order {
-			if d.holds(q.key.Model) && b.takesAhead(d, q) && b.due(q, now) {
+			if d.holds(q.key.Model) && b.takesAhead(d, q, now) && b.due(q, now) {
 				return fmt.Errorf("batcher check: key %+v is due while device %v idles", q.key, d.addr)
 			}
 		}

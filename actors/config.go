@@ -366,17 +366,19 @@ type DeviceConfig struct {
 	// link latencies; on one node (a split in the simulator) a microsecond
 	// is enough.
 	OfferWindow time.Duration
-	// AskAhead is how long before its batch's predicted end a device asks
-	// its batcher for the next batch (DeviceReady.Running) and holds it, so
-	// that the next starts as soon as this one ends, without the batcher's
-	// turn and two messages in between. A run predicted to take no longer
-	// than AskAhead asks as it starts (then a device holds two batches, one
-	// running, one waiting); a longer one asks on a timer. The next batch
-	// is formed that much earlier, so the batcher sends ahead only a full
-	// batch (or any when draining): a partial one waits for the device to
-	// be idle, as without asking ahead, and takes what comes meanwhile. A
-	// device still runs one batch at a time. Default 0: a device asks once idle. Only a device
-	// with one batcher asks ahead (not one shared in a cluster or a split).
+	// AskAhead is how long before its batch's predicted end a device takes
+	// its next batch, and holds it, so that the next starts as soon as this
+	// one ends, without the batcher's turn and two messages in between. The
+	// device asks as each batch starts (DeviceReady.Running); the batcher
+	// sends it a full batch at once, and a partial one that is due from
+	// AskAhead before the running batch's predicted end (any when
+	// draining). Set it to the hand-over it is to hide, a few hundred
+	// microseconds: a partial batch formed that much earlier misses what
+	// comes meanwhile, and one formed a whole batch time early (AskAhead
+	// near the batch time) holds its requests for a batch time more. A
+	// device still runs one batch at a time. Default 0: a device asks once
+	// idle. Only a device with one batcher asks ahead (not one shared in a
+	// cluster or a split).
 	AskAhead time.Duration
 }
 

@@ -64,7 +64,7 @@ type Device struct {
 	// transient error is not taken for a poison.
 	answered, again []bool
 	// Asking ahead (DeviceConfig.AskAhead): asked is set while the device
-	// has asked for its next batch before the running one's end; ahead is
+	// has asked for its next batch and not had it; ahead is
 	// the batch that came (ID 0: none), from aheadFrom, which starts as
 	// soon as the running one ends.
 	asked     bool
@@ -83,10 +83,6 @@ const (
 
 type watchdogFired struct{ job uint64 }
 type restartDue struct{ gen uint64 }
-
-// askDue is when the device asks for its next batch while run job runs
-// (DeviceConfig.AskAhead).
-type askDue struct{ job uint64 }
 
 // NewDevice returns a Device that serves the batcher at batcher.
 func NewDevice(cfg DeviceConfig, batcher Address) (*Device, error) {
@@ -385,10 +381,6 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			panic(fmt.Sprintf("batchd: device %v got empty batch %d", ctx.Self(), m.Batch.ID))
 		}
 		d.begin(ctx, m.Batch, m.From, m.Share)
-	case askDue:
-		if m.job == d.job && d.phase == deviceRunning && len(d.todo) == 0 && d.answered == nil && !d.asked && d.ahead.ID == 0 {
-			d.askAhead(ctx)
-		}
 	case JobDone:
 		if m.ID != d.job {
 			return // the result of an abandoned run
@@ -531,27 +523,19 @@ func (d *Device) next(ctx Context) {
 	}
 	d.jobSeq++
 	d.job = d.jobSeq
-	predict := d.cfg.Latency.Predict(len(inputs), longest)
 	// The batch's last run (a split one's is not: it may split again)
-	// asks for the next batch ahead: at once if the run is predicted to
-	// take no more than AskAhead, before the job (in a live runtime the
-	// goroutine woken last runs first: the job's, not the batcher's), else
-	// on a timer.
-	ask := d.asksAhead() && len(d.todo) == 0 && d.answered == nil && d.ahead.ID == 0 && !d.asked
-	if ask && predict <= d.cfg.AskAhead {
-		d.askAhead(ctx)
+	// asks for the next batch, before the job: in a live runtime the
+	// goroutine woken last runs first, and that must be the job's, not
+	// the batcher's. (A timer would not do: the engine's starts a
+	// goroutine at once for a short wait, and the job waited behind it.)
+	if d.asksAhead() && len(d.todo) == 0 && d.answered == nil && d.ahead.ID == 0 && !d.asked {
+		d.asked = true
+		ctx.Send(d.batchers[0], DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models,
+			Running: d.batch.ID, Ahead: d.cfg.AskAhead})
 	}
 	ctx.Exec(Job{ID: d.job, Model: d.batch.Key.Model, Version: d.batch.Key.Version, Inputs: inputs})
-	d.watchdog = ctx.After(max(time.Duration(d.cfg.WatchdogMultiple)*predict, d.cfg.WatchdogMin), watchdogFired{job: d.job})
-	if ask && predict > d.cfg.AskAhead {
-		ctx.After(predict-d.cfg.AskAhead, askDue{job: d.job})
-	}
-}
-
-// askAhead asks the batcher for the next batch while this one runs.
-func (d *Device) askAhead(ctx Context) {
-	d.asked = true
-	ctx.Send(d.batchers[0], DeviceReady{Device: ctx.Self(), Incarnation: d.incarnation, Models: d.cfg.Models, Running: d.batch.ID})
+	limit := max(time.Duration(d.cfg.WatchdogMultiple)*d.cfg.Latency.Predict(len(inputs), longest), d.cfg.WatchdogMin)
+	d.watchdog = ctx.After(limit, watchdogFired{job: d.job})
 }
 
 func (d *Device) finish(ctx Context, m JobDone) {

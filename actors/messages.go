@@ -256,6 +256,10 @@ type DeviceReady struct {
 	// holds what it gets until then. A batcher that no longer has that
 	// batch on the device ignores it.
 	Running uint64
+	// Ahead, with Running, is how long before the running batch's
+	// predicted end the device wants its next batch: a full one goes at
+	// once, a partial one that is due from then on.
+	Ahead time.Duration
 }
 
 // Offer tells a device that offered itself (DeviceReady.Offers) that From

@@ -3,13 +3,14 @@
 # 15-minute lease in one call of about 8 minutes: the GPU checks (outputs
 # against the reference with CUDA graphs and without, the generation
 # kernels, both batch-time benchmarks), the latency table with graphs (the
-# default), devices asking ahead for their next batch (--ask-ahead=1ms,
-# longer than a batch: each asks as its batch starts) side by side with
-# the default under the closed loops (gpu-ab.sh, with a CPU profile of the
-# default's server), then the live figures (gpu-serve.sh), the targets'
-# loads again with --ask-ahead=1ms, then the open loop at 30,000 req/s on
-# fresh servers: as it is, its start not counted, the collector at
-# GOGC=1600, and against the net/http yardstick.
+# default), devices taking their next batch while one runs
+# (--ask-ahead=200us: a full batch at once, a partial one 200 us before the
+# running one's predicted end, against a ~140 us hand-over) side by side
+# with the default under the closed loops (gpu-ab.sh, with a CPU profile of
+# the default's server), then the live figures (gpu-serve.sh), the
+# targets' loads again with --ask-ahead=200us (and 4,096 streams), then
+# the open loop at 30,000 req/s on fresh servers: as it is, its start not
+# counted, the collector at GOGC=1600, and against the net/http yardstick.
 # The device tool brings back at most 8 files, so everything goes into
 # OUT/run.tgz, packed again after each step: a call cut short still brings
 # back what was done.
@@ -42,13 +43,13 @@ pack
 profile=${PROFILE:-$r/profile-cuda.txt}
 [ -s "$profile" ] || profile=$here/measurements/h200-2026-11-28/profile-cuda.txt
 echo "== asking ahead beside the default, planning with $profile"
-ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "default=$bin/batchd" "ahead=$bin/batchd,--ask-ahead=1ms" 2>&1 | grep -v '^-rw'
+ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "default=$bin/batchd" "ahead=$bin/batchd,--ask-ahead=200us" 2>&1 | grep -v '^-rw'
 pack
 echo "== the live figures"
 sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
 pack
 echo "== the targets' loads, asking ahead"
-SERVE_FLAGS=--ask-ahead=1ms LOADS="closed-256 closed-1024 grpc-stream-closed-1024 grpc-stream-open-250k" \
+SERVE_FLAGS=--ask-ahead=200us LOADS="closed-256 closed-1024 grpc-stream-closed-1024 grpc-stream-closed-4096 grpc-stream-open-250k" \
 	sh "$here/gpu-serve.sh" "$bin" "$r/serve-ahead" "$profile" 2>&1 | grep -v '^-rw'
 pack
 # The open loop at 30,000 req/s, each on a fresh server: as it is; the

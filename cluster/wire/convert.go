@@ -173,7 +173,7 @@ func encodeMsg(msg actors.Message, top bool) (*Message, error) {
 		return &Message{Body: &Message_BatchDeclined{BatchDeclined: &BatchDeclined{Device: addr(m.Device), BatchId: m.BatchID}}}, nil
 	case actors.DeviceReady:
 		return &Message{Body: &Message_DeviceReady{DeviceReady: &DeviceReady{Device: addr(m.Device), Incarnation: m.Incarnation,
-			Models: strs(m.Models), Offers: m.Offers, Running: m.Running}}}, nil
+			Models: strs(m.Models), Offers: m.Offers, Running: m.Running, AheadNs: ns(m.Ahead)}}}, nil
 	case actors.Offer:
 		return &Message{Body: &Message_Offer{Offer: &Offer{Device: addr(m.Device), From: addr(m.From), Level: int32(m.Level), SlackNs: ns(m.Slack)}}}, nil
 	case actors.Claim:
@@ -247,7 +247,8 @@ func decodeMsg(m *Message, top bool) (actors.Message, error) {
 	case *Message_DeviceReady:
 		dev, err := address(b.DeviceReady.GetDevice())
 		return actors.DeviceReady{Device: dev, Incarnation: b.DeviceReady.GetIncarnation(),
-			Models: unstrs(b.DeviceReady.GetModels()), Offers: b.DeviceReady.GetOffers(), Running: b.DeviceReady.GetRunning()}, err
+			Models: unstrs(b.DeviceReady.GetModels()), Offers: b.DeviceReady.GetOffers(), Running: b.DeviceReady.GetRunning(),
+			Ahead: dur(b.DeviceReady.GetAheadNs())}, err
 	case *Message_Offer:
 		o := b.Offer
 		lvl, err := int8Of(o.GetLevel(), "offer level")

@@ -107,7 +107,7 @@ func message(nested bool) *rapid.Generator[actors.Message] {
 			return actors.BatchDeclined{Device: genAddr.Draw(t, "device"), BatchID: rapid.Uint64().Draw(t, "batch")}
 		case i == 6:
 			return actors.DeviceReady{Device: genAddr.Draw(t, "device"), Incarnation: rapid.Uint64().Draw(t, "inc"),
-				Models: nilIfEmpty(t, genStr, "models"), Offers: rapid.Bool().Draw(t, "offers"), Running: rapid.Uint64().Draw(t, "running")}
+				Models: nilIfEmpty(t, genStr, "models"), Offers: rapid.Bool().Draw(t, "offers"), Running: rapid.Uint64().Draw(t, "running"), Ahead: genDur.Draw(t, "ahead")}
 		case i == 7:
 			return actors.Offer{Device: genAddr.Draw(t, "device"), From: genAddr.Draw(t, "from"), Level: rapid.Int8().Draw(t, "level"), Slack: genDur.Draw(t, "slack")}
 		case i == 8:

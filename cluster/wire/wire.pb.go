@@ -1438,7 +1438,9 @@ type DeviceReady struct {
 	Offers      bool                   `protobuf:"varint,4,opt,name=offers,proto3" json:"offers,omitempty"`
 	// A busy device asking for its next batch ahead of this one's end (0:
 	// idle); see actors.DeviceReady.
-	Running       uint64 `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
+	Running uint64 `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
+	// With running: how long before its end the device wants the next.
+	AheadNs       int64 `protobuf:"varint,6,opt,name=ahead_ns,json=aheadNs,proto3" json:"ahead_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1504,6 +1506,13 @@ func (x *DeviceReady) GetOffers() bool {
 func (x *DeviceReady) GetRunning() uint64 {
 	if x != nil {
 		return x.Running
+	}
+	return 0
+}
+
+func (x *DeviceReady) GetAheadNs() int64 {
+	if x != nil {
+		return x.AheadNs
 	}
 	return 0
 }
@@ -2135,13 +2144,14 @@ const file_wire_proto_rawDesc = "" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"^\n" +
 	"\rBatchDeclined\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12\x19\n" +
-	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\"\xad\x01\n" +
+	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\"\xc8\x01\n" +
 	"\vDeviceReady\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x16\n" +
 	"\x06models\x18\x03 \x03(\fR\x06models\x12\x16\n" +
 	"\x06offers\x18\x04 \x01(\bR\x06offers\x12\x18\n" +
-	"\arunning\x18\x05 \x01(\x04R\arunning\"\x9c\x01\n" +
+	"\arunning\x18\x05 \x01(\x04R\arunning\x12\x19\n" +
+	"\bahead_ns\x18\x06 \x01(\x03R\aaheadNs\"\x9c\x01\n" +
 	"\x05Offer\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x04from\x12\x14\n" +

@@ -79,7 +79,7 @@ var serveFlags = []serveFlag{
 		fileFlag((*flag.FlagSet).String, func(f *config.File) *string { return &f.Cluster.DataAddr })},
 	{"cuda-graphs", "devices.cuda_graphs", "with --backend cuda: run each batch's kernels as one CUDA graph launch",
 		fileFlag((*flag.FlagSet).Bool, func(f *config.File) *bool { return &f.Devices.CUDAGraphs })},
-	{"ask-ahead", "devices.ask_ahead", "how long before a batch's predicted end its device asks for the next one, which then starts as soon as it ends (0: once idle)",
+	{"ask-ahead", "devices.ask_ahead", "a device takes its next batch while one runs, a full one at once and a partial one this long before the running one's predicted end, and starts it as soon as that one ends: the hand-over to hide, e.g. 200us (0: once idle)",
 		fileFlag((*flag.FlagSet).Duration, func(f *config.File) *time.Duration { return &f.Devices.AskAhead })},
 	{"devices", "devices.count", "number of emulated GPUs",
 		fileFlag((*flag.FlagSet).Int, func(f *config.File) *int { return &f.Devices.Count })},

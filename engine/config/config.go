@@ -191,11 +191,13 @@ type Devices struct {
 	// CUDA graph launch (cudabridge.DeviceConfig.Graphs); default true.
 	// The other backends have no kernels and do not read it.
 	CUDAGraphs bool `yaml:"cuda_graphs"`
-	// AskAhead is how long before its batch's predicted end a device asks
-	// for the next one, which then starts as soon as this one ends
-	// (actors.DeviceConfig.AskAhead); 0, the default: once idle. For
-	// batches short enough that the engine's hand-over between two of
-	// them (a few hundred microseconds) is a good part of the cycle.
+	// AskAhead: a device takes its next batch while one runs, a full one
+	// at once and a partial one from AskAhead before its batch's predicted
+	// end, and starts it as soon as this one ends
+	// (actors.DeviceConfig.AskAhead); 0, the default: once idle. Set to
+	// the engine's hand-over between two batches (a few hundred
+	// microseconds), for batches short enough that it is a good part of
+	// the cycle.
 	AskAhead time.Duration `yaml:"ask_ahead"`
 	// Latency is a fixed time per batch of any size. LatencyModel, when
 	// given, replaces it.

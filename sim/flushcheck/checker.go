@@ -39,7 +39,9 @@ type Config struct {
 //     was received) and not quarantined, as the batcher counts them for the
 //     linger. A busy device that asks for its next batch (a DeviceReady
 //     whose Running is its batch in flight) can take a full batch (any
-//     while the batcher drains); the RunBatch sent it then starts at the
+//     while the batcher drains), and a partial one from the ask's Ahead
+//     before its batch's predicted end (its start, the cost model's time
+//     and the overrun learnt then); the RunBatch sent it then starts at the
 //     BatchDone of the one in flight, and goes back to the queue whole if
 //     that one ends otherwise;
 //   - requests: a Submit queues its request; a Reply the batcher sends, or
@@ -199,6 +201,16 @@ type fcDev struct {
 	// then (nil: none), which starts when the one in flight ends.
 	early bool
 	next  *fcBatch
+	// freeAt is the running batch's predicted end, as the batcher has it
+	// (its start, cost and overrun learnt then); lead the ask's Ahead: a
+	// partial batch goes ahead from freeAt-lead.
+	freeAt, lead time.Duration
+	// askDropped: the device's ask was dropped with its batch at
+	// askDroppedAt. The batcher may have sent a batch ahead earlier in
+	// that instant, before it took in the failure (the check applies an
+	// instant's sends after what it received), and took it back then.
+	askDropped   bool
+	askDroppedAt time.Duration
 }
 
 // fcBatch is a batch sent ahead to a busy device.
@@ -212,10 +224,20 @@ type fcBatch struct {
 // and asking for the next.
 func (d *fcDev) free() bool { return d.phase == fcIdle || d.early }
 
-// takes reports whether d can take k's batch: an idle device any, a busy
-// one asking ahead a full one only, or any while the batcher drains.
-func (d *fcDev) takes(k *fcKey, draining bool) bool {
-	return d.phase == fcIdle || d.early && (draining || len(k.items) >= k.model.batchMax)
+// from is when, in the interval that starts at cur, d can take k's batch
+// (ok false: not in it): an idle device at once; a busy one asking ahead a
+// full batch (any while the batcher drains) at once, a partial one from its
+// lead before its batch's predicted end.
+func (d *fcDev) from(k *fcKey, draining bool, cur time.Duration) (at time.Duration, ok bool) {
+	switch {
+	case d.phase == fcIdle:
+		return cur, true
+	case !d.early:
+		return 0, false
+	case draining || len(k.items) >= k.model.batchMax:
+		return cur, true
+	}
+	return max(cur, d.freeAt-d.lead), true
 }
 
 func (d *fcDev) holds(model string) bool {
@@ -379,7 +401,8 @@ func (f *Checker) check(next time.Duration) {
 			continue
 		}
 		for _, d := range f.devOrder {
-			if !d.takes(k, f.draining) || !d.holds(k.key.Model) {
+			at, ok := d.from(k, f.draining, f.cur)
+			if !ok || at >= next || !d.holds(k.key.Model) {
 				continue
 			}
 			f.violationsN++
@@ -537,7 +560,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		d := f.devs[m.Device]
 		if m.Running != 0 {
 			if d != nil && d.phase == fcBusy && d.incarnation == m.Incarnation && d.batchID == m.Running && !d.early && d.next == nil {
-				d.early = true
+				d.early, d.lead = true, m.Ahead
 				f.idle++
 			}
 			return
@@ -560,7 +583,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 			return // re-announced (Reannounce) while its batch is on the way
 		case d.phase == fcBusy:
 			f.endBatch(d, nil, true)
-			f.dropAhead(d)
+			f.dropAhead(at, d)
 		}
 		d.incarnation, d.models = m.Incarnation, m.Models
 		f.setPhase(d, fcIdle)
@@ -579,6 +602,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 			d.next = nil
 			d.inflight, d.batchID = a.items, a.id
 			d.dispatched, d.predicted = at, a.predicted
+			d.freeAt = at + a.predicted + f.overrun.Learnt()
 		case d.early:
 			d.early = false
 			f.idle-- // counted as free already
@@ -592,7 +616,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 			return
 		}
 		f.endBatch(d, m.Pending, false)
-		f.dropAhead(d)
+		f.dropAhead(at, d)
 		f.setPhase(d, fcDown)
 	case actors.DeviceDown:
 		d := f.devs[m.Device]
@@ -601,7 +625,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		}
 		if d.phase == fcBusy {
 			f.endBatch(d, nil, true)
-			f.dropAhead(d)
+			f.dropAhead(at, d)
 		}
 		f.setPhase(d, fcQuarantined)
 		f.healthy--
@@ -625,10 +649,11 @@ func (f *Checker) endBatch(d *fcDev, pending []uint64, all bool) {
 
 // dropAhead takes back what d was to run next when its batch in flight
 // ended early: a batch sent ahead goes back to its queues whole.
-func (f *Checker) dropAhead(d *fcDev) {
+func (f *Checker) dropAhead(at time.Duration, d *fcDev) {
 	if d.early {
 		d.early = false
 		f.idle--
+		d.askDropped, d.askDroppedAt = true, at
 	}
 	if a := d.next; a != nil {
 		d.next = nil
@@ -661,6 +686,9 @@ func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 	switch m := e.msg.(type) {
 	case actors.RunBatch:
 		d := f.devs[e.to]
+		if d != nil && !d.free() && d.askDropped && d.askDroppedAt == at {
+			return // sent ahead, and taken back in the same instant: its items stay queued
+		}
 		if d == nil || !d.free() {
 			f.inconsistency("batch %d sent at %v to device %v, which is not idle at the batcher", m.Batch.ID, at, e.to)
 			if d == nil {
@@ -700,6 +728,7 @@ func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 		}
 		d.inflight, d.batchID = items, m.Batch.ID
 		d.dispatched, d.predicted = at, predicted
+		d.freeAt = at + predicted + f.overrun.Learnt()
 		f.setPhase(d, fcBusy)
 	case actors.Reply:
 		it := f.dequeue(m.ID)
