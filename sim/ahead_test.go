@@ -78,3 +78,24 @@ func TestAskAheadBelowCapacity(t *testing.T) {
 		t.Errorf("asking a batch time ahead: %d completed against %d: the lead made no difference", early.Requests.Completed, off.Requests.Completed)
 	}
 }
+
+// Near capacity, where the hand-over is what the device lacks, asking
+// ahead by it serves more, sooner: at 900 req/s (capacity 714 without it,
+// 1,000 with), 3,952 completed against 3,530, p99 27.93 against 34.85 ms.
+func TestAskAheadNearCapacity(t *testing.T) {
+	run := func(ahead time.Duration) Report {
+		cfg := aheadConfig(900, ahead)
+		cfg.Batcher.SLO = 40 * time.Millisecond
+		rep := mustRun(t, cfg)
+		if err := rep.Check(); err != nil {
+			t.Fatalf("ahead %v: %v: %q", ahead, err, rep.Violations.First)
+		}
+		return rep
+	}
+	off, on := run(0), run(4*time.Millisecond)
+	t.Logf("%d completed, p99 %.2f ms asking 4 ms ahead; %d, %.2f ms without", on.Requests.Completed, on.LatencyMs.P99, off.Requests.Completed, off.LatencyMs.P99)
+	if float64(on.Requests.Completed) < 1.05*float64(off.Requests.Completed) || on.LatencyMs.P99 > off.LatencyMs.P99 {
+		t.Errorf("asking ahead near capacity: %d completed, p99 %.2f ms; without %d, %.2f ms",
+			on.Requests.Completed, on.LatencyMs.P99, off.Requests.Completed, off.LatencyMs.P99)
+	}
+}
