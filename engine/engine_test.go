@@ -431,6 +431,58 @@ func TestDeviceFaults(t *testing.T) {
 	}
 }
 
+// TestDoAskingAhead: devices that ask for their next batch as each starts
+// (one batch held while one runs) answer every request once, with its own
+// output, on their own and with crashes and hangs (the batch held is then
+// taken back and dropped); both runtimes, under -race in make test.
+func TestDoAskingAhead(t *testing.T) {
+	for _, faulty := range []bool{false, true} {
+		t.Run(fmt.Sprintf("faults=%v", faulty), func(t *testing.T) {
+			c := fastConfig()
+			c.Devices = 2
+			c.Batcher.BatchMax = 8
+			c.Device.AskAhead = 2 * time.Millisecond
+			c.Backend = func(i int) engine.Backend {
+				ec := engine.DefaultEmulatedConfig()
+				ec.Latency = c.Device.Latency
+				if faulty {
+					ec.CrashRate, ec.HangRate = 0.05, 0.02
+				}
+				ec.Seed = uint64(i)
+				b, err := engine.NewEmulated(ec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			e := start(t, c)
+			const n = 1000
+			replies := doMany(t, e, n, 64)
+			completed := 0
+			for i, r := range replies {
+				switch r.Outcome {
+				case actors.Completed:
+					completed++
+					checkOutput(t, i, r)
+				case actors.Failed, actors.Expired, actors.Rejected:
+					if !faulty {
+						t.Errorf("request %d: %v (%s) without faults", i, r.Outcome, r.Err)
+					}
+				default:
+					t.Errorf("request %d: %v", i, r.Outcome)
+				}
+			}
+			s := stats(t, e)
+			if s.InFlight != 0 || s.Replied != n || s.Duplicate != 0 || completed < n/2 {
+				t.Errorf("%d of %d completed; stats %+v", completed, n, s)
+			}
+			if faulty && s.Batcher.Retried == 0 {
+				t.Error("no retry: the faults were not exercised")
+			}
+		})
+	}
+}
+
 // TestNoLeak: an engine started, used and closed leaves no goroutine.
 func TestNoLeak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
