@@ -7,10 +7,11 @@
 # (--ask-ahead=200us: a full batch at once, a partial one 200 us before the
 # running one's predicted end, against a ~140 us hand-over) side by side
 # with the default under the closed loops (gpu-ab.sh, with a CPU profile of
-# the default's server), then the live figures (gpu-serve.sh), the
-# targets' loads again with --ask-ahead=200us (and 4,096 streams), then
-# the open loop at 30,000 req/s on fresh servers: as it is, its start not
-# counted, the collector at GOGC=1600, and against the net/http yardstick.
+# the server asking ahead: run 5 has the default's), then the live figures
+# (gpu-serve.sh), the targets' loads again with --ask-ahead=200us (and
+# 4,096 streams), then the open loop at 30,000 req/s on fresh servers: as
+# it is, its start not counted, the collector at GOGC=1600, and against
+# the net/http yardstick.
 # The device tool brings back at most 8 files, so everything goes into
 # OUT/run.tgz, packed again after each step: a call cut short still brings
 # back what was done.
@@ -43,7 +44,7 @@ pack
 profile=${PROFILE:-$r/profile-cuda.txt}
 [ -s "$profile" ] || profile=$here/measurements/h200-2026-11-28/profile-cuda.txt
 echo "== asking ahead beside the default, planning with $profile"
-ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "default=$bin/batchd" "ahead=$bin/batchd,--ask-ahead=200us" 2>&1 | grep -v '^-rw'
+ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "ahead=$bin/batchd,--ask-ahead=200us" "default=$bin/batchd" 2>&1 | grep -v '^-rw'
 pack
 echo "== the live figures"
 sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
