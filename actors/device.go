@@ -63,13 +63,12 @@ type Device struct {
 	// that failed alone once and run alone a second time, so that a
 	// transient error is not taken for a poison.
 	answered, again []bool
-	// Asking ahead (DeviceConfig.AskAhead): asked is set while the device
-	// has asked for its next batch and not had it; ahead is
-	// the batch that came (ID 0: none), from aheadFrom, which starts as
-	// soon as the running one ends.
-	asked     bool
-	ahead     Batch
-	aheadFrom Address
+	// Asking ahead (DeviceConfig.AskAhead, a device of one batcher): asked
+	// is set while the device has asked for its next batch and not had
+	// it; ahead is the batch that came (ID 0: none), which starts as soon
+	// as the running one ends.
+	asked bool
+	ahead Batch
 }
 
 type devicePhase uint8
@@ -362,7 +361,7 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			if len(m.Batch.Items) == 0 {
 				panic(fmt.Sprintf("batchd: device %v got empty batch %d", ctx.Self(), m.Batch.ID))
 			}
-			d.ahead, d.aheadFrom, d.asked = m.Batch, m.From, false
+			d.ahead, d.asked = m.Batch, false
 			return
 		}
 		shared := d.cluster != nil || len(d.batchers) > 1
@@ -475,11 +474,11 @@ func (d *Device) done(ctx Context) {
 		d.reannounce = true
 	}
 	if d.ahead.ID != 0 {
-		b, from := d.ahead, d.aheadFrom
-		d.ahead, d.aheadFrom = Batch{}, Address{}
-		b.Dispatch = ctx.Now() // it reaches the device now, not when it was formed
-		d.begin(ctx, b, from, Share{})
-		return // a reannouncement waits for this batch's end
+		b := d.ahead
+		d.ahead = Batch{}
+		b.Dispatch = ctx.Now()              // it reaches the device now, not when it was formed
+		d.begin(ctx, b, d.batcher, Share{}) // its one batcher's
+		return                              // a reannouncement waits for this batch's end
 	}
 	if d.reannounce {
 		// A batcher that (re)started meanwhile does not know this
@@ -630,7 +629,7 @@ func (d *Device) fail(ctx Context, reason string) {
 	d.batch, d.todo, d.cur, d.isolated, d.answered, d.again = Batch{}, d.todo[:0], nil, nil, nil, nil
 	// The batch sent ahead never ran: the batcher re-queues it with the
 	// BatchAborted, and one still on its way is dropped (see RunBatch).
-	d.ahead, d.aheadFrom, d.asked = Batch{}, Address{}, false
+	d.ahead, d.asked = Batch{}, false
 	d.reannounce = false // the restart announces it
 	d.failures++
 	d.phase = deviceRestarting

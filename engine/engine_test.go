@@ -390,17 +390,9 @@ func TestDuplicateReply(t *testing.T) {
 func TestDeviceFaults(t *testing.T) {
 	c := fastConfig()
 	c.Batcher.BatchMax = 8
-	c.Backend = func(i int) engine.Backend {
-		ec := engine.DefaultEmulatedConfig()
-		ec.Latency = c.Device.Latency
+	c.Backend = faultyBackends(t, c, func(ec *engine.EmulatedConfig) {
 		ec.CrashRate, ec.HangRate, ec.BatchErrorRate, ec.ItemErrorRate = 0.1, 0.05, 0.05, 0.02
-		ec.Seed = uint64(i)
-		b, err := engine.NewEmulated(ec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	})
 	e := start(t, c)
 	const n = 1000
 	replies := doMany(t, e, n, 32)
@@ -442,19 +434,11 @@ func TestDoAskingAhead(t *testing.T) {
 			c.Devices = 2
 			c.Batcher.BatchMax = 8
 			c.Device.AskAhead = 2 * time.Millisecond
-			c.Backend = func(i int) engine.Backend {
-				ec := engine.DefaultEmulatedConfig()
-				ec.Latency = c.Device.Latency
+			c.Backend = faultyBackends(t, c, func(ec *engine.EmulatedConfig) {
 				if faulty {
 					ec.CrashRate, ec.HangRate = 0.05, 0.02
 				}
-				ec.Seed = uint64(i)
-				b, err := engine.NewEmulated(ec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
+			})
 			e := start(t, c)
 			const n = 1000
 			replies := doMany(t, e, n, 64)
@@ -480,6 +464,22 @@ func TestDoAskingAhead(t *testing.T) {
 				t.Error("no retry: the faults were not exercised")
 			}
 		})
+	}
+}
+
+// faultyBackends gives each device of c an emulated backend of c's latency,
+// seeded by its index, with the faults faults sets.
+func faultyBackends(t *testing.T, c engine.Config, faults func(*engine.EmulatedConfig)) func(int) engine.Backend {
+	return func(i int) engine.Backend {
+		ec := engine.DefaultEmulatedConfig()
+		ec.Latency = c.Device.Latency
+		faults(&ec)
+		ec.Seed = uint64(i)
+		b, err := engine.NewEmulated(ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 }
 
