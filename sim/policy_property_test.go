@@ -476,14 +476,24 @@ func fairnessRun(t *rapid.T, weighted, shared bool) (Config, []float64, []float6
 	}
 	// Long enough for the shares to settle. Across keys every batch goes
 	// to one tenant, so a share is measured to a batch: 20 batches or
-	// more for the lightest tenant keep that under 5%. Sharing a key,
+	// more for the lightest tenant keep that under 5%. With several
+	// devices a tenant can be a batch ahead on each of them at once, so
+	// that many batches more: 10 per device. (Counted for one device only,
+	// TestPropertySplitFairness failed about one run in a few thousand: 5
+	// devices of 5-item batches, weights 1 and 4, 450 ms, the weight-1
+	// tenant served 11% over its share; 2-4% over across 3 to 4 times the
+	// run. Part of that is the policy's: the weight-4 tenant's queue runs
+	// dry when it holds every device, and it comes back levelled to the
+	// system virtual time (Batcher.levelled), losing what it was owed.
+	// -rapid.seed=13494375441178531943 still shrinks to a run 10.2% over;
+	// 6,000 drawn runs passed.) Sharing a key,
 	// admission takes requests one by one as they come (Poisson): 1,600
 	// or more for the lightest tenant keep the noise near 2.5% (one
 	// standard deviation), so that a tenant 10% short is four of them
 	// off, the policy's doing and not chance. (With 400, a light tenant
 	// 10% short of its share failed a few percent of the test's runs and
 	// passed the rest; see TestFairnessLightTenantSharedKey.)
-	batches := 20 * total / least
+	batches := 20 * total / least * max(1, float64(cfg.Devices)/2)
 	if shared {
 		batches = max(batches, 1600*total/least/float64(b.BatchMax))
 	}
