@@ -44,8 +44,22 @@ type conn struct {
 	out  []byte
 	keys []string
 
-	idleMu sync.Mutex // idle, against Shutdown
-	idle   bool       // waits for a request's first byte
+	// idleMu keeps the idle state, against Shutdown and the sweep that
+	// parks connections (Config.ParkAfter).
+	idleMu sync.Mutex
+	idle   bool // waits for a request's first byte
+	// parkable: idle between requests (kept), so it may be parked;
+	// idleGen and idleAt are the sweep and the time it went idle.
+	parkable bool
+	idleGen  uint64
+	idleAt   time.Time
+	// parkReq: the sweep asks it to park, and woke its read with a
+	// deadline in the past. parked: its socket waits in the parker's set
+	// and no goroutine serves it; parkID names that parking there.
+	parkReq bool
+	parked  bool
+	parkID  uint64
+	inSet   bool // its socket was added to the parker's set once
 
 	// The wait for a reply (await): done, on the engine's goroutine,
 	// ends the read the connection watches its client with by a
@@ -72,15 +86,17 @@ func newConn(s *Server, nc net.Conn) *conn {
 	return c
 }
 
-// serve serves the connection's requests until it closes or goes to
-// net/http.
+// serve serves the connection's requests until it closes, goes to
+// net/http, or is parked (resume serves it on).
 func (c *conn) serve() {
-	handedOff := false
+	handedOff, parked := false, false
 	defer func() {
 		if p := recover(); p != nil && p != http.ErrAbortHandler {
 			buf := make([]byte, 64<<10)
 			buf = buf[:runtime.Stack(buf, false)]
 			c.s.cfg.Logger.Error("fastlane: handler panic", "remote", c.remote, "panic", fmt.Sprint(p), "stack", string(buf))
+		} else if parked {
+			return // the parker's, or its closer's, now
 		}
 		c.cancel()
 		if !handedOff {
@@ -90,6 +106,10 @@ func (c *conn) serve() {
 	}()
 	for {
 		n := c.readHead()
+		if n == headParked {
+			parked = true
+			return
+		}
 		if n == 0 {
 			return
 		}
@@ -114,10 +134,14 @@ func (c *conn) serve() {
 	}
 }
 
+// headParked is readHead's answer for a connection it parked.
+const headParked = -2
+
 // readHead waits for a whole head at buf[r:] and returns its length (the
 // blank line's included); 0 when the connection is to close (the client
 // closed it, a timeout, an error, a shutdown), -1 when the head is too
-// long for the lane.
+// long for the lane, headParked when it parked the connection (see
+// parker): the goroutine then ends and no longer touches c.
 func (c *conn) readHead() int {
 	headerDeadline := false
 	for {
@@ -147,8 +171,12 @@ func (c *conn) readHead() int {
 				}
 			case idle > 0 && (c.rdl.IsZero() || c.rdl.Before(now.Add(idle/2))):
 				c.setReadDeadline(now.Add(idle))
+			case idle <= 0 && !c.rdl.IsZero():
+				// No idle bound: none of the deadlines the last request
+				// left (Await's end, a parking's wake).
+				c.setReadDeadline(time.Time{})
 			}
-			if !c.setIdle(true) {
+			if !c.setIdle(now) {
 				return 0
 			}
 		} else if hd := c.s.srv.ReadHeaderTimeout; hd > 0 && !headerDeadline {
@@ -161,7 +189,13 @@ func (c *conn) readHead() int {
 		n, err := c.nc.Read(c.buf[c.w:])
 		c.w += n
 		if c.idle {
-			c.setIdle(false) // a stopping server answers what came, and closes
+			// A stopping server answers what came, and closes.
+			switch c.endIdle(n == 0 && errors.Is(err, os.ErrDeadlineExceeded)) {
+			case idleParked:
+				return headParked
+			case idleReadOn:
+				continue // the sweep's wake, and no parking after all
+			}
 		}
 		if err != nil && n == 0 {
 			return 0
@@ -169,22 +203,112 @@ func (c *conn) readHead() int {
 	}
 }
 
-// setIdle marks the connection waiting for a request or not, and reports
-// false when it is to close (the server is stopping).
-func (c *conn) setIdle(idle bool) bool {
+// setIdle marks the connection waiting for a request since now, and
+// reports false when it is to close (the server is stopping).
+func (c *conn) setIdle(now time.Time) bool {
 	c.idleMu.Lock()
 	defer c.idleMu.Unlock()
-	c.idle = idle
+	c.idle, c.parkable, c.idleAt = true, c.kept, now
+	c.idleGen = c.s.sweepGen.Load()
 	return !c.s.isClosing()
 }
 
-// closeIfIdle closes the connection if it waits for a request.
-func (c *conn) closeIfIdle() {
+// What endIdle did.
+const (
+	idleServe  = iota // the read's result stands
+	idleParked        // parked: the goroutine ends
+	idleReadOn        // the read was the sweep's wake: read again
+)
+
+// endIdle ends the idle wait after a read: woken by the sweep (parkReq)
+// with nothing read (woke), the connection parks; woken but not parking
+// (bytes came, the server stops, the set refused it), its read deadline
+// is put back as it was.
+func (c *conn) endIdle(woke bool) int {
+	c.idleMu.Lock()
+	c.idle = false
+	req := c.parkReq
+	c.parkReq = false
+	park := req && woke && c.r == c.w && c.s.park != nil && !c.s.isClosing()
+	if park {
+		// Still idle to Shutdown's eyes: it closes a parked connection.
+		c.idle, c.parked = true, true
+		c.parkID = c.s.parkSeq.Add(1)
+		c.s.park.add(c)
+	}
+	c.idleMu.Unlock()
+	if park {
+		c.releaseBuf()
+		c.rdl = aLongTimeAgo // the sweep's: resume sets it anew
+		if c.s.park.arm(c) {
+			return idleParked
+		}
+		c.idleMu.Lock()
+		mine := c.parked
+		c.parked = false
+		c.idle = mine
+		c.idleMu.Unlock()
+		if !mine {
+			return idleParked // closed meanwhile by Shutdown: its closer's
+		}
+		c.buf = c.s.getBuf()
+	}
+	if !req {
+		return idleServe
+	}
+	// Put back the read deadline the sweep's wake replaced.
+	if c.rdl.IsZero() || c.rdl.Equal(aLongTimeAgo) {
+		c.restoreReadDeadline(time.Now())
+	} else {
+		_ = c.nc.SetReadDeadline(c.rdl)
+	}
+	if woke {
+		return idleReadOn
+	}
+	return idleServe
+}
+
+// restoreReadDeadline sets the read deadline a connection between
+// requests has: the idle bound from now, or none.
+func (c *conn) restoreReadDeadline(now time.Time) {
+	if idle := c.s.srv.IdleTimeout; idle > 0 {
+		c.setReadDeadline(now.Add(idle))
+	} else {
+		c.setReadDeadline(time.Time{})
+	}
+}
+
+// resume serves a parked connection on, in a goroutine of its own, once
+// its socket is ready (the parker's wake). Its read deadline is the
+// sweep's, in the past (rdl says so): readHead sets the idle one anew.
+func (c *conn) resume() {
+	c.buf = c.s.getBuf()
+	c.r, c.w = 0, 0
+	c.serve()
+}
+
+// releaseBuf gives a parked connection's read buffer back.
+func (c *conn) releaseBuf() {
+	if len(c.buf) == bufInitial {
+		c.s.putBuf(c.buf)
+	}
+	c.buf, c.r, c.w = nil, 0, 0
+}
+
+// closeIfIdle closes the connection if it waits for a request, and
+// reports whether it was parked: then the caller, its closer, must finish
+// it (Server.finishParked) outside the server's lock.
+func (c *conn) closeIfIdle() (parked bool) {
 	c.idleMu.Lock()
 	defer c.idleMu.Unlock()
+	if c.parked {
+		c.parked = false
+		return true
+	}
 	if c.idle {
 		_ = c.nc.Close()
 	}
+	return false
 }
 
 // room makes room in buf for n bytes from r on (moving them to its

@@ -25,6 +25,11 @@ type Config struct {
 	// net/http (whose own bound, MaxHeaderBytes, then applies). Default
 	// 8 KiB.
 	HeadMaxBytes int
+	// ParkAfter: a kept-alive connection that has waited this long for its
+	// next request (up to twice as long) gives up its goroutine and read
+	// buffer, and waits in the lane's epoll set until its client sends
+	// (see parker; Linux only). 0: never.
+	ParkAfter time.Duration
 	// Logger gets a handler's panic; nil discards.
 	Logger *slog.Logger
 }
@@ -56,6 +61,16 @@ type Server struct {
 	conns map[*conn]struct{}
 	ln    net.Listener
 	wg    sync.WaitGroup
+
+	// Parking (Config.ParkAfter): nil park when off. sweepGen counts the
+	// sweeps, parkSeq the parkings; bufs are parked connections' read
+	// buffers.
+	park      *parker
+	sweepGen  atomic.Uint64
+	parkSeq   atomic.Uint64
+	bufs      sync.Pool
+	stopSweep chan struct{}
+	parkOnce  sync.Once
 }
 
 // New returns a lane in front of srv, whose Handler serves the lane's
@@ -80,6 +95,16 @@ func (s *Server) Listen(ln net.Listener) net.Listener {
 	s.mu.Lock()
 	s.ln = ln
 	s.ho = newHandoff(ln.Addr(), s.stopAccepting)
+	if s.cfg.ParkAfter > 0 && s.park == nil {
+		p, err := newParker()
+		if err != nil {
+			s.cfg.Logger.Warn("fastlane: idle connections keep their goroutines", "err", err)
+		} else {
+			s.park, s.stopSweep = p, make(chan struct{})
+			go p.run(s.wake)
+			go s.sweep(s.cfg.ParkAfter, s.stopSweep)
+		}
+	}
 	s.mu.Unlock()
 	go s.accept(ln)
 	return s.ho
@@ -119,10 +144,19 @@ func (s *Server) stopAccepting() {
 	s.mu.Lock()
 	s.closing.Store(true)
 	ln := s.ln
+	var parked []*conn
 	for c := range s.conns {
-		c.closeIfIdle()
+		if c.closeIfIdle() {
+			parked = append(parked, c)
+		}
+	}
+	if s.stopSweep != nil {
+		s.parkOnce.Do(func() { close(s.stopSweep) })
 	}
 	s.mu.Unlock()
+	for _, c := range parked {
+		s.finishParked(c)
+	}
 	if ln != nil {
 		_ = ln.Close()
 	}
@@ -175,6 +209,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = ctx.Err()
 		}
 	}
+	s.closePark()
 	return err
 }
 
@@ -184,15 +219,114 @@ func (s *Server) Close() error {
 	err := s.srv.Close()
 	s.closeAll()
 	s.wg.Wait()
+	s.closePark()
 	return err
 }
 
 func (s *Server) closeAll() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var parked []*conn
 	for c := range s.conns {
+		if c.closeIfIdle() {
+			parked = append(parked, c)
+			continue
+		}
 		_ = c.nc.Close()
 	}
+	s.mu.Unlock()
+	for _, c := range parked {
+		s.finishParked(c)
+	}
+}
+
+// closePark ends the parker, once every connection is gone.
+func (s *Server) closePark() {
+	s.mu.Lock()
+	p := s.park
+	s.mu.Unlock()
+	if p != nil {
+		p.close()
+	}
+}
+
+// Parked is how many connections are parked now (Config.ParkAfter).
+func (s *Server) Parked() int {
+	s.mu.Lock()
+	p := s.park
+	s.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	return p.parked()
+}
+
+// sweep, every interval until stop, asks the connections idle since
+// before the last sweep to park (their read is woken by a deadline in
+// the past, see conn.endIdle), and closes the parked ones idle past the
+// server's IdleTimeout, which no read deadline bounds while parked.
+func (s *Server) sweep(interval time.Duration, stop chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			gen := s.sweepGen.Add(1)
+			idle := s.srv.IdleTimeout
+			var expired []*conn
+			s.mu.Lock()
+			for c := range s.conns {
+				c.idleMu.Lock()
+				switch {
+				case c.parked && idle > 0 && now.Sub(c.idleAt) >= idle:
+					c.parked = false
+					expired = append(expired, c)
+				case c.idle && c.parkable && !c.parked && !c.parkReq && c.idleGen+1 < gen:
+					c.parkReq = true
+					_ = c.nc.SetReadDeadline(aLongTimeAgo)
+				}
+				c.idleMu.Unlock()
+			}
+			s.mu.Unlock()
+			for _, c := range expired {
+				s.finishParked(c)
+			}
+		}
+	}
+}
+
+// wake serves a parked connection whose socket is ready on a goroutine
+// again, unless its closer took it first.
+func (s *Server) wake(c *conn) {
+	c.idleMu.Lock()
+	mine := c.parked
+	c.parked = false
+	c.idleMu.Unlock()
+	if mine {
+		go c.resume()
+	}
+}
+
+// finishParked closes a connection taken out of the parked state by its
+// closer (closeIfIdle, the sweep's idle bound).
+func (s *Server) finishParked(c *conn) {
+	s.park.forget(c, c.parkID)
+	_ = c.nc.Close()
+	c.cancel()
+	s.untrack(c)
+}
+
+// getBuf is a read buffer of bufInitial bytes, putBuf gives one back.
+func (s *Server) getBuf() []byte {
+	if b, ok := s.bufs.Get().(*[bufInitial]byte); ok {
+		return b[:]
+	}
+	return make([]byte, bufInitial)
+}
+
+func (s *Server) putBuf(b []byte) {
+	s.bufs.Put((*[bufInitial]byte)(b))
 }
 
 // handoff is the listener net/http serves: it accepts the connections the
