@@ -110,6 +110,11 @@ type HTTP struct {
 	// own connection loop (engine/fastlane), every other request through
 	// net/http. Default true; false: net/http serves all.
 	FastLane bool `yaml:"fast_lane"`
+	// ParkAfter: with the fast lane, a kept-alive connection that has
+	// waited this long (up to twice as long) for its next request gives
+	// up its goroutine and read buffer until its client sends again
+	// (engine/fastlane's parker; Linux). 0: never.
+	ParkAfter time.Duration `yaml:"park_after"`
 	// Metrics says who may read GET /metrics.
 	Metrics Metrics `yaml:"metrics"`
 }

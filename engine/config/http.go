@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	"fmt"
 
 	"github.com/batchd/batchd/actors/schema"
@@ -11,6 +13,12 @@ import (
 // addrDefault is loopback: a server someone starts to try batchd is not
 // reachable from the network until they say so.
 const addrDefault = "127.0.0.1:8080"
+
+// parkAfterDefault parks a connection idle a second or two: a client
+// between bursts, or one of an open-loop client's many, not one of a
+// closed loop's (engine/fastlane's BenchmarkGCIdleConns: an idle
+// connection's goroutine doubles what it costs each garbage collection).
+const parkAfterDefault = time.Second
 
 // defaultHTTP takes the adapter's defaults from httpapi.DefaultConfig and
 // the server's from httpapi's NewServer constants.
@@ -30,6 +38,7 @@ func defaultHTTP() HTTP {
 		ScrapeTimeout:     h.ScrapeTimeout,
 		ShutdownTimeout:   shutdownTimeoutDefault,
 		FastLane:          true,
+		ParkAfter:         parkAfterDefault,
 	}
 }
 

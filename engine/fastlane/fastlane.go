@@ -249,6 +249,9 @@ func (s *Server) closePark() {
 	}
 }
 
+// Parkings is how many times a connection was parked.
+func (s *Server) Parkings() int64 { return int64(s.parkSeq.Load()) }
+
 // Parked is how many connections are parked now (Config.ParkAfter).
 func (s *Server) Parked() int {
 	s.mu.Lock()

@@ -225,7 +225,8 @@ func (s *Server) open(ctx context.Context, opts Options) error {
 	s.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s.web = s.srv
 	if f.HTTP.FastLane {
-		s.web = fastlane.New(s.srv, fastlane.Config{Fast: s.h.FastRoute, BodyMaxBytes: int(min(f.HTTP.BodyMaxBytes, 64<<10)), Logger: log})
+		s.web = fastlane.New(s.srv, fastlane.Config{Fast: s.h.FastRoute, BodyMaxBytes: int(min(f.HTTP.BodyMaxBytes, 64<<10)),
+			ParkAfter: f.HTTP.ParkAfter, Logger: log})
 	}
 	if f.GRPC.Addr == "" {
 		return nil
@@ -518,6 +519,11 @@ func (s *Server) laneCollectors() []prometheus.Collector {
 			Help: "HTTP requests the fast lane served itself (http.fast_lane)."}, count((*fastlane.Server).Served)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "batchd_http_lane_handoffs_total",
 			Help: "Connections the fast lane gave net/http, at a request it does not serve."}, count((*fastlane.Server).HandedOff)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "batchd_http_lane_parkings_total",
+			Help: "Times a kept-alive connection was parked (http.park_after)."}, count((*fastlane.Server).Parkings)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "batchd_http_lane_parked_connections",
+			Help: "Kept-alive connections parked now: idle past http.park_after, waiting without a goroutine."},
+			count(func(l *fastlane.Server) int64 { return int64(l.Parked()) })),
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +226,79 @@ func TestRecord(t *testing.T) {
 	}
 	if n := strings.Count(string(data), "\n"); n != 5 {
 		t.Errorf("%d lines recorded, want 5:\n%s", n, data)
+	}
+}
+
+// TestParkAfter: with http.park_after, a kept-alive connection that waits
+// is parked, /metrics counts it, and the client's next request on it is
+// served.
+func TestParkAfter(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("connections park on Linux only")
+	}
+	f := testFile(t)
+	f.HTTP.ParkAfter = 10 * time.Millisecond
+	s := newServer(t, f)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(context.Background()) }()
+	nc, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(waitMax))
+	br := bufio.NewReader(nc)
+	ask := func(input string) {
+		t.Helper()
+		body := `{"input": "` + input + `"}`
+		fmt.Fprintf(nc, "POST /v1/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"output"`) {
+			t.Fatalf("infer %q: %d %s", input, resp.StatusCode, b)
+		}
+	}
+	metric := func(name string) float64 {
+		t.Helper()
+		c := &http.Client{Timeout: waitMax, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + s.Addr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			var v float64
+			if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
+				return v
+			}
+		}
+		t.Fatalf("no %s on /metrics", name)
+		return 0
+	}
+	ask("one")
+	deadline := time.Now().Add(waitMax)
+	for metric("batchd_http_lane_parked_connections") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle connection was not parked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ask("two")
+	if n := metric("batchd_http_lane_parkings_total"); n < 1 {
+		t.Errorf("parkings %v, want 1 or more", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 }
 
