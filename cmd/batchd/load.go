@@ -40,6 +40,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Interval, "interval", cfg.Interval, "width of the time series in --json")
 	fs.IntVar(&cfg.RSSPID, "rss-pid", 0, "sample this process's resident memory and CPU time (/proc/PID) every --interval")
 	fs.DurationVar(&cfg.SlowOver, "slow-over", 0, "split the time of the 200s slower than this (send lag, server, trip, read) in a row of its own; it reads each 200's own timeline, with or without --check")
+	fs.IntVar(&cfg.IdleConns, "idle-conns", 0, fmt.Sprintf("open this many more kept-alive connections before the run (one request each, not counted) and hold them idle to its end (at most %d)", loadgen.ConnectionsMax))
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator's run to this file (go tool pprof)")
 	// Hidden: the engine-overhead yardstick (see loadgen.Baseline), and with

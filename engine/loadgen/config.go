@@ -110,6 +110,11 @@ type Config struct {
 	// time (Report.Split) a row for those slower than it: where a tail
 	// spends its time. Default 0: the row for all 200s only.
 	SlowOver time.Duration
+	// IdleConns, when positive, is how many more kept-alive connections
+	// the run opens before it starts (each sends one request, not
+	// counted) and holds idle to its end: a server's clients that are
+	// connected but quiet. REST only.
+	IdleConns int
 
 	// backlog, when positive, replaces the backlog's size (tests).
 	backlog int
@@ -196,6 +201,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("load config: RSSPID %d: must not be negative", c.RSSPID)
 	case c.SlowOver < 0 || c.SlowOver > c.Timeout:
 		return fmt.Errorf("load config: SlowOver %v: want 0 (off) to Timeout", c.SlowOver)
+	case c.IdleConns < 0 || c.IdleConns > ConnectionsMax:
+		return fmt.Errorf("load config: IdleConns %d: want 0 to %d", c.IdleConns, ConnectionsMax)
+	case c.IdleConns > 0 && c.GRPC != "":
+		return fmt.Errorf("load config: IdleConns with GRPC: idle connections are REST's")
 	}
 	return nil
 }

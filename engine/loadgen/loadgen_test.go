@@ -217,6 +217,38 @@ func TestConnectionsOpened(t *testing.T) {
 	}
 }
 
+// TestIdleConns: the run holds IdleConns more connections open and idle
+// throughout, each kept after one request, apart from the load's; the
+// server sees them all, and the report and its table say so.
+func TestIdleConns(t *testing.T) {
+	s := httptest.NewUnstartedServer(echoHandler(time.Millisecond, nil))
+	ln := &countingListener{Listener: s.Listener}
+	s.Listener = ln
+	s.Start()
+	defer s.Close()
+	c := cfgFor(s.URL)
+	c.Rate, c.Arrival, c.Connections, c.IdleConns = 200, Fixed, 2, 7
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.IdleConns != 7 || rep.ConnectionsOpened != 2 || ln.accepted.Load() != 9 {
+		t.Errorf("idle %d, opened %d, the server accepted %d; want 7, 2, 9", rep.IdleConns, rep.ConnectionsOpened, ln.accepted.Load())
+	}
+	if ok := rep.Requests.OK; ok < 1 || rep.Requests.Sent != ok {
+		t.Errorf("the load's requests: %+v (the idle connections' are not counted)", rep.Requests)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil || !strings.Contains(b.String(), "2 opened, 7 more held idle") {
+		t.Errorf("table lacks the idle connections (%v):\n%s", err, b.String())
+	}
+	bad := cfgFor(s.URL)
+	bad.IdleConns = ConnectionsMax + 1
+	if _, err := Run(context.Background(), bad); err == nil {
+		t.Errorf("IdleConns %d accepted", bad.IdleConns)
+	}
+}
+
 // TestCoordinatedOmission: with one request in flight against a server
 // that takes 20 ms, 100 req/s cannot be sent on time. Latency from the
 // intended time shows the queue; time from the actual send does not.

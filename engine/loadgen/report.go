@@ -283,6 +283,9 @@ type Report struct {
 	// dialled over the run: about one per in-flight request an open loop
 	// needed at its peak, and each a connection the server holds.
 	ConnectionsOpened int64 `json:"connections_opened,omitempty"`
+	// IdleConns is how many kept-alive connections the run held idle
+	// beside its load (Config.IdleConns), not among ConnectionsOpened.
+	IdleConns int `json:"idle_conns,omitempty"`
 
 	// GeneratorCPUS is the CPU time the generator itself used, in
 	// seconds: on a machine it shares with the server, the load it can
@@ -686,8 +689,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "pid %d\trss (KiB) first %d, at 10s %d, max %d, after 10s %d to %d, last %d; cpu %.2fs (%.1f µs a request) %s\n",
 			r.PID, r.First, r.At10s, r.Max, r.MinAfter10s, r.MaxAfter10s, r.Last, r.CPUS, r.CPUUSPerRequest, r.Err)
 	}
-	if rep.ConnectionsOpened > 0 {
-		fmt.Fprintf(tw, "connections\t%d opened\n", rep.ConnectionsOpened)
+	if rep.ConnectionsOpened > 0 || rep.IdleConns > 0 {
+		fmt.Fprintf(tw, "connections\t%d opened, %d more held idle\n", rep.ConnectionsOpened, rep.IdleConns)
 	}
 	cpus := "CPUs"
 	if rep.GeneratorCores == 1 {

@@ -66,6 +66,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer g.grpc.close()
 	}
 
+	idle, err := g.holdIdle(cfg.IdleConns)
+	defer func() {
+		for _, c := range idle {
+			c.close()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+
 	cpu0 := selfCPU()
 	g.start = time.Now()
 	g.measureFrom = g.start.Add(cfg.Warmup)
@@ -103,8 +113,43 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopRSS()
 	rep := g.rec.report(sendingEnded, time.Now())
 	rep.setCPU((selfCPU() - cpu0).Seconds(), time.Since(g.start).Seconds(), int64(g.seq.Load()), runtime.NumCPU())
-	rep.ConnectionsOpened = g.conns.dials.Load()
+	rep.ConnectionsOpened = g.conns.dials.Load() - int64(len(idle))
+	rep.IdleConns = len(idle)
 	return rep, nil
+}
+
+// holdIdle opens n kept-alive connections and sends one request on each
+// (Config.IdleConns), and returns them, open and idle.
+func (g *generator) holdIdle(n int) ([]*conn, error) {
+	var held []*conn
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for i := range n {
+		req.Reset()
+		req.SetRequestURI(g.endpoint)
+		req.Header.SetMethod(http.MethodPost)
+		req.Header.SetContentType("application/json")
+		if g.cfg.APIKey != "" {
+			req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
+		}
+		req.AppendBody(g.prefix)
+		req.AppendBodyString(makeInput(uint64(i), g.cfg.InputLen))
+		req.AppendBody(g.suffix)
+		c := g.conns.open()
+		held = append(held, c)
+		if _, err := c.exchange(req, resp, time.Now().Add(g.cfg.Timeout)); err != nil {
+			return held, fmt.Errorf("load: idle connection %d of %d: %w", i+1, n, err)
+		}
+		if resp.StatusCode() != http.StatusOK || c.c == nil {
+			return held, fmt.Errorf("load: idle connection %d of %d: status %d (closed %v)", i+1, n, resp.StatusCode(), c.c == nil)
+		}
+		// Idle from now on: no deadline for the run to trip on.
+		if err := c.arm(time.Time{}); err != nil {
+			return held, fmt.Errorf("load: idle connection %d of %d: %w", i+1, n, err)
+		}
+	}
+	return held, nil
 }
 
 // graceSlack is how much longer than one Timeout the run waits for the
@@ -497,7 +542,10 @@ func fitOpenFiles(cfg Config, limit int) (Config, error) {
 	if cfg.GRPC != "" || limit <= 0 {
 		return cfg, nil
 	}
-	fit := limit - openFilesSpare
+	fit := limit - openFilesSpare - cfg.IdleConns
+	if cfg.IdleConns > 0 && fit < 1 {
+		return cfg, fmt.Errorf("load: --idle-conns %d needs a connection each, and this process may open %d files (ulimit -n), %d of them kept for other use: lower --idle-conns or raise the limit", cfg.IdleConns, limit, openFilesSpare)
+	}
 	if cfg.Connections > 0 {
 		if cfg.Connections > fit {
 			return cfg, fmt.Errorf("load: --connections %d needs a connection each, and this process may open %d files (ulimit -n), %d of them kept for other use: lower --connections or raise the limit", cfg.Connections, limit, openFilesSpare)
