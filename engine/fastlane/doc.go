@@ -48,6 +48,13 @@
 // Connection: close), and net/http's connections stop by its own
 // Shutdown.
 //
+// Parking (Config.ParkAfter, Linux): a kept-alive connection that has
+// waited that long for its next request gives up its goroutine and read
+// buffer, and its socket waits in an epoll set of the lane's own until
+// the client sends; then it is served on a new goroutine (see parker). An
+// idle goroutine's stack is scanned at every garbage collection, which
+// with thousands of idle connections doubled the collector's work.
+//
 // Imported by: engine/server (the HTTP listener). It imports only the
 // standard library.
 package fastlane

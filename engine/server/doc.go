@@ -62,7 +62,8 @@
 // requests on its own connection loop, waiting for the engine in the
 // connection's read, and hands every other connection to net/http at its
 // first other request; its Shutdown is net/http's, and waits for its own
-// connections too. Serve then serves HTTP (and gRPC), starts the memory releaser,
+// connections too. Its kept-alive connections idle past http.park_after
+// wait without a goroutine until their clients send. Serve then serves HTTP (and gRPC), starts the memory releaser,
 // which gives memory back to the OS when load falls after an overload,
 // and the policy's readings of the batcher's signals.
 //
