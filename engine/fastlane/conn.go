@@ -229,7 +229,7 @@ func (c *conn) endIdle(woke bool) int {
 	c.idle = false
 	req := c.parkReq
 	c.parkReq = false
-	park := req && woke && c.r == c.w && c.s.park != nil && !c.s.isClosing()
+	park := req && woke && c.r == c.w && c.s.park != nil && !c.s.parkBroken.Load() && !c.s.isClosing()
 	if park {
 		// Still idle to Shutdown's eyes: it closes a parked connection.
 		c.idle, c.parked = true, true

@@ -65,12 +65,13 @@ type Server struct {
 	// Parking (Config.ParkAfter): nil park when off. sweepGen counts the
 	// sweeps, parkSeq the parkings; bufs are parked connections' read
 	// buffers.
-	park      *parker
-	sweepGen  atomic.Uint64
-	parkSeq   atomic.Uint64
-	bufs      sync.Pool
-	stopSweep chan struct{}
-	parkOnce  sync.Once
+	park       *parker
+	sweepGen   atomic.Uint64
+	parkSeq    atomic.Uint64
+	bufs       sync.Pool
+	stopSweep  chan struct{}
+	parkOnce   sync.Once
+	parkBroken atomic.Bool // the set failed: no connection parks
 }
 
 // New returns a lane in front of srv, whose Handler serves the lane's
@@ -101,7 +102,13 @@ func (s *Server) Listen(ln net.Listener) net.Listener {
 			s.cfg.Logger.Warn("fastlane: idle connections keep their goroutines", "err", err)
 		} else {
 			s.park, s.stopSweep = p, make(chan struct{})
-			go p.run(s.wake)
+			go func() {
+				if err := p.run(s.wake); err != nil {
+					// Parked connections were woken; none is parked again.
+					s.parkBroken.Store(true)
+					s.cfg.Logger.Error("fastlane: parking stopped", "err", err)
+				}
+			}()
 			go s.sweep(s.cfg.ParkAfter, s.stopSweep)
 		}
 	}

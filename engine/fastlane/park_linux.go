@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // parker holds the kept-alive connections that waited a while for their
@@ -58,6 +59,12 @@ func newParker() (*parker, error) {
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("epoll raw conn: %w", err)
+	}
+	// Only a descriptor in the poller takes a deadline: one that is not
+	// would never wake a parked connection.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("epoll descriptor not in the runtime's poller: %w", err)
 	}
 	return &parker{f: f, rc: rc, fd: fd, conns: map[uint64]*conn{}}, nil
 }
@@ -130,8 +137,28 @@ func (p *parker) parked() int {
 	return len(p.conns)
 }
 
-// run hands each connection whose socket is ready to wake, until close.
-func (p *parker) run(wake func(*conn)) {
+// run hands each connection whose socket is ready to wake, until close
+// (nil) or a failure of the set (its error; then every connection still
+// in the table is handed to wake, and none must be parked again).
+func (p *parker) run(wake func(*conn)) error {
+	err := p.loop(wake)
+	if err == nil {
+		return nil
+	}
+	p.mu.Lock()
+	left := make([]*conn, 0, len(p.conns))
+	for id, c := range p.conns {
+		left = append(left, c)
+		delete(p.conns, id)
+	}
+	p.mu.Unlock()
+	for _, c := range left {
+		wake(c)
+	}
+	return err
+}
+
+func (p *parker) loop(wake func(*conn)) error {
 	for {
 		var n int
 		var werr error
@@ -140,14 +167,17 @@ func (p *parker) run(wake func(*conn)) {
 			// Nothing ready: wait in the runtime's poller for the set to be.
 			return !(n <= 0 && (werr == nil || errors.Is(werr, syscall.EAGAIN)))
 		})
+		if errors.Is(err, os.ErrClosed) {
+			return nil
+		}
 		if err != nil {
-			return // closed
+			return fmt.Errorf("epoll wait: %w", err)
 		}
 		if werr != nil {
 			if errors.Is(werr, syscall.EINTR) {
 				continue
 			}
-			return
+			return fmt.Errorf("epoll_wait: %w", werr)
 		}
 		for _, ev := range p.events[:n] {
 			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32

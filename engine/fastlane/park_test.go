@@ -15,6 +15,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -329,5 +330,24 @@ func BenchmarkGCIdleConns(b *testing.B) {
 			b.ReportMetric(per(m0.StackInuse, m1.StackInuse), "stack-B/conn")
 			runtime.KeepAlive(cs)
 		})
+	}
+}
+
+// failingRaw is a descriptor whose every wait fails.
+type failingRaw struct{ syscall.RawConn }
+
+func (failingRaw) Read(func(uintptr) bool) error { return errors.New("the set failed") }
+
+// When the set fails, run hands every connection still parked to wake
+// (they would wait forever otherwise) and reports the failure.
+func TestParkerFailureWakesAll(t *testing.T) {
+	a, b := &conn{}, &conn{}
+	p := &parker{rc: failingRaw{}, conns: map[uint64]*conn{1: a, 2: b}}
+	var woken []*conn
+	if err := p.run(func(c *conn) { woken = append(woken, c) }); err == nil {
+		t.Fatal("run: nil error after the set failed")
+	}
+	if len(woken) != 2 || p.parked() != 0 {
+		t.Fatalf("woken %d of 2, %d left in the table", len(woken), p.parked())
 	}
 }
