@@ -10,7 +10,10 @@
 # the server asking ahead: run 5 has the default's), then the live figures
 # (gpu-serve.sh), the targets' loads again with --ask-ahead=200us (and
 # 4,096 streams), then the open loop at 30,000 req/s on fresh servers: as
-# it is, its start not counted, the collector at GOGC=1600, and against
+# it is, its start not counted, the collector at GOGC=1600, with idle
+# connections parked after 50 ms (--park-after=50ms: the generator's
+# thousands of connections each wait ~170 ms between requests, so most
+# wait parked, without a goroutine for the collector to scan), and against
 # the net/http yardstick.
 # The device tool brings back at most 8 files, so everything goes into
 # OUT/run.tgz, packed again after each step: a call cut short still brings
@@ -56,12 +59,15 @@ pack
 # The open loop at 30,000 req/s, each on a fresh server: as it is; the
 # first 2 s not counted (the start, while the generator opens its
 # connections: most of run 6's tail); with the collector at GOGC=1600 (a
-# quarter of the collections: the rest of the tail); and the yardstick's
-# (is the tail the server's, or the generator's and the host's?).
+# quarter of the collections: the rest of the tail); with connections
+# parked after 50 ms (fewer goroutines to scan: shorter collections); and
+# the yardstick's (is the tail the server's, or the generator's and the
+# host's?).
 echo "== the open loop's tail: the start, the collections, the yardstick"
 LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-1" "$profile" >/dev/null 2>&1
 LOADS=open-30k LOAD_FLAGS="--warmup 2s" sh "$here/gpu-serve.sh" "$bin" "$r/open-warm-1" "$profile" >/dev/null 2>&1
 SERVE_GOGC=1600 LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-gogc1600-1" "$profile" >/dev/null 2>&1
+SERVE_FLAGS=--park-after=50ms LOADS=open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-park50ms-1" "$profile" >/dev/null 2>&1
 LOADS=baseline-open-30k sh "$here/gpu-serve.sh" "$bin" "$r/open-yardstick-1" "$profile" >/dev/null 2>&1
 pack
 python3 "$here/gpu-table.py" "$r"/open-* 2>/dev/null | grep -E "^/|open-30k"

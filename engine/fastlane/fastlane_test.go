@@ -140,28 +140,41 @@ func handler(eng *fakeEngine) http.Handler {
 	return mux
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigWith(t, time.Minute, 0) }
+
+// newRigWith is newRig with the server's idle bound, and the lane's
+// parking (Config.ParkAfter; 0: off).
+func newRigWith(t *testing.T, idle, parkAfter time.Duration) *rig {
 	t.Helper()
-	eng := &fakeEngine{dones: make(chan func(), 16), cancelOK: true}
-	srv := &http.Server{Handler: handler(eng), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-	s := New(srv, Config{Fast: func(m, p string) bool { return m == http.MethodPost && strings.HasPrefix(p, "/fast/") }, BodyMaxBytes: 1 << 10})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	r, served := listenRig(t, idle, parkAfter)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitMax)
 		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
+		if err := r.s.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return &rig{s: s, addr: ln.Addr().String(), eng: eng}
+	return r
+}
+
+// listenRig starts a rig that the test stops itself; served gets what
+// Serve returns.
+func listenRig(t *testing.T, idle, parkAfter time.Duration) (r *rig, served chan error) {
+	t.Helper()
+	eng := &fakeEngine{dones: make(chan func(), 16), cancelOK: true}
+	srv := &http.Server{Handler: handler(eng), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idle}
+	s := New(srv, Config{Fast: func(m, p string) bool { return m == http.MethodPost && strings.HasPrefix(p, "/fast/") },
+		BodyMaxBytes: 1 << 10, ParkAfter: parkAfter})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served = make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	return &rig{s: s, addr: ln.Addr().String(), eng: eng}, served
 }
 
 // client is one connection to the rig.
@@ -399,16 +412,8 @@ func TestAwaitCancelTooLate(t *testing.T) {
 // Shutdown closes idle connections, lets a waiting request finish (with
 // Connection: close), and returns.
 func TestShutdown(t *testing.T) {
-	eng := &fakeEngine{dones: make(chan func(), 1), cancelOK: true}
-	srv := &http.Server{Handler: handler(eng), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-	s := New(srv, Config{Fast: func(m, p string) bool { return m == http.MethodPost && strings.HasPrefix(p, "/fast/") }})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	r := &rig{s: s, addr: ln.Addr().String(), eng: eng}
+	r, served := listenRig(t, time.Minute, 0)
+	s, eng := r.s, r.eng
 	idle := r.dial(t)
 	idle.send(post("/fast/echo", "x"))
 	idle.read()

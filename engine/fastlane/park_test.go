@@ -24,30 +24,7 @@ import (
 const parkAfterTest = 2 * time.Millisecond
 
 // newParkRig is newRig with parking on, and the server's idle bound.
-func newParkRig(t *testing.T, idle time.Duration) *rig {
-	t.Helper()
-	eng := &fakeEngine{dones: make(chan func(), 16), cancelOK: true}
-	srv := &http.Server{Handler: handler(eng), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idle}
-	s := New(srv, Config{Fast: func(m, p string) bool { return m == http.MethodPost && strings.HasPrefix(p, "/fast/") },
-		BodyMaxBytes: 1 << 10, ParkAfter: parkAfterTest})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitMax)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return &rig{s: s, addr: ln.Addr().String(), eng: eng}
-}
+func newParkRig(t *testing.T, idle time.Duration) *rig { return newRigWith(t, idle, parkAfterTest) }
 
 // waitFor waits until cond holds, failing the test after waitMax.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -167,16 +144,8 @@ func TestParkedClientGoes(t *testing.T) {
 // Shutdown closes parked connections as idle ones, and returns at once
 // (it waits for every tracked connection).
 func TestParkedShutdown(t *testing.T) {
-	eng := &fakeEngine{dones: make(chan func(), 1), cancelOK: true}
-	srv := &http.Server{Handler: handler(eng), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-	s := New(srv, Config{Fast: func(m, p string) bool { return strings.HasPrefix(p, "/fast/") }, ParkAfter: parkAfterTest})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	r := &rig{s: s, addr: ln.Addr().String(), eng: eng}
+	r, served := listenRig(t, time.Minute, parkAfterTest)
+	s := r.s
 	var cs []*client
 	for range 3 {
 		c := r.dial(t)

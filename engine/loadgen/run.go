@@ -118,6 +118,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// request makes req the infer request of input.
+func (g *generator) request(req *fasthttp.Request, input string) {
+	req.SetRequestURI(g.endpoint)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetContentType("application/json")
+	if g.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
+	}
+	req.AppendBody(g.prefix)
+	req.AppendBodyString(input)
+	req.AppendBody(g.suffix)
+}
+
 // holdIdle opens n kept-alive connections and sends one request on each
 // (Config.IdleConns), and returns them, open and idle.
 func (g *generator) holdIdle(n int) ([]*conn, error) {
@@ -127,15 +140,7 @@ func (g *generator) holdIdle(n int) ([]*conn, error) {
 	defer fasthttp.ReleaseResponse(resp)
 	for i := range n {
 		req.Reset()
-		req.SetRequestURI(g.endpoint)
-		req.Header.SetMethod(http.MethodPost)
-		req.Header.SetContentType("application/json")
-		if g.cfg.APIKey != "" {
-			req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
-		}
-		req.AppendBody(g.prefix)
-		req.AppendBodyString(makeInput(uint64(i), g.cfg.InputLen))
-		req.AppendBody(g.suffix)
+		g.request(req, makeInput(uint64(i), g.cfg.InputLen))
 		c := g.conns.open()
 		held = append(held, c)
 		if _, err := c.exchange(req, resp, time.Now().Add(g.cfg.Timeout)); err != nil {
@@ -329,15 +334,7 @@ func (g *generator) one(c *conn, intended time.Time) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(g.endpoint)
-	req.Header.SetMethod(http.MethodPost)
-	req.Header.SetContentType("application/json")
-	if g.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
-	}
-	req.AppendBody(g.prefix)
-	req.AppendBodyString(input)
-	req.AppendBody(g.suffix)
+	g.request(req, input)
 	r := result{intended: intended, sent: time.Now()}
 	arrived, err := c.exchange(req, resp, r.sent.Add(g.cfg.Timeout))
 	r.done, r.arrived = time.Now(), arrived

@@ -238,9 +238,7 @@ func TestParkAfter(t *testing.T) {
 	}
 	f := testFile(t)
 	f.HTTP.ParkAfter = 10 * time.Millisecond
-	s := newServer(t, f)
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(context.Background()) }()
+	s := serve(t, f)
 	nc, err := net.Dial("tcp", s.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -291,14 +289,6 @@ func TestParkAfter(t *testing.T) {
 	ask("two")
 	if n := metric("batchd_http_lane_parkings_total"); n < 1 {
 		t.Errorf("parkings %v, want 1 or more", n)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
-	defer cancel()
-	if err := s.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
 	}
 }
 
