@@ -206,6 +206,7 @@ func TestErrors(t *testing.T) {
 		{"default tenant weight", "default_tenant:\n  weight: 0\n", []string{"bad.yaml:2: default_tenant.weight: 0: want 1 to"}},
 		{"gc percent", "process:\n  gc_percent: 5\n", []string{"bad.yaml:2: process.gc_percent: 5: want 25 to 10000"}},
 		{"memory limit", "process:\n  memory_limit_bytes: 1000\n", []string{"bad.yaml:2: process.memory_limit_bytes: 1000: want 0 (no limit) or 67108864 to"}},
+		{"park after", "http:\n  park_after: 5ms\n", []string{"bad.yaml:2: http.park_after: 5ms: want 0 (never) or 10ms to 1h"}},
 		{"upstream without url", "devices:\n  backend: upstream\n", []string{"bad.yaml:1: devices.upstream.url: missing: the upstream's address"}},
 		{"upstream url scheme", "devices:\n  backend: upstream\n  upstream:\n    url: ftp://h:1\n", []string{`bad.yaml:4: devices.upstream.url: "ftp://h:1": want http:// or https://`}},
 		{"upstream url, other backend", "devices:\n  upstream:\n    url: http://h:1\n", []string{`bad.yaml:3: devices.upstream.url: set, but devices.backend is "emulated"`}},

@@ -20,6 +20,9 @@ const addrDefault = "127.0.0.1:8080"
 // connection's goroutine doubles what it costs each garbage collection).
 const parkAfterDefault = time.Second
 
+// parkAfterMin bounds how often the sweep that parks connections runs.
+const parkAfterMin = 10 * time.Millisecond
+
 // defaultHTTP takes the adapter's defaults from httpapi.DefaultConfig and
 // the server's from httpapi's NewServer constants.
 func defaultHTTP() HTTP {

@@ -86,8 +86,8 @@ func (v *validator) http() {
 	v.DurIn("http.read_header_timeout", h.ReadHeaderTimeout, time.Millisecond, time.Hour)
 	v.DurIn("http.body_read_timeout", h.BodyReadTimeout, time.Millisecond, time.Hour)
 	v.DurIn("http.idle_timeout", h.IdleTimeout, time.Millisecond, time.Hour)
-	if h.ParkAfter != 0 {
-		v.DurIn("http.park_after", h.ParkAfter, 10*time.Millisecond, time.Hour) // 0: never
+	if h.ParkAfter != 0 && (h.ParkAfter < parkAfterMin || h.ParkAfter > time.Hour) {
+		v.Bad("http.park_after", "%v: want 0 (never) or %v to 1h", h.ParkAfter, parkAfterMin)
 	}
 	v.DurIn("http.retry_after_default", h.RetryAfterDefault, time.Millisecond, time.Hour)
 	v.IntIn("http.model_labels_max", h.ModelLabelsMax, 1, 1<<16)
