@@ -492,3 +492,60 @@ func TestDeviceCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceWaitSleep: with WaitSleep a batch's wait starts with a sleep
+// of 60% of the waits' mean, which the waits move; every output is still
+// the reference's, and a device fault still fails its batch.
+func TestDeviceWaitSleep(t *testing.T) {
+	cfg := DefaultDeviceConfig(0)
+	cfg.WaitSleep = true
+	d, f := openFakeConfig(t, newFakeDriver(1), cfg)
+	w := NewWeights(WeightSeed)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 9, 40, BatchMax} {
+		batch := randomBatch(r, n)
+		outs, err := d.Forward(context.Background(), batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOutputs(t, w, batch, outs)
+	}
+	if d.waitMean <= 0 {
+		t.Fatalf("waits' mean %v after 4 batches", d.waitMean)
+	}
+	f.mu.Lock()
+	f.failOp, f.failAt, f.failCode, f.sticky = "StreamQuery", f.counts["StreamQuery"]+1, 719, true
+	f.mu.Unlock()
+	if _, err := d.Forward(context.Background(), []string{"x"}); !errors.Is(err, ErrDeviceFault) {
+		t.Fatalf("a failed wait: %v, want a device fault", err)
+	}
+	batch := []string{"after", "the fault"}
+	outs, err := d.Forward(context.Background(), batch)
+	if err != nil {
+		t.Fatalf("the batch after the fault: %v", err)
+	}
+	checkOutputs(t, w, batch, outs)
+}
+
+// The sleep is 60% of the waits' mean, at most waitSleepMax; the mean
+// starts at the first wait and moves an eighth of the way to each.
+func TestWaitSleepMean(t *testing.T) {
+	if got := sleepFor(200 * time.Microsecond); got != 120*time.Microsecond {
+		t.Errorf("sleep for a mean of 200us: %v, want 120us", got)
+	}
+	if got := sleepFor(time.Second); got != waitSleepMax {
+		t.Errorf("sleep for a mean of 1s: %v, want %v", got, waitSleepMax)
+	}
+	if got := nextMean(0, 300*time.Microsecond); got != 300*time.Microsecond {
+		t.Errorf("first mean %v, want the first wait", got)
+	}
+	// Sleeping past the GPU's end, the wait measured is the sleep: the
+	// mean falls until the sleep is within the GPU's time.
+	mean, gpu := 500*time.Microsecond, 200*time.Microsecond
+	for range 100 {
+		mean = nextMean(mean, max(gpu, sleepFor(mean)))
+	}
+	if s := sleepFor(mean); s > gpu {
+		t.Errorf("after 100 batches of %v the sleep is %v: past the GPU's end", gpu, s)
+	}
+}

@@ -5,11 +5,14 @@
 # kernels, both batch-time benchmarks), the latency table with graphs (the
 # default), devices taking their next batch while one runs
 # (--ask-ahead=200us: a full batch at once, a partial one 200 us before the
-# running one's predicted end, against a ~140 us hand-over) side by side
-# with the default under the closed loops (gpu-ab.sh, with a CPU profile of
-# the server asking ahead: run 5 has the default's), then the live figures
-# (gpu-serve.sh), the targets' loads again with --ask-ahead=200us (and
-# 4,096 streams), then the open loop at 30,000 req/s on fresh servers: as
+# running one's predicted end, against a ~140 us hand-over) and the GPU
+# wait that sleeps most of a batch's GPU time instead of polling it
+# (--cuda-wait-sleep, one more GOMAXPROCS: the poll was 9.7% of run 5's
+# server CPU) side by side with the default under the closed loops
+# (gpu-ab.sh, with a CPU profile of the server asking ahead: run 5 has the
+# default's), then the live figures (gpu-serve.sh), the targets' loads
+# again with --ask-ahead=200us, then the open loop at 30,000 req/s on
+# fresh servers: as
 # it is, its start not counted, the collector at GOGC=1600, with idle
 # connections parked after 50 ms (--park-after=50ms: the generator's
 # thousands of connections each wait ~170 ms between requests, so most
@@ -46,14 +49,14 @@ tail -n 4 "$r/profile-cuda-summary.txt"
 pack
 profile=${PROFILE:-$r/profile-cuda.txt}
 [ -s "$profile" ] || profile=$here/measurements/h200-2026-11-28/profile-cuda.txt
-echo "== asking ahead beside the default, planning with $profile"
-ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "ahead=$bin/batchd,--ask-ahead=200us" "default=$bin/batchd" 2>&1 | grep -v '^-rw'
+echo "== asking ahead, and the sleeping GPU wait, beside the default, planning with $profile"
+ROUNDS=2 sh "$here/gpu-ab.sh" "$r/ab" "$profile" "ahead=$bin/batchd,--ask-ahead=200us" "sleep=$bin/batchd,--cuda-wait-sleep" "default=$bin/batchd" 2>&1 | grep -v '^-rw'
 pack
 echo "== the live figures"
 sh "$here/gpu-serve.sh" "$bin" "$r/serve" "$profile" 2>&1 | grep -v '^-rw'
 pack
 echo "== the targets' loads, asking ahead"
-SERVE_FLAGS=--ask-ahead=200us LOADS="closed-256 closed-1024 grpc-stream-closed-1024 grpc-stream-closed-4096 grpc-stream-open-250k" \
+SERVE_FLAGS=--ask-ahead=200us LOADS="closed-256 closed-1024 grpc-stream-closed-1024 grpc-stream-open-250k" \
 	sh "$here/gpu-serve.sh" "$bin" "$r/serve-ahead" "$profile" 2>&1 | grep -v '^-rw'
 pack
 # The open loop at 30,000 req/s, each on a fresh server: as it is; the

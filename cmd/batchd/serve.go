@@ -81,6 +81,8 @@ var serveFlags = []serveFlag{
 		fileFlag((*flag.FlagSet).Bool, func(f *config.File) *bool { return &f.Devices.CUDAGraphs })},
 	{"park-after", "http.park_after", "with the fast lane: a kept-alive connection idle this long (up to twice as long) gives up its goroutine and read buffer until its client sends again (0: never)",
 		fileFlag((*flag.FlagSet).Duration, func(f *config.File) *time.Duration { return &f.HTTP.ParkAfter })},
+	{"cuda-wait-sleep", "devices.cuda_wait_sleep", "with --backend cuda: a batch's wait for the GPU sleeps most of it (keeping its processor) instead of polling it all, and the process gets one more GOMAXPROCS a GPU",
+		fileFlag((*flag.FlagSet).Bool, func(f *config.File) *bool { return &f.Devices.CUDAWaitSleep })},
 	{"ask-ahead", "devices.ask_ahead", "a device takes its next batch while one runs, a full one at once and a partial one this long before the running one's predicted end, and starts it as soon as that one ends: the hand-over to hide, e.g. 200us (0: once idle)",
 		fileFlag((*flag.FlagSet).Duration, func(f *config.File) *time.Duration { return &f.Devices.AskAhead })},
 	{"devices", "devices.count", "number of emulated GPUs",

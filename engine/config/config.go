@@ -196,6 +196,13 @@ type Devices struct {
 	// CUDA graph launch (cudabridge.DeviceConfig.Graphs); default true.
 	// The other backends have no kernels and do not read it.
 	CUDAGraphs bool `yaml:"cuda_graphs"`
+	// CUDAWaitSleep, with backend cuda, starts each batch's wait for its
+	// GPU with a sleep that keeps the device's processor, instead of
+	// polling all of it (cudabridge.DeviceConfig.WaitSleep), and gives the
+	// process one processor (GOMAXPROCS) more per GPU, unless GOMAXPROCS
+	// is set, so that the core the poll kept busy serves requests. Linux;
+	// default false.
+	CUDAWaitSleep bool `yaml:"cuda_wait_sleep"`
 	// AskAhead: a device takes its next batch while one runs, a full one
 	// at once and a partial one from AskAhead before its batch's predicted
 	// end, and starts it as soon as this one ends

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"strconv"
 	"sync"
 
@@ -81,7 +83,7 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), []pr
 			backends = append(backends, c)
 		}
 	case config.BackendCUDA:
-		devs, err := openGPUs(lim, f.Devices.CUDAGraphs)
+		devs, err := openGPUs(lim, f.Devices.CUDAGraphs, f.Devices.CUDAWaitSleep)
 		if err != nil {
 			return engine.Config{}, noop, nil, fmt.Errorf("devices.backend cuda: %w", err)
 		}
@@ -89,6 +91,12 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), []pr
 			log.Info("devices.backend cuda: one device per GPU", "gpus", len(devs), "devices.count was", f.Devices.Count)
 		}
 		f.Devices.Count = len(devs)
+		if f.Devices.CUDAWaitSleep && os.Getenv("GOMAXPROCS") == "" {
+			// Each device's sleeping wait holds a processor: one more
+			// each, for the core it leaves free.
+			was := runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + len(devs))
+			log.Info("devices.cuda_wait_sleep: one more processor a GPU", "gomaxprocs", was+len(devs), "was", was)
+		}
 		closeAll = func() {
 			for _, d := range devs {
 				if err := d.Close(); err != nil {
@@ -251,7 +259,7 @@ func bytenetModel(f *config.File) (cudabridge.Limits, error) {
 
 // openGPUs opens every visible GPU, or none; graphs runs their batches
 // as CUDA graphs.
-func openGPUs(lim cudabridge.Limits, graphs bool) ([]*cudabridge.Device, error) {
+func openGPUs(lim cudabridge.Limits, graphs, waitSleep bool) ([]*cudabridge.Device, error) {
 	n, err := cudabridge.DeviceCount()
 	if err != nil {
 		return nil, err
@@ -260,7 +268,7 @@ func openGPUs(lim cudabridge.Limits, graphs bool) ([]*cudabridge.Device, error) 
 	for i := range n {
 		cfg := cudabridge.DefaultDeviceConfig(i)
 		cfg.Limits = lim
-		cfg.Graphs = graphs
+		cfg.Graphs, cfg.WaitSleep = graphs, waitSleep
 		d, err := cudabridge.OpenDevice(cfg)
 		if err != nil {
 			for _, o := range devs {

@@ -133,11 +133,14 @@ func TestDeviceFaultRequeued(t *testing.T) {
 	}
 }
 
-// TestCUDAGraphsDefault: the configuration's default for devices.cuda_graphs
-// is cudabridge's own (engine/config may not import cudabridge, so the two
+// TestCUDAGraphsDefault: the configuration's defaults for
+// devices.cuda_graphs and cuda_wait_sleep are cudabridge's own (engine/config may not import cudabridge, so the two
 // are written apart).
 func TestCUDAGraphsDefault(t *testing.T) {
 	if got, want := config.Default().Devices.CUDAGraphs, cudabridge.DefaultDeviceConfig(0).Graphs; got != want {
 		t.Errorf("devices.cuda_graphs defaults to %v, cudabridge.DeviceConfig.Graphs to %v", got, want)
+	}
+	if got, want := config.Default().Devices.CUDAWaitSleep, cudabridge.DefaultDeviceConfig(0).WaitSleep; got != want {
+		t.Errorf("devices.cuda_wait_sleep defaults to %v, cudabridge.DeviceConfig.WaitSleep to %v", got, want)
 	}
 }
