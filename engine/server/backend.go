@@ -93,9 +93,11 @@ func engineConfig(f *config.File, log *slog.Logger) (engine.Config, func(), []pr
 		f.Devices.Count = len(devs)
 		if f.Devices.CUDAWaitSleep && os.Getenv("GOMAXPROCS") == "" {
 			// Each device's sleeping wait holds a processor: one more
-			// each, for the core it leaves free.
-			was := runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + len(devs))
-			log.Info("devices.cuda_wait_sleep: one more processor a GPU", "gomaxprocs", was+len(devs), "was", was)
+			// each, for the core it leaves free (once a process).
+			waitSleepProcs.Do(func() {
+				was := runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + len(devs))
+				log.Info("devices.cuda_wait_sleep: one more processor a GPU", "gomaxprocs", was+len(devs), "was", was)
+			})
 		}
 		closeAll = func() {
 			for _, d := range devs {
@@ -259,6 +261,10 @@ func bytenetModel(f *config.File) (cudabridge.Limits, error) {
 
 // openGPUs opens every visible GPU, or none; graphs runs their batches
 // as CUDA graphs.
+// waitSleepProcs raises GOMAXPROCS for devices.cuda_wait_sleep once a
+// process, however many servers it builds.
+var waitSleepProcs sync.Once
+
 func openGPUs(lim cudabridge.Limits, graphs, waitSleep bool) ([]*cudabridge.Device, error) {
 	n, err := cudabridge.DeviceCount()
 	if err != nil {
