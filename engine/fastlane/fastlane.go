@@ -103,9 +103,9 @@ func (s *Server) Listen(ln net.Listener) net.Listener {
 		} else {
 			s.park, s.stopSweep = p, make(chan struct{})
 			go func() {
-				if err := p.run(s.wake); err != nil {
-					// Parked connections were woken; none is parked again.
-					s.parkBroken.Store(true)
+				// On a failure of the set no connection parks again, and
+				// the parked ones are woken.
+				if err := p.run(s.wake, func() { s.parkBroken.Store(true) }); err != nil {
 					s.cfg.Logger.Error("fastlane: parking stopped", "err", err)
 				}
 			}()

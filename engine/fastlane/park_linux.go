@@ -138,13 +138,15 @@ func (p *parker) parked() int {
 }
 
 // run hands each connection whose socket is ready to wake, until close
-// (nil) or a failure of the set (its error; then every connection still
-// in the table is handed to wake, and none must be parked again).
-func (p *parker) run(wake func(*conn)) error {
+// (nil) or a failure of the set: then it calls broken, after which none
+// must be parked again, hands every connection still in the table to
+// wake, and returns the failure.
+func (p *parker) run(wake func(*conn), broken func()) error {
 	err := p.loop(wake)
 	if err == nil {
 		return nil
 	}
+	broken()
 	p.mu.Lock()
 	left := make([]*conn, 0, len(p.conns))
 	for id, c := range p.conns {

@@ -313,7 +313,14 @@ func TestParkerFailureWakesAll(t *testing.T) {
 	a, b := &conn{}, &conn{}
 	p := &parker{rc: failingRaw{}, conns: map[uint64]*conn{1: a, 2: b}}
 	var woken []*conn
-	if err := p.run(func(c *conn) { woken = append(woken, c) }); err == nil {
+	broken := false
+	wake := func(c *conn) {
+		if !broken {
+			t.Errorf("woken before broken was called: one could park again meanwhile")
+		}
+		woken = append(woken, c)
+	}
+	if err := p.run(wake, func() { broken = true }); err == nil {
 		t.Fatal("run: nil error after the set failed")
 	}
 	if len(woken) != 2 || p.parked() != 0 {
