@@ -29,6 +29,12 @@ import (
 //     alive, or left and draining, at the same life, and reachable): its
 //     result answers, or the refusal once it answers Cancelled, dies,
 //     restarts, cannot be reached, or the deadline plus Grace passes;
+//   - an owner on another node that refuses a request as draining is
+//     leaving: it hands its models over before it drains, and this front
+//     has not heard yet (the gossip is slower than the forwarded request).
+//     The refusal is held, and the request resubmitted once the view moves
+//     its model; it answers only if the view moves nothing by the deadline
+//     plus Grace, or the request's own new owner cannot take it;
 //   - a request with no answer by its deadline plus Grace is answered
 //     Expired by the front itself (its owner, or the device running it,
 //     died with it).
@@ -185,6 +191,9 @@ type FrontStats struct {
 	// Expired counts requests the front answered itself at deadline +
 	// grace; NoOwner those it rejected for want of any live member.
 	Expired, NoOwner int64
+	// HeldLeaving counts draining refusals of an owner on another node
+	// held for the view to move the model (it is leaving).
+	HeldLeaving int64
 }
 
 type placement struct {
@@ -207,6 +216,9 @@ type frontEntry struct {
 	// while the superseded one may still complete; nil when there is none
 	// (nearly always: a pointer keeps the entry, one a request, small).
 	held *Reply
+	// leaving: held is the current owner's draining refusal, kept until
+	// the view moves the model (see reply).
+	leaving bool
 }
 
 // frontTick is the front's one timer: the next expiry.
@@ -369,6 +381,16 @@ func (f *Front) reply(ctx Context, m Reply) {
 		}
 		return
 	}
+	if m.ID == e.cur && m.Outcome == Rejected && m.Reason == ReasonDraining && e.held == nil &&
+		!f.cfg.Local && e.owner.node != f.cfg.Node {
+		// The owner, on another node, drains: it is leaving, and hands
+		// its models over first. Hold the refusal; the view's move
+		// resubmits the request (replace).
+		held := m
+		e.held, e.leaving = &held, true
+		f.stats.HeldLeaving++
+		return
+	}
 	if m.ID == e.cur && (m.Outcome == Rejected || m.Outcome == Expired) && f.mayComplete(e) {
 		// The new owner cannot take it, but the old one may still be
 		// running it (a hand-over: the old owner left or is alive):
@@ -441,7 +463,7 @@ func (f *Front) replace(ctx Context) {
 		if e.done {
 			continue
 		}
-		if e.held != nil && !f.mayComplete(e) {
+		if e.held != nil && !e.leaving && !f.mayComplete(e) {
 			f.finish(ctx, e, *e.held) // the old owner died or restarted
 			continue
 		}
@@ -451,6 +473,7 @@ func (f *Front) replace(ctx Context) {
 			owners[e.req.Model] = to
 		}
 		if to != e.owner {
+			e.leaving = false // the held refusal goes with the resubmission (send)
 			f.resubmit(ctx, e, to)
 		}
 	}
