@@ -238,7 +238,7 @@ func (c *conn) endIdle(woke bool) int {
 	}
 	c.idleMu.Unlock()
 	if park {
-		c.releaseBuf()
+		c.release()
 		c.rdl = aLongTimeAgo // the sweep's: resume sets it anew
 		if c.s.park.arm(c) {
 			return idleParked
@@ -287,12 +287,17 @@ func (c *conn) resume() {
 	c.serve()
 }
 
-// releaseBuf gives a parked connection's read buffer back.
-func (c *conn) releaseBuf() {
+// release gives a parked connection's read buffer back, and drops what
+// it kept of its last request and response (the head's field map and
+// values, the response's fields, body and bytes): the next request makes
+// them anew, as a new connection's first does.
+func (c *conn) release() {
 	if len(c.buf) == bufInitial {
 		c.s.putBuf(c.buf)
 	}
 	c.buf, c.r, c.w = nil, 0, 0
+	c.req, c.url, c.heads = http.Request{}, url.URL{}, headStore{}
+	c.resp.hdr, c.resp.body, c.out, c.keys = nil, nil, nil, nil
 }
 
 // closeIfIdle closes the connection if it waits for a request, and
