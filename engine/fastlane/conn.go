@@ -246,36 +246,26 @@ func (c *conn) endIdle(woke bool) int {
 		c.idleMu.Lock()
 		mine := c.parked
 		c.parked = false
-		c.idle = mine
 		c.idleMu.Unlock()
 		if !mine {
 			return idleParked // closed meanwhile by Shutdown: its closer's
 		}
+		// Not parked after all: readHead sets the idle deadline anew
+		// (rdl says the socket's is past).
 		c.buf = c.s.getBuf()
+		return idleReadOn
 	}
 	if !req {
 		return idleServe
 	}
-	// Put back the read deadline the sweep's wake replaced.
-	if c.rdl.IsZero() || c.rdl.Equal(aLongTimeAgo) {
-		c.restoreReadDeadline(time.Now())
-	} else {
-		_ = c.nc.SetReadDeadline(c.rdl)
-	}
+	// Put back the read deadline the sweep's wake replaced: the one this
+	// goroutine set last (an idle connection's rdl is never a past one:
+	// readHead renews that before it waits).
+	_ = c.nc.SetReadDeadline(c.rdl)
 	if woke {
 		return idleReadOn
 	}
 	return idleServe
-}
-
-// restoreReadDeadline sets the read deadline a connection between
-// requests has: the idle bound from now, or none.
-func (c *conn) restoreReadDeadline(now time.Time) {
-	if idle := c.s.srv.IdleTimeout; idle > 0 {
-		c.setReadDeadline(now.Add(idle))
-	} else {
-		c.setReadDeadline(time.Time{})
-	}
 }
 
 // resume serves a parked connection on, in a goroutine of its own, once
@@ -300,17 +290,17 @@ func (c *conn) release() {
 	c.resp.hdr, c.resp.body, c.out, c.keys = nil, nil, nil, nil
 }
 
-// closeIfIdle closes the connection if it waits for a request, and
-// reports whether it was parked: then the caller, its closer, must finish
-// it (Server.finishParked) outside the server's lock.
-func (c *conn) closeIfIdle() (parked bool) {
+// closeIfIdle closes the connection if it waits for a request (any, with
+// all), and reports whether it was parked: then the caller, its closer,
+// must finish it (Server.finishParked) outside the server's lock.
+func (c *conn) closeIfIdle(all bool) (parked bool) {
 	c.idleMu.Lock()
 	defer c.idleMu.Unlock()
 	if c.parked {
 		c.parked = false
 		return true
 	}
-	if c.idle {
+	if c.idle || all {
 		_ = c.nc.Close()
 	}
 	return false

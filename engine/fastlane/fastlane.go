@@ -149,21 +149,15 @@ func (s *Server) accept(ln net.Listener) {
 // takes no new request.
 func (s *Server) stopAccepting() {
 	s.mu.Lock()
+	// Before the connections are looked at: one that would park after
+	// sees it, and parks no more (conn.endIdle).
 	s.closing.Store(true)
 	ln := s.ln
-	var parked []*conn
-	for c := range s.conns {
-		if c.closeIfIdle() {
-			parked = append(parked, c)
-		}
-	}
 	if s.stopSweep != nil {
 		s.parkOnce.Do(func() { close(s.stopSweep) })
 	}
 	s.mu.Unlock()
-	for _, c := range parked {
-		s.finishParked(c)
-	}
+	s.closeConns(false)
 	if ln != nil {
 		_ = ln.Close()
 	}
@@ -230,15 +224,18 @@ func (s *Server) Close() error {
 	return err
 }
 
-func (s *Server) closeAll() {
+func (s *Server) closeAll() { s.closeConns(true) }
+
+// closeConns closes the idle connections (every one, with all), and
+// finishes the parked ones outside the server's lock (finishParked
+// untracks them).
+func (s *Server) closeConns(all bool) {
 	s.mu.Lock()
 	var parked []*conn
 	for c := range s.conns {
-		if c.closeIfIdle() {
+		if c.closeIfIdle(all) {
 			parked = append(parked, c)
-			continue
 		}
-		_ = c.nc.Close()
 	}
 	s.mu.Unlock()
 	for _, c := range parked {

@@ -93,32 +93,42 @@ func (p *parker) arm(c *conn) bool {
 	if !ok {
 		return false
 	}
-	ok = false
-	if sc, is := c.nc.(syscall.Conn); is {
-		if raw, err := sc.SyscallConn(); err == nil {
-			ev := syscall.EpollEvent{Events: parkEvents, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
-			op := syscall.EPOLL_CTL_MOD
-			if !c.inSet {
-				op = syscall.EPOLL_CTL_ADD
-			}
-			c.inSet = true // before: once in, c is wake's
-			var cerr error
-			err = raw.Control(func(fd uintptr) {
-				cerr = syscall.EpollCtl(p.fd, op, int(fd), &ev)
-				switch {
-				case errors.Is(cerr, syscall.EEXIST):
-					cerr = syscall.EpollCtl(p.fd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
-				case errors.Is(cerr, syscall.ENOENT):
-					cerr = syscall.EpollCtl(p.fd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
-				}
-			})
-			ok = err == nil && cerr == nil
-		}
-	}
-	if !ok {
+	if !p.ctl(c, id) {
 		p.forget(c, id)
+		return false
 	}
-	return ok
+	return true
+}
+
+// ctl adds c's socket to the set, armed for one event of parking id, or
+// re-arms it there (EPOLL_CTL_MOD once it was added: c.inSet, which only
+// spares the call that would fail).
+func (p *parker) ctl(c *conn, id uint64) bool {
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ev := syscall.EpollEvent{Events: parkEvents, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+	op := syscall.EPOLL_CTL_MOD
+	if !c.inSet {
+		op = syscall.EPOLL_CTL_ADD
+	}
+	c.inSet = true // before: once in, c is wake's
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cerr = syscall.EpollCtl(p.fd, op, int(fd), &ev)
+		switch {
+		case errors.Is(cerr, syscall.EEXIST):
+			cerr = syscall.EpollCtl(p.fd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
+		case errors.Is(cerr, syscall.ENOENT):
+			cerr = syscall.EpollCtl(p.fd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		}
+	})
+	return err == nil && cerr == nil
 }
 
 // forget drops parking id of c, if it is still c's.

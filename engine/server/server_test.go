@@ -229,6 +229,18 @@ func TestRecord(t *testing.T) {
 	}
 }
 
+// seriesValue is the value of the unlabelled series name in a /metrics
+// text, and whether it is there.
+func seriesValue(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
 // TestParkAfter: with http.park_after, a kept-alive connection that waits
 // is parked, /metrics counts it, and the client's next request on it is
 // served.
@@ -269,14 +281,11 @@ func TestParkAfter(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		for _, line := range strings.Split(string(b), "\n") {
-			var v float64
-			if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
-				return v
-			}
+		v, ok := seriesValue(string(b), name)
+		if !ok {
+			t.Fatalf("no %s on /metrics", name)
 		}
-		t.Fatalf("no %s on /metrics", name)
-		return 0
+		return v
 	}
 	ask("one")
 	deadline := time.Now().Add(waitMax)
@@ -319,16 +328,8 @@ func TestFastLane(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		counts := map[string]float64{}
-		for _, line := range strings.Split(string(b), "\n") {
-			var v float64
-			for _, name := range []string{"batchd_http_lane_requests_total", "batchd_http_lane_handoffs_total"} {
-				if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
-					counts[name] = v
-				}
-			}
-		}
-		reqs, handoffs := counts["batchd_http_lane_requests_total"], counts["batchd_http_lane_handoffs_total"]
+		reqs, _ := seriesValue(string(b), "batchd_http_lane_requests_total")
+		handoffs, _ := seriesValue(string(b), "batchd_http_lane_handoffs_total")
 		if lane && (reqs < 2 || handoffs < 1) || !lane && (reqs != 0 || handoffs != 0) {
 			t.Errorf("fast_lane %v: the lane served %v requests and handed %v connections over", lane, reqs, handoffs)
 		}
