@@ -40,19 +40,22 @@ type holder struct {
 type subQueue struct {
 	tenant *Tenant
 	prio   int8
-	items  deque
+	// group is its items' isolation group (Item.Group): a batch takes one
+	// group's, so no sub-queue mixes them.
+	group uint64
+	items deque
 	// arrived counts its new requests per window of the model's SLO: how
 	// fast it refills while others wait (see aheadOf).
 	arrived arrivals
 }
 
-func (q *keyQueue) sub(t *Tenant, prio int8) *subQueue {
+func (q *keyQueue) sub(t *Tenant, prio int8, group uint64) *subQueue {
 	for _, s := range q.subs {
-		if s.tenant == t && s.prio == prio {
+		if s.tenant == t && s.prio == prio && s.group == group {
 			return s
 		}
 	}
-	s := &subQueue{tenant: t, prio: prio}
+	s := &subQueue{tenant: t, prio: prio, group: group}
 	q.subs = append(q.subs, s)
 	return s
 }
@@ -81,7 +84,7 @@ func (q *keyQueue) restore(t *Tenant, it Item) {
 }
 
 func (q *keyQueue) put(t *Tenant, it Item, arrival bool) {
-	s := q.sub(t, it.Req.Priority)
+	s := q.sub(t, it.Req.Priority, it.Group)
 	if arrival {
 		s.items.pushBack(it)
 		s.arrived.arrival(it.Enqueue, q.model.slo)
@@ -132,6 +135,33 @@ func (q *keyQueue) oldest() time.Duration {
 	return o
 }
 
+// openPart is what a batch may take of a key while suspect tenants are
+// capped (Batcher.capSuspects): the items of isolation group 0.
+type openPart struct {
+	n           int
+	oldest      time.Duration // the oldest one's enqueue time
+	minDeadline time.Duration
+	maxLen      int
+}
+
+// open is q's openPart, in O(its items of group 0).
+func (q *keyQueue) open() openPart {
+	p := openPart{oldest: time.Duration(math.MaxInt64), minDeadline: time.Duration(math.MaxInt64)}
+	for _, s := range q.subs {
+		if s.items.len() == 0 || s.group != 0 {
+			continue
+		}
+		p.n += s.items.len()
+		p.oldest = min(p.oldest, s.items.at(0).Enqueue)
+		for i := 0; i < s.items.len(); i++ {
+			it := s.items.at(i)
+			p.minDeadline = min(p.minDeadline, it.Req.Deadline)
+			p.maxLen = max(p.maxLen, len(it.Req.Input))
+		}
+	}
+	return p
+}
+
 // level is a sub-queue's effective priority now: its own, plus one for
 // every PriorityAging its head has waited, up to PriorityHigh. So a lower
 // level is never stuck behind a steady higher one for more than about
@@ -173,12 +203,12 @@ func (q *keyQueue) best(now, aging time.Duration) *subQueue {
 	return best
 }
 
-// bestOf is best among the sub-queues whose head is of isolation group g;
-// nil if none is.
+// bestOf is best among the sub-queues of isolation group g; nil if none
+// holds an item.
 func (q *keyQueue) bestOf(g uint64, now, aging time.Duration) *subQueue {
 	var best *subQueue
 	for _, s := range q.subs {
-		if s.items.len() > 0 && s.items.at(0).Group == g && (best == nil || better(s, best, now, aging)) {
+		if s.items.len() > 0 && s.group == g && (best == nil || better(s, best, now, aging)) {
 			best = s
 		}
 	}

@@ -324,6 +324,12 @@ type BatchDone struct {
 	// them. The batcher remembers them, so they cost no other request its
 	// batch again.
 	Isolated []uint64
+	// Runs is how many runs the batch took on the device: 1, or more when
+	// a whole-batch error split it. A split batch's time is no overrun of
+	// the cost model, and the batcher charges what the split rounds cost
+	// to the tenants of the poison they isolated (zero, from an older
+	// node, reads as 1).
+	Runs int
 }
 
 // BatchAborted reports that a device failed (crashed, or hung past its

@@ -19,14 +19,15 @@ type poisonSeen struct {
 	fails int           // for a tenant: distinct poison inputs remembered
 }
 
-// tenantSuspectAfter is how many distinct poison inputs make their tenant
-// suspect, its requests batched apart from other tenants': a pattern, as
+// TenantSuspectAfter is how many distinct poison inputs make their tenant
+// suspect, its requests batched apart from other tenants' (and its
+// batches capped, see SuspectDevicesDiv): a pattern, as
 // of a client probing with new poisons, each of which would otherwise
 // fail a batch of everyone's once. Not sooner: batching a tenant apart
 // costs every tenant batches (two streams of batches where there was one),
 // which at a few devices misses more SLOs than a few poison inputs, each
 // refused once it is known.
-const tenantSuspectAfter = 3
+const TenantSuspectAfter = 3
 
 // signature hashes what defines a computation's input (FNV-1a, 64 bits): a
 // collision only runs an innocent request alone.
@@ -88,13 +89,13 @@ func (p *poisonMemory) refused(req Request, now, age time.Duration) bool {
 }
 
 // group is the isolation group of a request admitted at now (see
-// Item.Group): its tenant's if the tenant sent tenantSuspectAfter distinct
+// Item.Group): its tenant's if the tenant sent TenantSuspectAfter distinct
 // poison inputs lately, else 0.
 func (p *poisonMemory) group(req Request, now, age time.Duration) uint64 {
 	if len(p.inOrder) == 0 {
 		return 0
 	}
-	if t, ok := p.tenants[req.Tenant]; ok && t.fails >= tenantSuspectAfter && now-t.at <= age {
+	if t, ok := p.tenants[req.Tenant]; ok && t.fails >= TenantSuspectAfter && now-t.at <= age {
 		return signature("tenant", req.Tenant, "", "") | 1
 	}
 	return 0

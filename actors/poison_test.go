@@ -20,10 +20,13 @@ func TestDeviceReportsIsolatedPoison(t *testing.T) {
 	if len(done) != 1 || len(done[0].Isolated) != 2 || done[0].Isolated[0] != 2 || done[0].Isolated[1] != 4 {
 		t.Fatalf("want BatchDone isolating items 2 and 4, got %+v", done)
 	}
+	if done[0].Runs != len(c.jobs) || done[0].Runs < 2 {
+		t.Fatalf("BatchDone says %d runs; the device ran %d", done[0].Runs, len(c.jobs))
+	}
 	// The next batch reports only its own.
 	d.Receive(c, RunBatch{Batch: testBatch(8, "x")})
 	runBackend(d, c)
-	if done := ofType[BatchDone](c.take()); len(done) != 1 || len(done[0].Isolated) != 0 {
+	if done := ofType[BatchDone](c.take()); len(done) != 1 || len(done[0].Isolated) != 0 || done[0].Runs != 1 {
 		t.Fatalf("a clean batch reported %+v", done)
 	}
 }
@@ -65,8 +68,8 @@ func TestDeviceIsolatesPastTheDeadline(t *testing.T) {
 	// Runs: the batch, [a b], [a], [b] twice (the second to tell a poison
 	// from a transient error): the clean half [c d] answers no one and is
 	// dropped once [a b] fails.
-	if len(c.jobs) != 5 {
-		t.Errorf("%d runs, want 5", len(c.jobs))
+	if len(c.jobs) != 5 || done[0].Runs != 5 {
+		t.Errorf("%d runs, BatchDone says %d; want 5", len(c.jobs), done[0].Runs)
 	}
 }
 
@@ -142,12 +145,12 @@ func TestBatcherRefusesKnownPoison(t *testing.T) {
 	}
 }
 
-// TestBatcherSuspectTenant: a tenant that sent tenantSuspectAfter distinct
+// TestBatcherSuspectTenant: a tenant that sent TenantSuspectAfter distinct
 // poison inputs has its requests batched apart from other tenants', which
 // still share batches among themselves.
 func TestBatcherSuspectTenant(t *testing.T) {
 	r := newPoisonRig(t)
-	for i := range uint64(tenantSuspectAfter) {
+	for i := range uint64(TenantSuspectAfter) {
 		r.sub(10+i, "bad", fmt.Sprint("poison ", i))
 		r.sub(20+i, "good", "fine")
 		r.flush(10 + i)
@@ -226,5 +229,63 @@ func TestDeviceTransientErrorIsNoPoison(t *testing.T) {
 	}
 	if len(rs) != 2 || rs[0].Outcome != Completed || rs[1].Outcome != Completed {
 		t.Fatalf("want both completed, got %+v", rs)
+	}
+}
+
+// TestBatcherCapsSuspects: the batches of a suspect tenant hold at most
+// max(1, devices/SuspectDevicesDiv) devices at once; its other requests
+// wait while the others' batches take the idle devices, and go once a
+// batch of its own ends. Requests it had queued when it turned suspect
+// move to its group, in their order.
+func TestBatcherCapsSuspects(t *testing.T) {
+	r := newPoisonRig(t) // 3 devices: one for suspects
+	for i := range uint64(TenantSuspectAfter - 1) {
+		r.sub(10+i, "bad", fmt.Sprint("poison ", i))
+		r.flush(10 + i)
+	}
+	// Queued when its third poison is found, on a device meanwhile.
+	r.sub(12, "bad", "poison 2")
+	r.c.advance(r.b, r.c.now+r.cfg.Linger(3, 16))
+	running := r.c.take()
+	r.sub(30, "bad", "queued before")
+	r.b.Receive(r.c, BatchDone{Device: running[0].to, BatchID: running[0].msg.(RunBatch).Batch.ID, Isolated: []uint64{12}})
+	for i := range uint64(2 * r.cfg.BatchMax) {
+		r.sub(40+i, "bad", fmt.Sprint("more ", i))
+	}
+	r.sub(1, "good", "fine")
+	r.c.advance(r.b, r.c.now+r.cfg.Linger(3, 16))
+	var bad, good []Batch
+	var badDev Address
+	for _, x := range r.c.take() {
+		m, ok := x.msg.(RunBatch)
+		switch {
+		case !ok:
+		case m.Batch.Items[0].Req.Tenant == "bad":
+			bad, badDev = append(bad, m.Batch), x.to
+		default:
+			good = append(good, m.Batch)
+		}
+	}
+	if len(bad) != 1 || len(good) != 1 {
+		t.Fatalf("want one batch of the suspect's and the other's, got %d and %d", len(bad), len(good))
+	}
+	if first := bad[0].Items[0]; first.Req.ID != 30 || first.Group == 0 {
+		t.Fatalf("the suspect's first batch starts with %d of group %x; want 30, moved to its group", first.Req.ID, first.Group)
+	}
+	if s := r.b.Stats(); !s.SuspectsCapped || s.Ready != 1 || s.Queued != r.cfg.BatchMax+1 {
+		t.Fatalf("stats %+v: want capped, one device idle, the suspect's other %d queued", s, r.cfg.BatchMax+1)
+	}
+	if err := r.b.Check(r.c.now); err != nil {
+		t.Fatal(err)
+	}
+	// Others still get the idle device; the suspect waits for its own.
+	r.sub(2, "good", "fine too")
+	r.c.advance(r.b, r.c.now+r.cfg.Linger(3, 16))
+	if sent := ofType[RunBatch](r.c.take()); len(sent) != 1 || sent[0].Batch.Items[0].Req.ID != 2 {
+		t.Fatalf("want request 2 on the idle device, got %+v", sent)
+	}
+	r.b.Receive(r.c, BatchDone{Device: badDev, BatchID: bad[0].ID})
+	if sent := ofType[RunBatch](r.c.take()); len(sent) != 1 || sent[0].Batch.Items[0].Req.Tenant != "bad" || len(sent[0].Batch.Items) != r.cfg.BatchMax {
+		t.Fatalf("once its batch ended: want the suspect's next full batch, got %+v", sent)
 	}
 }

@@ -72,6 +72,10 @@ type Signals struct {
 	// from how long its batches ran (BatcherConfig.LearnOverrun); 0
 	// without it.
 	Overrun time.Duration
+	// SuspectsCapped: the batches of suspect tenants (those that sent
+	// TenantSuspectAfter distinct poison inputs) hold their most of the
+	// devices (SuspectDevicesDiv), and their other requests wait.
+	SuspectsCapped bool
 }
 
 // KeySignal describes one key's queue.
@@ -160,6 +164,7 @@ func (b *Batcher) Signals(now time.Duration) Signals {
 	s.DevicesHealthy = b.healthy
 	s.WaitPredicted = b.queueWait(now)
 	s.Overrun = b.overrun.Learnt()
+	s.SuspectsCapped = b.capped
 	s.DevicesNeeded = int(math.Ceil(need / b.cfg.TargetUtilization))
 	if pressure {
 		s.DevicesNeeded = max(s.DevicesNeeded, b.healthy+1)
@@ -180,6 +185,7 @@ func (s Signals) Add(o Signals, target float64) Signals {
 		DevicesHealthy: max(s.DevicesHealthy, o.DevicesHealthy),
 		WaitPredicted:  max(s.WaitPredicted, o.WaitPredicted),
 		Overrun:        max(s.Overrun, o.Overrun),
+		SuspectsCapped: s.SuspectsCapped || o.SuspectsCapped,
 	}
 	for _, d := range o.Devices {
 		i := slices.IndexFunc(out.Devices, func(e DeviceSignal) bool { return e.Device == d.Device })

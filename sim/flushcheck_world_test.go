@@ -148,6 +148,7 @@ type mirrorProbe struct {
 	compared, mismatched int
 	first                []string
 	overrunHigh          time.Duration
+	capped               int // comparisons with suspect tenants capped
 }
 
 func (p *mirrorProbe) Deliver(at time.Duration, _, _ actors.Address, _ actors.Message) {
@@ -157,12 +158,16 @@ func (p *mirrorProbe) Deliver(at time.Duration, _, _ actors.Address, _ actors.Me
 	}
 	s := p.b.Stats()
 	p.compared++
-	if s.Queued != v.Queued || s.Ready != v.Ready || s.Held != v.Held || s.Devices != v.Devices || s.Overrun != v.Overrun {
+	if s.Queued != v.Queued || s.Ready != v.Ready || s.Held != v.Held || s.Devices != v.Devices || s.Overrun != v.Overrun ||
+		s.SuspectsCapped != v.SuspectsCapped {
 		p.mismatched++
 		if len(p.first) < 5 {
-			p.first = append(p.first, fmt.Sprintf("at %v: batcher queued %d, ready %d, held %d, devices %d, overrun %v; check %d, %d, %d, %d, %v",
-				at, s.Queued, s.Ready, s.Held, s.Devices, s.Overrun, v.Queued, v.Ready, v.Held, v.Devices, v.Overrun))
+			p.first = append(p.first, fmt.Sprintf("at %v: batcher queued %d, ready %d, held %d, devices %d, overrun %v, capped %v; check %d, %d, %d, %d, %v, %v",
+				at, s.Queued, s.Ready, s.Held, s.Devices, s.Overrun, s.SuspectsCapped, v.Queued, v.Ready, v.Held, v.Devices, v.Overrun, v.SuspectsCapped))
 		}
+	}
+	if s.SuspectsCapped {
+		p.capped++
 	}
 	p.overrunHigh = max(p.overrunHigh, s.Overrun)
 }
@@ -225,6 +230,48 @@ func TestFlushCheckMirrorsBatcher(t *testing.T) {
 			if n, first := fc.Violations(); n > 0 {
 				t.Errorf("delay %v seed %d: %d violations: %s", delay, seed, n, strings.Join(first, "; "))
 			}
+		}
+	}
+}
+
+// TestFlushCheckSuspectsCapped runs the check beside a batcher whose
+// tenant "bad" sends a new poison input in about every batch of its own:
+// it turns suspect after its third, and its batches then hold at most a
+// quarter of the devices (actors.SuspectDevicesDiv), its other requests
+// waiting meanwhile. The check mirrors the batcher's suspicion from the
+// BatchDones' Isolated alone; it must agree with the batcher on when the
+// cap holds (and the cap must hold at times), find the batches' groups as
+// it has them, and see no request of the others wait past its bound with
+// a device idle.
+func TestFlushCheckSuspectsCapped(t *testing.T) {
+	for _, delay := range []time.Duration{0, time.Millisecond} {
+		for seed := uint64(1); seed <= 2; seed++ {
+			cfg := lowLoad(seed)
+			cfg.Devices, cfg.Rate, cfg.Duration = 8, 2000, 5*time.Second
+			cfg.NetDelay = delay
+			cfg.Batcher.LearnOverrun = seed == 2
+			cfg.Traffic.Tenants = []string{"a", "b", "bad"}
+			cfg.Traffic.PoisonTenants = []string{"bad"}
+			cfg.Traffic.PoisonShare, cfg.Traffic.PoisonInputs = 0.05, 10_000
+			cfg.Traffic.PoisonPrefix, cfg.Faults.PoisonPrefix = poisonTestPrefix, poisonTestPrefix
+			w, b, fc := fcWorld(t, cfg, nil)
+			p := &mirrorProbe{fc: fc, b: b}
+			w.Observe(p)
+			if err := w.RunUntil(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			fc.Finish(w.Now())
+			if n, first := fc.Inconsistencies(); n > 0 {
+				t.Errorf("delay %v seed %d: %d inconsistencies: %s", delay, seed, n, strings.Join(first, "; "))
+			}
+			if p.mismatched > 0 || p.capped == 0 {
+				t.Errorf("delay %v seed %d: %d of %d comparisons differ, %d with suspects capped: %s",
+					delay, seed, p.mismatched, p.compared, p.capped, strings.Join(p.first, "; "))
+			}
+			if n, first := fc.Violations(); n > 0 {
+				t.Errorf("delay %v seed %d: %d violations: %s", delay, seed, n, strings.Join(first, "; "))
+			}
+			t.Logf("delay %v, seed %d: %d comparisons, %d capped, %d checks", delay, seed, p.compared, p.capped, fc.Checks())
 		}
 	}
 }

@@ -490,7 +490,7 @@ func TestPoisonMemorySparesOtherTenants(t *testing.T) {
 // deadline: the device answers the items Expired and runs the rounds on,
 // unanswered, until the poison is alone, so the batcher learns it all the
 // same. The bad tenant sends one or two distinct poison inputs (three make
-// it suspect and batched apart; see tenantSuspectAfter). What holds:
+// it suspect and batched apart; see TenantSuspectAfter). What holds:
 //   - some poison is isolated in every run, and no batch holds a poison
 //     the batcher was told of beside any other request;
 //   - once every distinct poison input sent was isolated, and poisonSettle

@@ -704,6 +704,7 @@ func TestMetrics(t *testing.T) {
 			DevicesNeeded:  3,
 			DevicesHealthy: 1,
 			Overrun:        2500 * time.Microsecond,
+			SuspectsCapped: true,
 		}, nil
 	}
 	f := &fakeDoer{}
@@ -737,6 +738,7 @@ func TestMetrics(t *testing.T) {
 		`batchd_devices_healthy 1`,
 		`batchd_devices_needed 3`,
 		`batchd_batch_overrun_seconds 0.0025`,
+		`batchd_suspects_capped 1`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)

@@ -134,6 +134,8 @@ type Checker struct {
 	// (dispatch to BatchDone, against the predicted cost of the batch as
 	// sent) give the same learnt margin.
 	overrun actors.OverrunWindow
+	// suspects mirrors the batcher's poison memory (see suspects).
+	suspects suspects
 
 	violationsN, inconsistentN int64
 	violations, inconsistent   []string
@@ -154,6 +156,11 @@ type fcItem struct {
 	enqueue, deadline time.Duration
 	inLen             int
 	idx               int // index in key.items while queued
+	tenant            string
+	// suspect: of a suspect tenant's isolation group (see suspects), as
+	// the batcher has it; input is its inputOf once a batch carried it.
+	suspect bool
+	input   string
 }
 
 // fcModel is a model's settings as the batcher resolves them.
@@ -211,6 +218,9 @@ type fcDev struct {
 	// instant's sends after what it received), and took it back then.
 	askDropped   bool
 	askDroppedAt time.Duration
+	// suspect: the batch in flight is of a suspect tenant's isolation
+	// group (see suspects).
+	suspect bool
 }
 
 // fcBatch is a batch sent ahead to a busy device.
@@ -218,6 +228,7 @@ type fcBatch struct {
 	id        uint64
 	items     []*fcItem
 	predicted time.Duration
+	suspect   bool
 }
 
 // free reports whether d can take a batch at the batcher: idle, or busy
@@ -225,16 +236,16 @@ type fcBatch struct {
 func (d *fcDev) free() bool { return d.phase == fcIdle || d.early }
 
 // from is when, in the interval that starts at cur, d can take k's batch
-// (ok false: not in it): an idle device at once; a busy one asking ahead a
-// full batch (any while the batcher drains) at once, a partial one from its
-// lead before its batch's predicted end.
-func (d *fcDev) from(k *fcKey, draining bool, cur time.Duration) (at time.Duration, ok bool) {
+// of n requests (ok false: not in it): an idle device at once; a busy one
+// asking ahead a full batch (any while the batcher drains) at once, a
+// partial one from its lead before its batch's predicted end.
+func (d *fcDev) from(k *fcKey, n int, draining bool, cur time.Duration) (at time.Duration, ok bool) {
 	switch {
 	case d.phase == fcIdle:
 		return cur, true
 	case !d.early:
 		return 0, false
-	case draining || len(k.items) >= k.model.batchMax:
+	case draining || n >= k.model.batchMax:
 		return cur, true
 	}
 	return max(cur, d.freeAt-d.lead), true
@@ -392,16 +403,17 @@ func (f *Checker) check(next time.Duration) {
 		return
 	}
 	f.checks++
+	capped := f.capped()
 	for _, k := range f.keyOrder {
 		if len(k.items) == 0 {
 			continue
 		}
-		bound, why := f.bound(k)
-		if bound >= next {
+		bound, n, why := f.bound(k, capped)
+		if n == 0 || bound >= next {
 			continue
 		}
 		for _, d := range f.devOrder {
-			at, ok := d.from(k, f.draining, f.cur)
+			at, ok := d.from(k, n, f.draining, f.cur)
 			if !ok || at >= next || !d.holds(k.key.Model) {
 				continue
 			}
@@ -409,31 +421,48 @@ func (f *Checker) check(next time.Duration) {
 			if len(f.violations) < f.cfg.ViolationsMax {
 				f.violations = append(f.violations, fmt.Sprintf(
 					"key %+v: %d queued, %s bound %v passed while device %v was idle from %v to the batcher's next event at %v (healthy %d)",
-					k.key, len(k.items), why, bound, d.addr, f.cur, next, f.healthy))
+					k.key, n, why, bound, d.addr, f.cur, next, f.healthy))
 			}
 			break
 		}
 	}
 }
 
-// bound is the flush bound of k's queue in the state at the end of f.cur.
-func (f *Checker) bound(k *fcKey) (time.Duration, string) {
+// bound is the flush bound of k's queue in the state at the end of f.cur,
+// and how many requests it counts: all, or while suspect tenants are
+// capped those of no suspect tenant (none: no bound).
+func (f *Checker) bound(k *fcKey, capped bool) (time.Duration, int, string) {
 	n := len(k.items)
+	minEnqueue, minDeadline, maxLen := k.minEnqueue, k.minDeadline, k.maxLen
+	if capped {
+		n, minEnqueue, minDeadline, maxLen = 0, math.MaxInt64, math.MaxInt64, 0
+		for _, it := range k.items {
+			if !it.suspect {
+				n++
+				minEnqueue, minDeadline, maxLen = min(minEnqueue, it.enqueue), min(minDeadline, it.deadline), max(maxLen, it.inLen)
+			}
+		}
+	}
 	c := &f.cfg.Config
 	m := k.model
 	switch {
+	case n == 0:
+		return 0, 0, ""
 	case f.draining:
-		return f.cur, "drain"
+		return f.cur, n, "drain"
 	case n >= m.batchMax:
-		return f.cur, "full-batch"
+		return f.cur, n, "full-batch"
 	}
-	k.refresh()
-	linger := k.minEnqueue + m.linger.Linger(f.healthy, k.maxLen)
-	slack := k.minDeadline - c.Latency.Predict(min(n, m.batchMax), k.maxLen) - c.Margin - f.overrun.Learnt()
+	if !capped {
+		k.refresh()
+		minEnqueue, minDeadline, maxLen = k.minEnqueue, k.minDeadline, k.maxLen
+	}
+	linger := minEnqueue + m.linger.Linger(f.healthy, maxLen)
+	slack := minDeadline - c.Latency.Predict(min(n, m.batchMax), maxLen) - c.Margin - f.overrun.Learnt()
 	if linger <= slack {
-		return linger, "linger"
+		return linger, n, "linger"
 	}
-	return slack, "slack"
+	return slack, n, "slack"
 }
 
 func (k *fcKey) refresh() {
@@ -550,7 +579,8 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		c := f.cfg.Config
 		version, _ := c.Route(q.Model, q.ID, q.Version)
 		k := actors.Key{Model: q.Model, Version: version, Params: q.Params, Bucket: c.Bucket(q.Model, len(q.Input))}
-		it := &fcItem{id: q.ID, key: f.key(k, mod), enqueue: at, deadline: deadline, inLen: len(q.Input)}
+		it := &fcItem{id: q.ID, key: f.key(k, mod), enqueue: at, deadline: deadline, inLen: len(q.Input),
+			tenant: q.Tenant, suspect: f.suspects.suspect(q.Tenant, at, c.PoisonMemoryAge)}
 		it.key.held++
 		f.held++
 		f.enqueue(it)
@@ -592,15 +622,17 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {
 			return // stale
 		}
-		if c.LearnOverrun {
+		if c.LearnOverrun && m.Runs <= 1 {
+			// A split batch's rounds are no overrun.
 			f.overrun.Observe(at, at-d.dispatched, d.predicted, c.OverrunMax)
 		}
+		f.isolated(at, d, m.Isolated)
 		f.endBatch(d, nil, false)
 		switch {
 		case d.next != nil:
 			a := d.next
 			d.next = nil
-			d.inflight, d.batchID = a.items, a.id
+			d.inflight, d.batchID, d.suspect = a.items, a.id, a.suspect
 			d.dispatched, d.predicted = at, a.predicted
 			d.freeAt = at + a.predicted + f.overrun.Learnt()
 		case d.early:
@@ -644,7 +676,7 @@ func (f *Checker) endBatch(d *fcDev, pending []uint64, all bool) {
 			f.release(it)
 		}
 	}
-	d.inflight, d.batchID = nil, 0
+	d.inflight, d.batchID, d.suspect = nil, 0, false
 }
 
 // dropAhead takes back what d was to run next when its batch in flight
@@ -712,6 +744,11 @@ func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 				(k.Bucket < bk.Bucket && !f.cfg.Config.BucketMerge) {
 				f.inconsistency("batch %d at %v, key %+v, carries request %d of key %+v", m.Batch.ID, at, bk, id, k)
 			}
+			if g := m.Batch.Items[i].Group != 0; g != it.suspect {
+				f.inconsistency("batch %d at %v carries request %d of tenant %q in group %x, where the check has it suspect %v",
+					m.Batch.ID, at, id, it.tenant, m.Batch.Items[i].Group, it.suspect)
+			}
+			it.input = inputOf(m.Batch.Items[i].Req)
 			items = append(items, it)
 		}
 		maxLen := 0
@@ -719,14 +756,15 @@ func (f *Checker) applyOutput(at time.Duration, e fcEvent) {
 			maxLen = max(maxLen, len(m.Batch.Items[i].Req.Input))
 		}
 		predicted := f.cfg.Config.Latency.Predict(len(m.Batch.Items), maxLen)
+		suspect := m.Batch.Items[0].Group != 0
 		if d.early {
 			// Ahead of the batch in flight: it starts at that one's end.
 			d.early = false
 			f.idle--
-			d.next = &fcBatch{id: m.Batch.ID, items: items, predicted: predicted}
+			d.next = &fcBatch{id: m.Batch.ID, items: items, predicted: predicted, suspect: suspect}
 			return
 		}
-		d.inflight, d.batchID = items, m.Batch.ID
+		d.inflight, d.batchID, d.suspect = items, m.Batch.ID, suspect
 		d.dispatched, d.predicted = at, predicted
 		d.freeAt = at + predicted + f.overrun.Learnt()
 		f.setPhase(d, fcBusy)
@@ -778,6 +816,8 @@ type View struct {
 	// same names; Overrun is the margin learnt under LearnOverrun.
 	Queued, Ready, Held, Devices int
 	Overrun                      time.Duration
+	// SuspectsCapped is BatcherStats' field of that name.
+	SuspectsCapped bool
 }
 
 // View returns the check's view of the batcher.
@@ -785,6 +825,6 @@ func (f *Checker) View() View {
 	return View{
 		CaughtUp: f.inHead >= len(f.ins) && f.outHead >= len(f.outs),
 		Queued:   len(f.queued), Ready: f.idle, Held: f.held, Devices: len(f.devOrder),
-		Overrun: f.overrun.Learnt(),
+		Overrun: f.overrun.Learnt(), SuspectsCapped: f.capped(),
 	}
 }

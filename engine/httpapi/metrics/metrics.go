@@ -316,6 +316,7 @@ type signalsCollector struct {
 	up, depth, waitOldest, slackMin, rate, batchMean     *prometheus.Desc
 	busy, healthy, devicesHealthy, devicesNeeded, needed *prometheus.Desc
 	overrun, busySeconds, waitPredicted                  *prometheus.Desc
+	suspectsCapped                                       *prometheus.Desc
 }
 
 func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), timeout time.Duration, devices []actors.Address) *signalsCollector {
@@ -344,11 +345,12 @@ func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), ti
 		busySeconds:    prometheus.NewDesc("batchd_device_busy_seconds_total", "Time the device has spent on batches since it registered (a counter: its rate is the busy share; it restarts when the device registers again).", []string{"device"}, nil),
 		waitPredicted:  prometheus.NewDesc("batchd_queue_wait_predicted_seconds", "Queue wait predicted for a full batch that joined the queues now (0 while a device is idle): the autoscaler's leading indicator.", nil, nil),
 		overrun:        prometheus.NewDesc("batchd_batch_overrun_seconds", "What the batcher adds to every batch it plans with: the 99th percentile of how much longer than the cost model its recent batches ran (policy.learn_overrun; 0 without it).", nil, nil),
+		suspectsCapped: prometheus.NewDesc("batchd_suspects_capped", "1 while the batches of suspect tenants (three distinct poison inputs within the poison memory's age) hold a quarter of the devices, the most they may: their other requests wait.", nil, nil),
 	}
 }
 
 func (c *signalsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded, c.overrun, c.busySeconds, c.waitPredicted} {
+	for _, d := range []*prometheus.Desc{c.up, c.depth, c.waitOldest, c.slackMin, c.rate, c.batchMean, c.needed, c.busy, c.healthy, c.devicesHealthy, c.devicesNeeded, c.overrun, c.busySeconds, c.waitPredicted, c.suspectsCapped} {
 		ch <- d
 	}
 }
@@ -445,6 +447,11 @@ func (c *signalsCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, c.devicesHealthy, float64(s.DevicesHealthy))
 	emit(ch, c.devicesNeeded, float64(s.DevicesNeeded))
 	emit(ch, c.overrun, s.Overrun.Seconds())
+	capped := 0.0
+	if s.SuspectsCapped {
+		capped = 1
+	}
+	emit(ch, c.suspectsCapped, capped)
 	emit(ch, c.waitPredicted, s.WaitPredicted.Seconds())
 }
 
