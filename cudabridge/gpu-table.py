@@ -11,7 +11,11 @@ p99 and p99.9 (ms), the server's CPU a request (us) and cores used, and RSS
 wall time a batch (cycle), the backend's Run and its wait for the GPU (us a
 batch; batchd_gpu_*_total), and the engine's mean queue wait, compute and
 handler latency (ms; batchd_queue_wait_seconds, batchd_compute_seconds,
-batchd_latency_seconds)."""
+batchd_latency_seconds). An open loop's tail is split: the server's own
+p99 (what its 200s report, with --check or --slow-over), the generator's
+send lag p99 (from a request's intended to its actual send: a stalled
+generator, or every connection busy and new ones dialing), and the
+connections the generator opened."""
 import glob
 import json
 import os
@@ -53,6 +57,11 @@ def row(path):
         f"{cores:.2f}",
         f"{rss.get('first_kib', 0) // 1024} / {rss.get('at_10s_kib', 0) // 1024} / {rss.get('last_kib', 0) // 1024}",
     ]
+    srv = (d.get("server") or {}).get("latency_ms") or {}
+    lag = d.get("send_lag_ms") or {}
+    cells.append(" / ".join([f"{srv['p99']:.2f}" if srv.get("count") else "-",
+                             f"{lag['p99']:.2f}" if lag.get("count") else "-",
+                             f"{d.get('connections_opened', 0):,}"]))
     base, kind = path[:-5].rsplit("-", 1) if path.endswith(("-rest.json", "-grpc.json")) else (None, None)
     extra = [""] * 4
     if base:
@@ -72,6 +81,7 @@ def row(path):
 
 def main():
     head = ["load", "req/s", "p50 / p99 / p99.9 ms", "CPU us/req", "cores", "RSS MiB first / 10 s / last",
+            "server p99 / send lag p99 ms / conns",
             "items / cycle / run / wait (us a batch)", "queue ms", "compute ms", "handler ms"]
     for d in sys.argv[1:]:
         print(f"\n{d}\n")
