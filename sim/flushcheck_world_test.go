@@ -172,6 +172,24 @@ func (p *mirrorProbe) Deliver(at time.Duration, _, _ actors.Address, _ actors.Me
 	p.overrunHigh = max(p.overrunHigh, s.Overrun)
 }
 
+// runMirrored runs cfg for a minute with the check and a mirrorProbe
+// beside the batcher; an inconsistency of the check's fails t, named by
+// what.
+func runMirrored(t *testing.T, cfg Config, what string) (*mirrorProbe, *flushcheck.Checker) {
+	t.Helper()
+	w, b, fc := fcWorld(t, cfg, nil)
+	p := &mirrorProbe{fc: fc, b: b}
+	w.Observe(p)
+	if err := w.RunUntil(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fc.Finish(w.Now())
+	if n, first := fc.Inconsistencies(); n > 0 {
+		t.Errorf("%s: %d inconsistencies: %s", what, n, strings.Join(first, "; "))
+	}
+	return p, fc
+}
+
 // TestFlushCheckMirrorsBatcher runs the check beside the batcher under
 // faults, cancels, several keys and overload, with and without network
 // delay, and compares its view with the batcher's counters.
@@ -210,16 +228,7 @@ func TestFlushCheckMirrorsBatcher(t *testing.T) {
 				cfg.Batcher.LearnOverrun = true
 				cfg.LatencySpread = 0.05
 			}
-			w, b, fc := fcWorld(t, cfg, nil)
-			p := &mirrorProbe{fc: fc, b: b}
-			w.Observe(p)
-			if err := w.RunUntil(time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			fc.Finish(w.Now())
-			if n, first := fc.Inconsistencies(); n > 0 {
-				t.Errorf("delay %v seed %d: %d inconsistencies: %s", delay, seed, n, strings.Join(first, "; "))
-			}
+			p, fc := runMirrored(t, cfg, fmt.Sprintf("delay %v seed %d", delay, seed))
 			t.Logf("registry %v, delay %v, seed %d: %d comparisons, %d checks", i >= 2, delay, seed, p.compared, fc.Checks())
 			if learn && p.overrunHigh == 0 {
 				t.Errorf("delay %v seed %d: LearnOverrun learnt nothing from batches of spread cost", delay, seed)
@@ -254,16 +263,7 @@ func TestFlushCheckSuspectsCapped(t *testing.T) {
 			cfg.Traffic.PoisonTenants = []string{"bad"}
 			cfg.Traffic.PoisonShare, cfg.Traffic.PoisonInputs = 0.05, 10_000
 			cfg.Traffic.PoisonPrefix, cfg.Faults.PoisonPrefix = poisonTestPrefix, poisonTestPrefix
-			w, b, fc := fcWorld(t, cfg, nil)
-			p := &mirrorProbe{fc: fc, b: b}
-			w.Observe(p)
-			if err := w.RunUntil(time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			fc.Finish(w.Now())
-			if n, first := fc.Inconsistencies(); n > 0 {
-				t.Errorf("delay %v seed %d: %d inconsistencies: %s", delay, seed, n, strings.Join(first, "; "))
-			}
+			p, fc := runMirrored(t, cfg, fmt.Sprintf("delay %v seed %d", delay, seed))
 			if p.mismatched > 0 || p.capped == 0 {
 				t.Errorf("delay %v seed %d: %d of %d comparisons differ, %d with suspects capped: %s",
 					delay, seed, p.mismatched, p.compared, p.capped, strings.Join(p.first, "; "))
