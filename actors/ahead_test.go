@@ -228,3 +228,74 @@ func TestBatcherSendsAPartialBatchAheadAtItsLead(t *testing.T) {
 		t.Fatalf("want request 3 sent ahead at 70 ms, got %+v", rb)
 	}
 }
+
+// TestDeviceDeclinesAheadWhileIsolating: once its running batch fails as a
+// whole, a device asking ahead declines the batch it holds ahead, and one
+// that comes later, rather than keep them behind the split rounds; it
+// asks for no other until the batch is done.
+func TestDeviceDeclinesAheadWhileIsolating(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		d, c := newAheadDevice(t, time.Second)
+		d.Receive(c, RunBatch{Batch: testBatch(1, "a", "poison-b", "c"), Incarnation: 1})
+		if !late {
+			d.Receive(c, RunBatch{Batch: testBatch(2, "x"), Incarnation: 1}) // held
+		}
+		c.take()
+		runBackend(d, c) // the whole batch fails: split rounds start
+		got := c.take()
+		if late {
+			d.Receive(c, RunBatch{Batch: testBatch(2, "x"), Incarnation: 1})
+			got = append(got, c.take()...)
+		}
+		dec := ofType[BatchDeclined](got)
+		if len(dec) != 1 || dec[0].BatchID != 2 {
+			t.Fatalf("late %v: want batch 2 declined, got %+v", late, got)
+		}
+		for runs := 0; len(ofType[BatchDone](c.sent)) == 0; runs++ {
+			if runs > 2*3 {
+				t.Fatalf("late %v: more than 2n-1 runs and one more per poison", late)
+			}
+			runBackend(d, c)
+		}
+		got = c.take()
+		if len(asks(got)) != 0 {
+			t.Errorf("late %v: asked ahead while isolating: %+v", late, asks(got))
+		}
+		for _, j := range c.jobs {
+			if slices.Contains(j.Inputs, "x") {
+				t.Fatalf("late %v: the declined batch ran: %+v", late, c.jobs)
+			}
+		}
+		if d.phase != deviceIdle {
+			t.Errorf("late %v: phase %v after the batch, want idle", late, d.phase)
+		}
+	}
+}
+
+// TestBatcherTakesBackADeclinedAhead: a batch sent ahead and declined goes
+// back to its queue at the attempts it had, and on to the next device that
+// is free; the device's running batch stays its.
+func TestBatcherTakesBackADeclinedAhead(t *testing.T) {
+	b, c := aheadBatcher(t, 2, time.Second)
+	dev := Address{ID: 100}
+	for id := uint64(1); id <= 4; id++ {
+		submit(b, c, id)
+	}
+	first := ofType[RunBatch](c.take())[0].Batch
+	b.Receive(c, DeviceReady{Device: dev, Incarnation: 1, Running: first.ID})
+	ahead := ofType[RunBatch](c.take())[0].Batch
+	b.Receive(c, BatchDeclined{Device: dev, BatchID: ahead.ID})
+	if s := b.Stats(); s.Queued != 2 || s.Held != 4 || s.Ready != 0 {
+		t.Fatalf("stats %+v: want the batch ahead queued, the running one held, no device ready", s)
+	}
+	if err := b.Check(c.now); err != nil {
+		t.Fatal(err)
+	}
+	// The device runs on; at its end it takes them again.
+	c.now = 2 * time.Second / 10
+	b.Receive(c, BatchDone{Device: dev, BatchID: first.ID})
+	rb := ofType[RunBatch](c.take())
+	if len(rb) != 1 || len(rb[0].Batch.Items) != 2 || rb[0].Batch.Items[0].Req.ID != 3 || rb[0].Batch.Items[0].Attempt != 1 {
+		t.Fatalf("want requests 3 and 4 again, first attempt, got %+v", rb)
+	}
+}

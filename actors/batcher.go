@@ -357,6 +357,11 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		b.freeValid = false
 	case BatchDeclined:
 		d := b.devs[m.Device]
+		if d != nil && d.phase == devBusy && d.next != nil && d.next.batch.ID == m.BatchID {
+			// The batch sent ahead: its device isolates a poison.
+			b.dropAhead(ctx, d, "declined: its device is isolating a poison input")
+			break
+		}
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
 			break // stale
 		}

@@ -362,7 +362,13 @@ func (d *Device) Receive(ctx Context, msg Message) {
 			if len(m.Batch.Items) == 0 {
 				panic(fmt.Sprintf("batchd: device %v got empty batch %d", ctx.Self(), m.Batch.ID))
 			}
-			d.ahead, d.asked = m.Batch, false
+			d.asked = false
+			if d.answered != nil {
+				// Isolating a poison: split rounds, not one batch time.
+				ctx.Send(d.batchers[0], BatchDeclined{Device: ctx.Self(), BatchID: m.Batch.ID})
+				return
+			}
+			d.ahead = m.Batch
 			return
 		}
 		shared := d.cluster != nil || len(d.batchers) > 1
@@ -561,6 +567,13 @@ func (d *Device) finish(ctx Context, m JobDone) {
 		if d.answered == nil {
 			d.answered = make([]bool, len(d.batch.Items))
 			d.again = make([]bool, len(d.batch.Items))
+			if d.ahead.ID != 0 {
+				// The split rounds may take seconds (about 2·log2(n) runs):
+				// the batch sent ahead goes back to the batcher, for another
+				// device, rather than wait behind them.
+				ctx.Send(d.batchers[0], BatchDeclined{Device: ctx.Self(), BatchID: d.ahead.ID})
+				d.ahead = Batch{}
+			}
 		}
 		// Split to isolate a poison input; the first half runs next.
 		d.todo = append(d.todo, d.cur[n/2:], d.cur[:n/2])

@@ -233,6 +233,12 @@ type Demand struct {
 // owners of each model it holds, and takes the first batch that comes).
 // The batcher re-queues the items at the attempt they had, and counts the
 // device busy until it announces itself again.
+//
+// A device asking ahead also declines the batch sent ahead (BatchID that
+// one's, not the running one's) once its running batch failed as a whole:
+// the split rounds that isolate the poison take about 2·log2(n) batch
+// times. The batcher re-queues it, at the attempts it had, and forgets the
+// ask; the device runs on.
 type BatchDeclined struct {
 	Device  Address
 	BatchID uint64

@@ -369,8 +369,9 @@ type propDev struct {
 	since time.Duration
 	// Asking ahead (DeviceConfig.AskAhead), as the device does it: it
 	// holds one batch it asked for ahead of batch's end (askedFor) and
-	// starts it at batch's BatchDone; after a BatchAborted it drops what
-	// comes until a new incarnation, and a batch sent to an older one.
+	// starts it at batch's BatchDone, unless it declines it (BatchDeclined)
+	// as batch failed as a whole; after a BatchAborted it drops what comes
+	// until a new incarnation, and a batch sent to an older one.
 	incarnation uint64
 	askedFor    uint64
 	ahead       *actors.Batch
@@ -437,6 +438,12 @@ func (r *propRecorder) Deliver(at time.Duration, from, to actors.Address, msg ac
 	case actors.BatchAborted:
 		if d := r.dev(m.Device); d.batch == m.BatchID {
 			d.batch, d.askedFor, d.ahead, d.dropping = 0, 0, nil, true
+		}
+	case actors.BatchDeclined:
+		// The batch held ahead, once the running one failed as a whole:
+		// it does not run, and the device asks for no other.
+		if d := r.dev(m.Device); d.ahead != nil && d.ahead.ID == m.BatchID {
+			d.askedFor, d.ahead = 0, nil
 		}
 	case actors.DeviceReady:
 		d := r.dev(m.Device)

@@ -642,6 +642,13 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		default:
 			f.setPhase(d, fcIdle)
 		}
+	case actors.BatchDeclined:
+		// The batch sent ahead, declined by a device isolating a poison:
+		// back to its queues. (A batch in flight is declined only by a
+		// device shared between batchers, which the check does not see.)
+		if d := f.devs[m.Device]; d != nil && d.phase == fcBusy && d.next != nil && d.next.id == m.BatchID {
+			f.dropAhead(at, d)
+		}
 	case actors.BatchAborted:
 		d := f.devs[m.Device]
 		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {

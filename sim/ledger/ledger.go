@@ -330,6 +330,12 @@ func (l *Ledger) Deliver(at time.Duration, from, to actors.Address, msg actors.M
 		l.deviceFree(at, m.Device, m.BatchID, false)
 	case actors.BatchAborted:
 		l.deviceFree(at, m.Device, m.BatchID, true)
+	case actors.BatchDeclined:
+		// A device asking ahead declines the batch it holds ahead once its
+		// running batch fails as a whole, and asks for no other.
+		if d := l.devs[m.Device]; d != nil && d.ahead != nil && d.ahead.ID == m.BatchID {
+			d.ahead, d.askedFor = nil, 0
+		}
 	case actors.DeviceReady:
 		d := l.dev(m.Device)
 		if m.Running != 0 {
