@@ -1096,7 +1096,7 @@ func (b *Batcher) head(q *keyQueue, now time.Duration) *subQueue {
 // suspect tenant is one that keeps sending new poison inputs: uncapped,
 // one that sent a new one in each of its batches held every device in
 // split rounds, and the other tenants' requests waited behind them past
-// their SLO (the poison-flood scenario: 4% of theirs missed it). Fair
+// their SLO (the poison-flood scenario: 4-6% of theirs missed it). Fair
 // shares do not bound this: the split rounds are long, and not
 // preemptible, and a device the others leave idle for a moment goes to
 // the suspect.
@@ -1153,7 +1153,11 @@ func (b *Batcher) schedule(ctx Context) {
 			d.freeAt = now
 			b.freeValid = false
 			head := b.head(best, now)
-			o := Offer{Device: d.addr, From: ctx.Self(), Priority: head.prio, Level: head.level(now, b.cfg.PriorityAging), Slack: b.slack(best, now)}
+			slack := b.slack(best, now)
+			if b.capped {
+				slack = b.slackOf(best, best.open(), now)
+			}
+			o := Offer{Device: d.addr, From: ctx.Self(), Priority: head.prio, Level: head.level(now, b.cfg.PriorityAging), Slack: slack}
 			if b.cfg.KeyPolicy == PolicyFair {
 				o.Tenant, o.Served = head.tenant.name, head.tenant.served
 			}

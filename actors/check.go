@@ -37,6 +37,11 @@ func (b *Batcher) Check(now time.Duration) error {
 		for _, s := range q.subs {
 			n += s.items.len()
 			s.tenant.check.queued += s.items.len()
+			for i := 0; i < s.items.len(); i++ {
+				if g := s.items.at(i).Group; g != s.group {
+					return fmt.Errorf("batcher check: key %+v: an item of group %x in tenant %q's sub-queue of group %x", q.key, g, s.tenant.name, s.group)
+				}
+			}
 		}
 		hn := 0
 		for i, h := range q.holders {
