@@ -79,6 +79,12 @@ type Config struct {
 // the one the batcher gives it: its own, or Arrival plus its model's SLO
 // when it has none, and never past Arrival+TimeoutMax.
 //
+// Suspect tenants. While the batches of suspect tenants hold their most of
+// the devices (actors.SuspectDevicesDiv), their other requests wait, and a
+// key's bound is that of its other requests alone (none: no bound). The
+// check knows a tenant suspect from the BatchDones' Isolated (see
+// suspects), and checks every batch's isolation group against its own.
+//
 // Time. The batcher's state changes only at its instants: the times a
 // message is delivered to it. Between two consecutive instants s < s' the
 // state is constant, so the invariant is broken exactly when, in the state
