@@ -331,10 +331,9 @@ type BatchDone struct {
 	// batch again.
 	Isolated []uint64
 	// Runs is how many runs the batch took on the device: 1, or more when
-	// a whole-batch error split it. A split batch's time is no overrun of
-	// the cost model, and the batcher charges what the split rounds cost
-	// to the tenants of the poison they isolated (zero, from an older
-	// node, reads as 1).
+	// a whole-batch error split it (zero, from an older node, reads as 1).
+	// A split batch's time is no overrun of the cost model: the batcher
+	// learns none from it (BatcherConfig.LearnOverrun).
 	Runs int
 }
 
