@@ -232,11 +232,12 @@ func TestDeviceTransientErrorIsNoPoison(t *testing.T) {
 	}
 }
 
-// TestBatcherCapsSuspects: the batches of a suspect tenant hold at most
-// max(1, devices/SuspectDevicesDiv) devices at once; its other requests
-// wait while the others' batches take the idle devices, and go once a
-// batch of its own ends. Requests it had queued when it turned suspect
-// move to its group, in their order.
+// TestBatcherCapsSuspects: while another tenant's requests wait, the
+// batches of a suspect tenant hold at most max(1,
+// devices/SuspectDevicesDiv) devices, and its other requests wait for one
+// of its batches to end; with no one else waiting they take any device
+// (the cap would only idle it). Requests it had queued when it turned
+// suspect move to its group, in their order.
 func TestBatcherCapsSuspects(t *testing.T) {
 	r := newPoisonRig(t) // 3 devices: one for suspects
 	for i := range uint64(TenantSuspectAfter - 1) {
@@ -249,43 +250,52 @@ func TestBatcherCapsSuspects(t *testing.T) {
 	running := r.c.take()
 	r.sub(30, "bad", "queued before")
 	r.b.Receive(r.c, BatchDone{Device: running[0].to, BatchID: running[0].msg.(RunBatch).Batch.ID, Isolated: []uint64{12}})
-	for i := range uint64(2 * r.cfg.BatchMax) {
-		r.sub(40+i, "bad", fmt.Sprint("more ", i))
+	// Requests with a second to wait if they must.
+	patient := func(id uint64, tenant string) {
+		r.b.Receive(r.c, Submit{Req: Request{ID: id, Tenant: tenant, Model: "m", Input: fmt.Sprint("input ", id),
+			Arrival: r.c.now, Deadline: r.c.now + time.Second, ReplyTo: Address{ID: 2}}})
 	}
-	r.sub(1, "good", "fine")
-	r.c.advance(r.b, r.c.now+r.cfg.Linger(3, 16))
-	var bad, good []Batch
-	var badDev Address
-	for _, x := range r.c.take() {
-		m, ok := x.msg.(RunBatch)
-		switch {
-		case !ok:
-		case m.Batch.Items[0].Req.Tenant == "bad":
-			bad, badDev = append(bad, m.Batch), x.to
-		default:
-			good = append(good, m.Batch)
+	bad := func(from, n uint64) {
+		for id := from; id < from+n; id++ {
+			patient(id, "bad")
 		}
 	}
-	if len(bad) != 1 || len(good) != 1 {
-		t.Fatalf("want one batch of the suspect's and the other's, got %d and %d", len(bad), len(good))
+	// No one else waits: the suspect's three batches take the three devices.
+	bad(40, uint64(3*r.cfg.BatchMax-1))
+	var on []sent
+	for _, x := range r.c.take() {
+		if _, ok := x.msg.(RunBatch); ok {
+			on = append(on, x)
+		}
 	}
-	if first := bad[0].Items[0]; first.Req.ID != 30 || first.Group == 0 {
+	if len(on) != 3 {
+		t.Fatalf("with no one else waiting: want the suspect's 3 batches on the 3 devices, got %d", len(on))
+	}
+	if first := on[0].msg.(RunBatch).Batch.Items[0]; first.Req.ID != 30 || first.Group == 0 {
 		t.Fatalf("the suspect's first batch starts with %d of group %x; want 30, moved to its group", first.Req.ID, first.Group)
 	}
-	if s := r.b.Stats(); !s.SuspectsCapped || s.Ready != 1 || s.Queued != r.cfg.BatchMax+1 {
-		t.Fatalf("stats %+v: want capped, one device idle, the suspect's other %d queued", s, r.cfg.BatchMax+1)
+	if s := r.b.Stats(); s.SuspectsCapped {
+		t.Fatalf("stats %+v: capped with no one else waiting", s)
+	}
+	// Another tenant waits now: the cap holds, and the device a batch of
+	// the suspect's frees goes to the other, not to the suspect's next
+	// full batch.
+	patient(1, "good")
+	bad(100, uint64(r.cfg.BatchMax))
+	if s := r.b.Stats(); !s.SuspectsCapped || s.Queued != r.cfg.BatchMax+1 {
+		t.Fatalf("stats %+v: want the cap, the other's request and a batch of the suspect's queued", s)
+	}
+	r.c.now += r.cfg.Linger(3, 16)
+	r.b.Receive(r.c, BatchDone{Device: on[0].to, BatchID: on[0].msg.(RunBatch).Batch.ID})
+	if sent := ofType[RunBatch](r.c.take()); len(sent) != 1 || sent[0].Batch.Items[0].Req.ID != 1 {
+		t.Fatalf("want request 1 on the freed device, got %+v", sent)
 	}
 	if err := r.b.Check(r.c.now); err != nil {
 		t.Fatal(err)
 	}
-	// Others still get the idle device; the suspect waits for its own.
-	r.sub(2, "good", "fine too")
-	r.c.advance(r.b, r.c.now+r.cfg.Linger(3, 16))
-	if sent := ofType[RunBatch](r.c.take()); len(sent) != 1 || sent[0].Batch.Items[0].Req.ID != 2 {
-		t.Fatalf("want request 2 on the idle device, got %+v", sent)
-	}
-	r.b.Receive(r.c, BatchDone{Device: badDev, BatchID: bad[0].ID})
+	// No one else waits: the suspect's batch goes on the next device freed.
+	r.b.Receive(r.c, BatchDone{Device: on[1].to, BatchID: on[1].msg.(RunBatch).Batch.ID})
 	if sent := ofType[RunBatch](r.c.take()); len(sent) != 1 || sent[0].Batch.Items[0].Req.Tenant != "bad" || len(sent[0].Batch.Items) != r.cfg.BatchMax {
-		t.Fatalf("once its batch ended: want the suspect's next full batch, got %+v", sent)
+		t.Fatalf("want the suspect's full batch on the freed device, got %+v", sent)
 	}
 }

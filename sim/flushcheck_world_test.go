@@ -245,9 +245,9 @@ func TestFlushCheckMirrorsBatcher(t *testing.T) {
 
 // TestFlushCheckSuspectsCapped runs the check beside a batcher whose
 // tenant "bad" sends a new poison input in about every batch of its own:
-// it turns suspect after its third, and its batches then hold at most a
-// quarter of the devices (actors.SuspectDevicesDiv), its other requests
-// waiting meanwhile. The check mirrors the batcher's suspicion from the
+// it turns suspect after its third, and while the others' requests wait
+// its batches then hold at most a quarter of the devices
+// (actors.SuspectDevicesDiv), its other requests waiting meanwhile. The check mirrors the batcher's suspicion from the
 // BatchDones' Isolated alone; it must agree with the batcher on when the
 // cap holds (and the cap must hold at times), find the batches' groups as
 // it has them, and see no request of the others wait past its bound with

@@ -525,8 +525,8 @@ func TestPropertyPoisonIsolatedAtSLO(t *testing.T) {
 // about every one distinct (a thousand or more, at 2 to 10% of its
 // requests), every deadline the SLO, so that no memory of inputs helps.
 // After its TenantSuspectAfter-th is isolated it is suspect: its requests
-// run in batches apart, on at most a quarter of the devices (at least
-// one) at once (actors.SuspectDevicesDiv). What holds: from then, and
+// run in batches apart, and while the others' wait on at most a quarter
+// of the devices (at least one) at once (actors.SuspectDevicesDiv). What holds: from then, and
 // poisonSettle more for the mixed batches that took its earlier poisons,
 // no request of the other tenants misses its SLO (their load, at most a
 // fifth of the capacity, fits in what the cap leaves them), on 3 to 8

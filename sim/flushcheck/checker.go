@@ -80,8 +80,9 @@ type Config struct {
 // when it has none, and never past Arrival+TimeoutMax.
 //
 // Suspect tenants. While the batches of suspect tenants hold their most of
-// the devices (actors.SuspectDevicesDiv), their other requests wait, and a
-// key's bound is that of its other requests alone (none: no bound). The
+// the devices (actors.SuspectDevicesDiv) and another tenant's request is
+// queued, their other requests wait, and a key's bound is that of its
+// other requests alone (none: no bound). The
 // check knows a tenant suspect from the BatchDones' Isolated (see
 // suspects), and checks every batch's isolation group against its own.
 //

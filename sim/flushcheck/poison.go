@@ -76,7 +76,8 @@ func (s *suspects) suspect(tenant string, now, age time.Duration) bool {
 }
 
 // capped reports whether the suspect tenants' batches on the devices
-// (running or sent ahead) hold their most, so that theirs wait.
+// (running or sent ahead) hold their most while a request of another
+// tenant is queued, so that theirs wait.
 func (f *Checker) capped() bool {
 	if len(f.suspects.inOrder) == 0 {
 		return false
@@ -90,7 +91,15 @@ func (f *Checker) capped() bool {
 			n++
 		}
 	}
-	return n >= max(1, f.healthy/actors.SuspectDevicesDiv)
+	if n < max(1, f.healthy/actors.SuspectDevicesDiv) {
+		return false
+	}
+	for _, it := range f.queued {
+		if !it.suspect {
+			return true
+		}
+	}
+	return false
 }
 
 // isolated applies a BatchDone's Isolated: the batcher remembers each

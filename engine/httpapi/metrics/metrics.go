@@ -345,7 +345,7 @@ func newSignalsCollector(f func(ctx context.Context) (actors.Signals, error), ti
 		busySeconds:    prometheus.NewDesc("batchd_device_busy_seconds_total", "Time the device has spent on batches since it registered (a counter: its rate is the busy share; it restarts when the device registers again).", []string{"device"}, nil),
 		waitPredicted:  prometheus.NewDesc("batchd_queue_wait_predicted_seconds", "Queue wait predicted for a full batch that joined the queues now (0 while a device is idle): the autoscaler's leading indicator.", nil, nil),
 		overrun:        prometheus.NewDesc("batchd_batch_overrun_seconds", "What the batcher adds to every batch it plans with: the 99th percentile of how much longer than the cost model its recent batches ran (policy.learn_overrun; 0 without it).", nil, nil),
-		suspectsCapped: prometheus.NewDesc("batchd_suspects_capped", "1 while the batches of suspect tenants (three distinct poison inputs within the poison memory's age) hold a quarter of the devices, the most they may: their other requests wait.", nil, nil),
+		suspectsCapped: prometheus.NewDesc("batchd_suspects_capped", "1 while the batches of suspect tenants (three distinct poison inputs within the poison memory's age) hold a quarter of the devices while other tenants' requests wait, the most they may: their other requests wait.", nil, nil),
 	}
 }
 
