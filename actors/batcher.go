@@ -299,8 +299,7 @@ func (b *Batcher) Receive(ctx Context, msg Message) {
 		if d == nil || d.phase != devBusy || d.inflight.ID != m.BatchID {
 			break // stale: that batch was already settled
 		}
-		if b.cfg.LearnOverrun && m.Runs <= 1 {
-			// A split batch's rounds are no overrun of the cost model.
+		if b.cfg.LearnOverrun {
 			b.overrun.Observe(ctx.Now(), ctx.Now()-d.busySince, d.cost, b.cfg.OverrunMax)
 		}
 		b.rememberPoison(ctx, d, m)

@@ -49,7 +49,6 @@ type Device struct {
 	todo        [][]int // runs still to do for this batch, last one next
 	job         uint64  // the run in progress; 0 when none
 	jobSeq      uint64
-	runs        int // of this batch so far, for BatchDone.Runs
 	watchdog    TimerID
 	failures    int // in a row
 	restartGen  uint64
@@ -473,10 +472,9 @@ func (d *Device) done(ctx Context) {
 	d.phase = deviceIdle
 	id := d.batch.ID
 	d.batch = Batch{}
-	ctx.Send(d.from, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated, Runs: max(d.runs, 1)})
+	ctx.Send(d.from, BatchDone{Device: ctx.Self(), BatchID: id, Isolated: d.isolated})
 	d.isolated, d.answered, d.again = nil, nil, nil // sent: the batcher reads it, no one writes it
-	d.runs = 0
-	d.asked = false // an ask unanswered is undone by the BatchDone
+	d.asked = false                                 // an ask unanswered is undone by the BatchDone
 	if len(d.batchers) != 1 || d.batchers[0] != d.from {
 		// The others it serves may have had a batch declined.
 		d.reannounce = true
@@ -530,7 +528,6 @@ func (d *Device) next(ctx Context) {
 	}
 	d.jobSeq++
 	d.job = d.jobSeq
-	d.runs++
 	// The batch's last run (a split one's is not: it may split again)
 	// asks for the next batch, before the job: in a live runtime the
 	// goroutine woken last runs first, and that must be the job's, not
@@ -643,7 +640,6 @@ func (d *Device) fail(ctx Context, reason string) {
 	}
 	ctx.Send(d.from, BatchAborted{Device: ctx.Self(), BatchID: d.batch.ID, Pending: pending, Reason: reason})
 	d.batch, d.todo, d.cur, d.isolated, d.answered, d.again = Batch{}, d.todo[:0], nil, nil, nil, nil
-	d.runs = 0
 	// The batch sent ahead never ran: the batcher re-queues it with the
 	// BatchAborted, and one still on its way is dropped (see RunBatch).
 	d.ahead, d.asked = Batch{}, false

@@ -330,11 +330,6 @@ type BatchDone struct {
 	// them. The batcher remembers them, so they cost no other request its
 	// batch again.
 	Isolated []uint64
-	// Runs is how many runs the batch took on the device: 1, or more when
-	// a whole-batch error split it (zero, from an older node, reads as 1).
-	// A split batch's time is no overrun of the cost model: the batcher
-	// learns none from it (BatcherConfig.LearnOverrun).
-	Runs int
 }
 
 // BatchAborted reports that a device failed (crashed, or hung past its

@@ -181,8 +181,7 @@ func encodeMsg(msg actors.Message, top bool) (*Message, error) {
 	case actors.Reannounce:
 		return &Message{Body: &Message_Reannounce{Reannounce: &Reannounce{}}}, nil
 	case actors.BatchDone:
-		return &Message{Body: &Message_BatchDone{BatchDone: &BatchDone{Device: addr(m.Device), BatchId: m.BatchID, Isolated: u64s(m.Isolated),
-			Runs: uint32(min(max(m.Runs, 0), math.MaxUint32))}}}, nil
+		return &Message{Body: &Message_BatchDone{BatchDone: &BatchDone{Device: addr(m.Device), BatchId: m.BatchID, Isolated: u64s(m.Isolated)}}}, nil
 	case actors.BatchAborted:
 		return &Message{Body: &Message_BatchAborted{BatchAborted: &BatchAborted{Device: addr(m.Device), BatchId: m.BatchID,
 			Pending: u64s(m.Pending), Reason: bs(m.Reason)}}}, nil
@@ -269,8 +268,7 @@ func decodeMsg(m *Message, top bool) (actors.Message, error) {
 		return actors.Reannounce{}, nil
 	case *Message_BatchDone:
 		dev, err := address(b.BatchDone.GetDevice())
-		return actors.BatchDone{Device: dev, BatchID: b.BatchDone.GetBatchId(), Isolated: u64s(b.BatchDone.GetIsolated()),
-			Runs: int(b.BatchDone.GetRuns())}, err
+		return actors.BatchDone{Device: dev, BatchID: b.BatchDone.GetBatchId(), Isolated: u64s(b.BatchDone.GetIsolated())}, err
 	case *Message_BatchAborted:
 		a := b.BatchAborted
 		dev, err := address(a.GetDevice())

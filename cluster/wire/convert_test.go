@@ -115,8 +115,7 @@ func message(nested bool) *rapid.Generator[actors.Message] {
 		case i == 9:
 			return actors.Reannounce{}
 		case i == 10:
-			return actors.BatchDone{Device: genAddr.Draw(t, "device"), BatchID: rapid.Uint64().Draw(t, "batch"), Isolated: nilIfEmpty(t, rapid.Uint64(), "isolated"),
-				Runs: rapid.IntRange(0, 1<<20).Draw(t, "runs")}
+			return actors.BatchDone{Device: genAddr.Draw(t, "device"), BatchID: rapid.Uint64().Draw(t, "batch"), Isolated: nilIfEmpty(t, rapid.Uint64(), "isolated")}
 		case i == 11:
 			return actors.BatchAborted{Device: genAddr.Draw(t, "device"), BatchID: rapid.Uint64().Draw(t, "batch"),
 				Pending: nilIfEmpty(t, rapid.Uint64(), "pending"), Reason: genStr.Draw(t, "reason")}

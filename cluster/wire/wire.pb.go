@@ -1666,13 +1666,10 @@ func (*Reannounce) Descriptor() ([]byte, []int) {
 }
 
 type BatchDone struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Device   *Address               `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
-	BatchId  uint64                 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	Isolated []uint64               `protobuf:"varint,3,rep,packed,name=isolated,proto3" json:"isolated,omitempty"`
-	// How many runs the batch took on the device; 0 (an older node) reads
-	// as 1.
-	Runs          uint32 `protobuf:"varint,4,opt,name=runs,proto3" json:"runs,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Device        *Address               `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	BatchId       uint64                 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Isolated      []uint64               `protobuf:"varint,3,rep,packed,name=isolated,proto3" json:"isolated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1726,13 +1723,6 @@ func (x *BatchDone) GetIsolated() []uint64 {
 		return x.Isolated
 	}
 	return nil
-}
-
-func (x *BatchDone) GetRuns() uint32 {
-	if x != nil {
-		return x.Runs
-	}
-	return 0
 }
 
 type BatchAborted struct {
@@ -2170,12 +2160,11 @@ const file_wire_proto_rawDesc = "" +
 	"\x05Claim\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\"\f\n" +
 	"\n" +
-	"Reannounce\"\x8a\x01\n" +
+	"Reannounce\"v\n" +
 	"\tBatchDone\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x1a\n" +
-	"\bisolated\x18\x03 \x03(\x04R\bisolated\x12\x12\n" +
-	"\x04runs\x18\x04 \x01(\rR\x04runs\"\x8f\x01\n" +
+	"\bisolated\x18\x03 \x03(\x04R\bisolated\"\x8f\x01\n" +
 	"\fBatchAborted\x122\n" +
 	"\x06device\x18\x01 \x01(\v2\x1a.batchd.cluster.v1.AddressR\x06device\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x18\n" +

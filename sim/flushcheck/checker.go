@@ -629,8 +629,7 @@ func (f *Checker) applyInput(at time.Duration, e fcEvent) {
 		if d == nil || d.phase != fcBusy || d.batchID != m.BatchID {
 			return // stale
 		}
-		if c.LearnOverrun && m.Runs <= 1 {
-			// A split batch's rounds are no overrun.
+		if c.LearnOverrun {
 			f.overrun.Observe(at, at-d.dispatched, d.predicted, c.OverrunMax)
 		}
 		f.isolated(at, d, m.Isolated)
