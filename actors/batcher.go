@@ -140,7 +140,8 @@ type BatcherStats struct {
 	// adds it to every batch it plans with (see Batcher.predict).
 	Overrun time.Duration
 	// SuspectsCapped: the batches of suspect tenants hold their most of
-	// the devices (SuspectDevicesDiv), and their other requests wait.
+	// the devices (SuspectDevicesDiv) while another tenant's requests
+	// wait, and their other requests wait (see capSuspects).
 	SuspectsCapped bool
 }
 

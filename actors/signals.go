@@ -74,7 +74,8 @@ type Signals struct {
 	Overrun time.Duration
 	// SuspectsCapped: the batches of suspect tenants (those that sent
 	// TenantSuspectAfter distinct poison inputs) hold their most of the
-	// devices (SuspectDevicesDiv), and their other requests wait.
+	// devices (SuspectDevicesDiv) while another tenant's requests wait,
+	// and their other requests wait.
 	SuspectsCapped bool
 }
 
