@@ -60,9 +60,15 @@ func checkOutputs(t *testing.T, w *Weights, batch []string, outs []Output) {
 // reference's.
 func TestDeviceMatchesReference(t *testing.T) {
 	d, _ := openFake(t, DefaultLimits())
+	forwardMatches(t, d, rand.New(rand.NewPCG(3, 4)), 1, 3, 17, BatchMax)
+}
+
+// forwardMatches runs a random batch of each size on d: every output must
+// be the reference's.
+func forwardMatches(t *testing.T, d *Device, r *rand.Rand, sizes ...int) {
+	t.Helper()
 	w := NewWeights(WeightSeed)
-	r := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{1, 3, 17, BatchMax} {
+	for _, n := range sizes {
 		batch := randomBatch(r, n)
 		outs, err := d.Forward(context.Background(), batch)
 		if err != nil {
@@ -500,16 +506,8 @@ func TestDeviceWaitSleep(t *testing.T) {
 	cfg := DefaultDeviceConfig(0)
 	cfg.WaitSleep = true
 	d, f := openFakeConfig(t, newFakeDriver(1), cfg)
-	w := NewWeights(WeightSeed)
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{1, 9, 40, BatchMax} {
-		batch := randomBatch(r, n)
-		outs, err := d.Forward(context.Background(), batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkOutputs(t, w, batch, outs)
-	}
+	forwardMatches(t, d, r, 1, 9, 40, BatchMax)
 	if d.waitMean <= 0 {
 		t.Fatalf("waits' mean %v after 4 batches", d.waitMean)
 	}
@@ -519,12 +517,8 @@ func TestDeviceWaitSleep(t *testing.T) {
 	if _, err := d.Forward(context.Background(), []string{"x"}); !errors.Is(err, ErrDeviceFault) {
 		t.Fatalf("a failed wait: %v, want a device fault", err)
 	}
-	batch := []string{"after", "the fault"}
-	outs, err := d.Forward(context.Background(), batch)
-	if err != nil {
-		t.Fatalf("the batch after the fault: %v", err)
-	}
-	checkOutputs(t, w, batch, outs)
+	// The batch after the fault.
+	forwardMatches(t, d, r, 2)
 }
 
 // The sleep is 60% of the waits' mean, at most waitSleepMax; the mean

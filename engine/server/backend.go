@@ -259,12 +259,13 @@ func bytenetModel(f *config.File) (cudabridge.Limits, error) {
 	return lim, nil
 }
 
-// openGPUs opens every visible GPU, or none; graphs runs their batches
-// as CUDA graphs.
 // waitSleepProcs raises GOMAXPROCS for devices.cuda_wait_sleep once a
 // process, however many servers it builds.
 var waitSleepProcs sync.Once
 
+// openGPUs opens every visible GPU, or none; graphs runs their batches
+// as CUDA graphs, and waitSleep has their waits sleep first
+// (cudabridge.DeviceConfig.WaitSleep).
 func openGPUs(lim cudabridge.Limits, graphs, waitSleep bool) ([]*cudabridge.Device, error) {
 	n, err := cudabridge.DeviceCount()
 	if err != nil {
