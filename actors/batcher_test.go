@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,46 @@ func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
 	}
 	if s := b.Stats(); s.Held != 3 || s.Queued != 0 {
 		t.Fatalf("books after the trim: %+v", s)
+	}
+}
+
+// TestBatcherRefillsWhatItTrims: the room a late item leaves in a batch
+// goes to the next queued one, so the device runs a full batch and the
+// tenant whose item expired is not charged a short batch's cost an item.
+func TestBatcherRefillsWhatItTrims(t *testing.T) {
+	cfg := DefaultBatcherConfig()
+	cfg.BatchMax = 4
+	cfg.Latency = LatencyModel{Base: 10 * ms, PerItem: 20 * ms} // 1 item: 30 ms, 4 items: 90 ms
+	b, c := newTestBatcher(t, cfg, 1)
+	sub := func(id uint64, deadline time.Duration) {
+		b.Receive(c, Submit{Req: Request{ID: id, Model: "m", Input: "x", Deadline: deadline, ReplyTo: Address{ID: 2}}})
+	}
+	for id := uint64(11); id <= 14; id++ { // the device is busy until 90 ms
+		sub(id, time.Second)
+	}
+	first := ofType[RunBatch](c.take())
+	for id := uint64(1); id <= 6; id++ {
+		deadline := time.Second
+		if id == 2 {
+			deadline = 185 * ms // made if the device is on time
+		}
+		sub(id, deadline)
+	}
+	if rs := replies(c.take()); len(first) != 1 || len(rs) != 0 {
+		t.Fatalf("setup: %d first batches, replies %+v", len(first), rs)
+	}
+	c.now = 100 * ms // late: a batch of 4 would end at 190 ms
+	b.Receive(c, BatchDone{Device: Address{ID: 100}, BatchID: first[0].Batch.ID})
+	got := c.take()
+	rs, rb := replies(got), ofType[RunBatch](got)
+	if len(rs) != 1 || rs[0].ID != 2 || rs[0].Outcome != Expired {
+		t.Fatalf("want request 2 expired, got %+v", rs)
+	}
+	if len(rb) != 1 || !slices.Equal(ids(rb[0].Batch.Items), []uint64{1, 3, 4, 5}) {
+		t.Fatalf("want a full batch of 1, 3, 4 and 5, got %+v", rb)
+	}
+	if s := b.Stats(); s.Held != 5 || s.Queued != 1 {
+		t.Fatalf("books after the refill: %+v", s)
 	}
 }
 

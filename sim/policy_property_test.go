@@ -646,6 +646,58 @@ func TestFairnessLightTenantSharedKey(t *testing.T) {
 	}
 }
 
+// TestFairnessHeavyTenantLateItems is TestPropertyFairness's rare failure
+// -rapid.seed=6297350691544086392 made deterministic: tenants of weights 1,
+// 1 and 4 share one key on 2 devices (BatchMax 11, 14 ms + 0.28 ms an
+// item, SLO 74 ms: 4 full batches), offering about 1.9, 1.9 and 3.4 times
+// their shares, on three seeds. The weight-4 tenant's queue is long and
+// its oldest requests are the ones a batch trims as late. Asserted: every
+// tenant's throughput within 3% of its weighted share of what all got (more
+// than 1,500 completions each).
+//
+// Seen to fail with the trimmed room left empty (Batcher.dispatch): the
+// light tenants 3-11% over their shares, the heavy one 2-5% under (its
+// items were charged 1.84 ms each against the others' 1.60).
+func TestFairnessHeavyTenantLateItems(t *testing.T) {
+	weights := []float64{1, 1, 4}
+	for _, seed := range []uint64{0, 1, 2} {
+		cfg := DefaultConfig()
+		cfg.Seed = seed
+		cfg.Devices = 2
+		b := &cfg.Batcher
+		b.BatchMax = 11
+		b.KeyPolicy = actors.PolicySlack
+		cfg.Latency = actors.LatencyModel{Base: 14 * time.Millisecond, PerItem: 282 * time.Microsecond, PerPaddedByte: 214}
+		b.SLO = 74 * time.Millisecond
+		for i, rate := range []float64{366.5, 352.6, 2550.6} {
+			name := fmt.Sprintf("t%d", i)
+			b.Tenants = append(b.Tenants, actors.TenantConfig{Name: name, Weight: int(weights[i])})
+			s := DefaultTrafficConfig()
+			s.InputPool = 256
+			s.Tenants = []string{name}
+			s.Rate = rate
+			cfg.Sources = append(cfg.Sources, s)
+		}
+		cfg.Duration = 7500 * time.Millisecond
+		rep := mustRun(t, cfg)
+		if err := rep.Check(); err != nil {
+			t.Fatalf("seed %d: %v: %q", seed, err, rep.Violations.First)
+		}
+		xs, total := make([]float64, len(weights)), 0.0
+		for i := range weights {
+			xs[i] = rep.Tenants[fmt.Sprintf("t%d", i)].ThroughputRPS
+			total += xs[i]
+		}
+		for i, w := range weights {
+			share := total * w / 6
+			t.Logf("seed %d: t%d (weight %g) %.1f req/s, share %.1f (%.3f)", seed, i, w, xs[i], share, xs[i]/share)
+			if math.Abs(xs[i]-share) > 0.03*share {
+				t.Errorf("seed %d: t%d (weight %g) got %.1f req/s, its weighted share is %.1f (±3%%)", seed, i, w, xs[i], share)
+			}
+		}
+	}
+}
+
 // maxMinShares is the weighted max-min fair division of total between
 // demands: water-filling, each tenant getting at most what it asks for and
 // the rest shared by weight among the others.
