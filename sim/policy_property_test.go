@@ -617,20 +617,8 @@ func TestFairnessLightTenantSharedKey(t *testing.T) {
 		cfg.Latency = actors.LatencyModel{Base: 10 * time.Millisecond, PerItem: 570 * time.Microsecond, PerPaddedByte: 436}
 		b.SLO = 74 * time.Millisecond
 		weights := []float64{3, 1}
-		for i, rate := range []float64{3528, 2096} {
-			name := fmt.Sprintf("t%d", i)
-			b.Tenants = append(b.Tenants, actors.TenantConfig{Name: name, Weight: int(weights[i])})
-			s := DefaultTrafficConfig()
-			s.InputPool = 256
-			s.Tenants = []string{name}
-			s.Rate = rate
-			cfg.Sources = append(cfg.Sources, s)
-		}
 		cfg.Duration = 2750 * time.Millisecond
-		rep := mustRun(t, cfg)
-		if err := rep.Check(); err != nil {
-			t.Fatalf("seed %d: %v: %q", seed, err, rep.Violations.First)
-		}
+		rep := runSharedKey(t, cfg, weights, []float64{3528, 2096})
 		heavy, light := rep.Tenants["t0"], rep.Tenants["t1"]
 		share := (heavy.ThroughputRPS + light.ThroughputRPS) * weights[1] / (weights[0] + weights[1])
 		admitted := light.Offered - light.Rejected
@@ -669,20 +657,8 @@ func TestFairnessHeavyTenantLateItems(t *testing.T) {
 		b.KeyPolicy = actors.PolicySlack
 		cfg.Latency = actors.LatencyModel{Base: 14 * time.Millisecond, PerItem: 282 * time.Microsecond, PerPaddedByte: 214}
 		b.SLO = 74 * time.Millisecond
-		for i, rate := range []float64{366.5, 352.6, 2550.6} {
-			name := fmt.Sprintf("t%d", i)
-			b.Tenants = append(b.Tenants, actors.TenantConfig{Name: name, Weight: int(weights[i])})
-			s := DefaultTrafficConfig()
-			s.InputPool = 256
-			s.Tenants = []string{name}
-			s.Rate = rate
-			cfg.Sources = append(cfg.Sources, s)
-		}
 		cfg.Duration = 7500 * time.Millisecond
-		rep := mustRun(t, cfg)
-		if err := rep.Check(); err != nil {
-			t.Fatalf("seed %d: %v: %q", seed, err, rep.Violations.First)
-		}
+		rep := runSharedKey(t, cfg, weights, []float64{366.5, 352.6, 2550.6})
 		xs, total := make([]float64, len(weights)), 0.0
 		for i := range weights {
 			xs[i] = rep.Tenants[fmt.Sprintf("t%d", i)].ThroughputRPS
@@ -696,6 +672,26 @@ func TestFairnessHeavyTenantLateItems(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runSharedKey runs cfg with tenants t0, t1, ... of weights, each sending
+// rates[i] to the default model (one key), and checks the run's invariants.
+func runSharedKey(t *testing.T, cfg Config, weights, rates []float64) Report {
+	t.Helper()
+	for i, rate := range rates {
+		name := fmt.Sprintf("t%d", i)
+		cfg.Batcher.Tenants = append(cfg.Batcher.Tenants, actors.TenantConfig{Name: name, Weight: int(weights[i])})
+		s := DefaultTrafficConfig()
+		s.InputPool = 256
+		s.Tenants = []string{name}
+		s.Rate = rate
+		cfg.Sources = append(cfg.Sources, s)
+	}
+	rep := mustRun(t, cfg)
+	if err := rep.Check(); err != nil {
+		t.Fatalf("seed %d: %v: %q", cfg.Seed, err, rep.Violations.First)
+	}
+	return rep
 }
 
 // maxMinShares is the weighted max-min fair division of total between
