@@ -1278,8 +1278,9 @@ func (b *Batcher) dispatch(ctx Context, q *keyQueue, d *devState, now time.Durat
 	// was charged 1.84 ms an item against the others' 1.60 and served
 	// 4.6% under its share while one light tenant was 10.04% over,
 	// TestPropertyFairness -rapid.seed=6297350691544086392; refilled, all
-	// three within 0.5% of their shares and 11.7% more requests served). Each round but the last
-	// answers an item at least, and there are at most bmax+1.
+	// three within 0.5% of their shares and 11.7% more requests served).
+	// Each round but the last answers an item at least, and there are at
+	// most bmax+1.
 	for round := 0; ; round++ {
 		n := len(items)
 		items, owners = b.trimLate(ctx, items, owners, start)

@@ -637,8 +637,8 @@ func TestFairnessLightTenantSharedKey(t *testing.T) {
 // TestFairnessHeavyTenantLateItems is TestPropertyFairness's rare failure
 // -rapid.seed=6297350691544086392 made deterministic: tenants of weights 1,
 // 1 and 4 share one key on 2 devices (BatchMax 11, 14 ms + 0.28 ms an
-// item, SLO 74 ms: 4 full batches), offering about 1.9, 1.9 and 3.4 times
-// their shares, on three seeds. The weight-4 tenant's queue is long and
+// item, SLO 74 ms: 4 full batches), offering about 1.7, 1.7 and 3 times
+// their shares of the devices' capacity, on three seeds. The weight-4 tenant's queue is long and
 // its oldest requests are the ones a batch trims as late. Asserted: every
 // tenant's throughput within 3% of its weighted share of what all got (more
 // than 1,500 completions each).
