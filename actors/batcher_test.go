@@ -175,21 +175,26 @@ func TestBatcherExpiresWhatCannotMakeItsDeadline(t *testing.T) {
 	}
 }
 
-func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
+// lateDevice runs the trim tests' setup: a device of 4-item batches (1
+// item: 30 ms, 4: 90 ms) busy until 90 ms, then requests 1 to queued
+// (request 2 with a deadline of 185 ms: enough for a batch of 4 starting
+// at 90, with 5 of margin; the others 1 s), then the device late, done at
+// 100 ms, when a batch of 4 would end at 190 ms, past request 2's deadline
+// (alone it would end at 130 ms). It returns what the batcher sent then.
+func lateDevice(t *testing.T, queued uint64) (*Batcher, []Reply, []RunBatch) {
+	t.Helper()
 	cfg := DefaultBatcherConfig()
 	cfg.BatchMax = 4
-	cfg.Latency = LatencyModel{Base: 10 * ms, PerItem: 20 * ms} // 1 item: 30 ms, 4 items: 90 ms
+	cfg.Latency = LatencyModel{Base: 10 * ms, PerItem: 20 * ms}
 	b, c := newTestBatcher(t, cfg, 1)
 	sub := func(id uint64, deadline time.Duration) {
 		b.Receive(c, Submit{Req: Request{ID: id, Model: "m", Input: "x", Deadline: deadline, ReplyTo: Address{ID: 2}}})
 	}
-	for id := uint64(11); id <= 14; id++ { // a full batch takes the device until 90 ms
+	for id := uint64(11); id <= 14; id++ {
 		sub(id, time.Second)
 	}
 	first := ofType[RunBatch](c.take())
-	// Request 2 is admitted for a batch of 4 starting at 90 ms: 185 ms is
-	// enough (90 + 90 + 5 of margin).
-	for id := uint64(1); id <= 4; id++ {
+	for id := uint64(1); id <= queued; id++ {
 		deadline := time.Second
 		if id == 2 {
 			deadline = 185 * ms
@@ -199,12 +204,14 @@ func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
 	if rs := replies(c.take()); len(first) != 1 || len(rs) != 0 {
 		t.Fatalf("setup: %d first batches, replies %+v", len(first), rs)
 	}
-	// The device is late: at 100 ms a batch of 4 would end at 190 ms, past
-	// request 2's deadline, though alone it would end at 130 ms.
 	c.now = 100 * ms
 	b.Receive(c, BatchDone{Device: Address{ID: 100}, BatchID: first[0].Batch.ID})
 	got := c.take()
-	rs, rb := replies(got), ofType[RunBatch](got)
+	return b, replies(got), ofType[RunBatch](got)
+}
+
+func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
+	b, rs, rb := lateDevice(t, 4)
 	if len(rs) != 1 || rs[0].ID != 2 || rs[0].Outcome != Expired || rs[0].Attempts != 0 {
 		t.Fatalf("want request 2 expired, never run; got %+v", rs)
 	}
@@ -220,31 +227,7 @@ func TestBatcherTrimsWhatTheBatchWouldMakeLate(t *testing.T) {
 // goes to the next queued one, so the device runs a full batch and the
 // tenant whose item expired is not charged a short batch's cost an item.
 func TestBatcherRefillsWhatItTrims(t *testing.T) {
-	cfg := DefaultBatcherConfig()
-	cfg.BatchMax = 4
-	cfg.Latency = LatencyModel{Base: 10 * ms, PerItem: 20 * ms} // 1 item: 30 ms, 4 items: 90 ms
-	b, c := newTestBatcher(t, cfg, 1)
-	sub := func(id uint64, deadline time.Duration) {
-		b.Receive(c, Submit{Req: Request{ID: id, Model: "m", Input: "x", Deadline: deadline, ReplyTo: Address{ID: 2}}})
-	}
-	for id := uint64(11); id <= 14; id++ { // the device is busy until 90 ms
-		sub(id, time.Second)
-	}
-	first := ofType[RunBatch](c.take())
-	for id := uint64(1); id <= 6; id++ {
-		deadline := time.Second
-		if id == 2 {
-			deadline = 185 * ms // made if the device is on time
-		}
-		sub(id, deadline)
-	}
-	if rs := replies(c.take()); len(first) != 1 || len(rs) != 0 {
-		t.Fatalf("setup: %d first batches, replies %+v", len(first), rs)
-	}
-	c.now = 100 * ms // late: a batch of 4 would end at 190 ms
-	b.Receive(c, BatchDone{Device: Address{ID: 100}, BatchID: first[0].Batch.ID})
-	got := c.take()
-	rs, rb := replies(got), ofType[RunBatch](got)
+	b, rs, rb := lateDevice(t, 6)
 	if len(rs) != 1 || rs[0].ID != 2 || rs[0].Outcome != Expired {
 		t.Fatalf("want request 2 expired, got %+v", rs)
 	}

@@ -135,8 +135,9 @@ func (q *keyQueue) oldest() time.Duration {
 	return o
 }
 
-// openPart is what a batch may take of a key while suspect tenants are
-// capped (Batcher.capSuspects): the items of isolation group 0.
+// openPart is what a batch may take of a key (Batcher.part): all its
+// items, or while suspect tenants are capped (Batcher.capSuspects) those
+// of isolation group 0 (open).
 type openPart struct {
 	n           int
 	oldest      time.Duration // the oldest one's enqueue time
@@ -144,7 +145,13 @@ type openPart struct {
 	maxLen      int
 }
 
-// open is q's openPart, in O(its items of group 0).
+// whole is all of q as an openPart, from what q keeps.
+func (q *keyQueue) whole() openPart {
+	return openPart{n: q.n, oldest: q.oldest(), minDeadline: q.minDeadline, maxLen: q.maxLen}
+}
+
+// open is q's items of isolation group 0 as an openPart, in O(those
+// items).
 func (q *keyQueue) open() openPart {
 	p := openPart{oldest: time.Duration(math.MaxInt64), minDeadline: time.Duration(math.MaxInt64)}
 	for _, s := range q.subs {
